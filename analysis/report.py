@@ -1,0 +1,74 @@
+"""Print an experiment's trials table and correlations, and draw the M21 Figure 3 scatter.
+
+    python -m analysis.report ./disgen_results/default
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import pandas as pd
+
+from analysis.aggregate import correlations, load_trials
+from analysis.figures import disentanglement_vs_nll
+
+TABLE_COLUMNS = ["trial_key", "split", "condition", "objective", "beta", "seed", "steps",
+                 "train_nll", "test_nll", "d_score", "dci_disentanglement",
+                 "dci_completeness", "dci_informativeness"]
+
+
+def trials_table(df: pd.DataFrame) -> str:
+    columns = [c for c in TABLE_COLUMNS if c in df.columns]
+    ordered = df[columns].sort_values([c for c in ("split", "beta", "seed") if c in columns])
+    with pd.option_context("display.width", 200, "display.max_columns", None,
+                           "display.float_format", "{:.3f}".format):
+        return ordered.to_string(index=False)
+
+
+def correlation_text(df: pd.DataFrame) -> str:
+    """Spearman ρ (bootstrap 95% interval) of D-score against test NLL, overall and per split."""
+    lines = ["Spearman ρ, disentanglement vs NLL (bootstrap 95% interval):"]
+    for by in (None, ["split"]):
+        table = correlations(df, by=by, metrics=["d_score"], scores=["test_nll", "train_nll"])
+        for row in table.to_dict("records"):
+            scope = f"split={row['split']}" if by else "all trials"
+            rho = "n/a (needs ≥ 3 trials that differ)" if pd.isna(row["rho"]) else (
+                f"{row['rho']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]")
+            lines.append(f"  {scope:<22} {row['x']} vs {row['y']:<9} n={row['n']:<3} ρ = {rho}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.report",
+        description="Print the trials table and Spearman correlations of one or more disgen "
+                    "experiments, and write the disentanglement-vs-NLL scatter (M21 Fig. 3).")
+    parser.add_argument("experiment_dirs", nargs="+", metavar="EXPERIMENT_DIR",
+                        help="folder(s) holding trials.parquet, e.g. ./disgen_results/default")
+    parser.add_argument("--out", help="folder for the figure (default: the first EXPERIMENT_DIR)")
+    parser.add_argument("--metric", default="d_score", choices=["d_score", "dci_disentanglement"],
+                        help="disentanglement metric on the x axis (default: d_score)")
+    args = parser.parse_args(argv)
+    try:
+        df = load_trials(*args.experiment_dirs)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print(f"error: no finished trials in {', '.join(args.experiment_dirs)}", file=sys.stderr)
+        return 2
+    print(f"{len(df)} trials\n")
+    print(trials_table(df))
+    print()
+    print(correlation_text(df))
+    out = args.out or args.experiment_dirs[0]
+    os.makedirs(out, exist_ok=True)
+    path = disentanglement_vs_nll(df, os.path.join(out, "disentanglement_vs_nll.png"), args.metric)
+    print(f"\nfigure: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The variational auto-encoder: a diagonal-Gaussian posterior and a Bernoulli likelihood."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.architectures import ARCHITECTURES
+from models.config import ModelConfig
+
+
+class VAE(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        encoder, decoder = ARCHITECTURES[config.architecture]
+        self.config = config
+        self.encoder = encoder(config.channels, config.latent_dim)
+        self.decoder = decoder(config.channels, config.latent_dim)
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and log-variance of a float batch in [0, 1]."""
+        return self.encoder(x)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Bernoulli logits of the images a batch of codes decodes to."""
+        return self.decoder(z)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mean, logvar = self.encode(x)
+        z = mean + torch.randn_like(mean) * torch.exp(0.5 * logvar) if self.training else mean
+        return self.decode(z), mean, logvar
+
+
+def build(config: ModelConfig | dict) -> VAE:
+    """The model a config names, freshly initialised (seeded by ``config.seed``)."""
+    if isinstance(config, dict):
+        config = ModelConfig.from_dict(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return VAE(config)

@@ -1,0 +1,172 @@
+"""Run a study: ``python -m sweeps.paper_grid`` runs the default study on an embedded local Ray.
+
+With ``--address`` (or ``RAY_ADDRESS``) it joins an existing Ray cluster instead. Results go to
+``<storage-path>/<name>/``: ``trials.parquet``, ``history.parquet`` and one TensorBoard folder
+per trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import sys
+import time
+import uuid
+
+from sweeps.grid import parse_seeds, trial_configs
+from sweeps.presets import PRESETS, SCALES, check_preset, preset_names
+
+DEFAULT_STORAGE = "./disgen_results"
+
+
+class UsageError(Exception):
+    """Bad input, found before Ray starts; reported as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    presets = "; ".join(f"{name}: {spec['description']}" for name, spec in PRESETS.items())
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.paper_grid",
+        description="Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
+                    "arguments: the default study at the 'smoke' scale on a local Ray "
+                    "(4 trials, about 4 minutes on 2 CPU cores).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--preset", default="default", help=f"the study to run. {presets}")
+    parser.add_argument("--scale", default="smoke",
+                        help=f"how big to run it: {', '.join(SCALES)} (tiny: seconds, for CI; "
+                             "smoke: minutes on a laptop; small: hours on one GPU; full: the paper)")
+    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
+                        help="folder that receives the experiment folder")
+    parser.add_argument("--name", default=None,
+                        help="experiment name, the folder under --storage-path "
+                             "(default: the preset's name, plus the scale unless it is smoke)")
+    parser.add_argument("--seeds", default="1",
+                        help="seeds per configuration: a count (3 → 0,1,2) or a list (0,5,7)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted experiment of the same name: finished "
+                             "trials are kept, unfinished ones resume from their last checkpoint")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+                        help="join this Ray cluster (host:port, or 'auto') instead of starting a "
+                             "local one; defaults to $RAY_ADDRESS")
+    parser.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs reserved per trial")
+    parser.add_argument("--gpus-per-trial", type=float, default=None,
+                        help="GPUs reserved per trial, fractions allowed (default: 1 if the "
+                             "cluster has GPUs, else 0)")
+    parser.add_argument("--max-concurrent-trials", type=int, default=None,
+                        help="at most this many trials at once (default: as resources allow)")
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="CPUs for the local Ray (default: all); ignored with --address")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help="checkpoint every N steps so failed trials resume (default: ~10 "
+                             "checkpoints per trial)")
+    parser.add_argument("--max-failures", type=int, default=2,
+                        help="retries of a failed trial, from its last checkpoint")
+    return parser
+
+
+def check_storage(path: str) -> str:
+    """The absolute storage folder, created and proven writable, or a UsageError."""
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".disgen-write-test-{uuid.uuid4().hex}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise UsageError(
+            f"cannot write to storage path {path} ({error.strerror or error}); "
+            "pass --storage-path with a folder you can write to"
+        ) from None
+    return path
+
+
+def check_address(address: str | None) -> None:
+    """Fail fast, before Ray starts, on a cluster address that cannot be reached."""
+    if not address or address == "auto" or address.startswith("local"):
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--address {address!r} is not host:port; give e.g. 10.0.0.5:6379 or 'auto'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"cannot reach Ray at {address} ({error.strerror or error}); check that the cluster "
+            "is up (ray status) and the address, or omit --address for a local Ray"
+        ) from None
+
+
+def plan(args) -> dict:
+    """Validate everything that can be validated without Ray."""
+    try:
+        check_preset(args.preset, args.scale)
+        seeds = parse_seeds(args.seeds)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    for option in ("cpus_per_trial", "gpus_per_trial"):
+        value = getattr(args, option)
+        if value is not None and value < 0:
+            raise UsageError(f"--{option.replace('_', '-')} must be >= 0; got {value}")
+    if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
+        raise UsageError("--max-concurrent-trials must be at least 1")
+    name = args.name or (args.preset if args.scale == "smoke" else f"{args.preset}-{args.scale}")
+    storage = check_storage(args.storage_path)
+    check_address(args.address)
+    configs = trial_configs(args.preset, args.scale, seeds)
+    return {"name": name, "storage": storage, "experiment_dir": os.path.join(storage, name),
+            "configs": configs}
+
+
+def print_commands(experiment_dir: str, argv: list[str]) -> None:
+    resume = " ".join(["python -m sweeps.paper_grid", *map(shlex.quote, argv)])
+    if "--resume" not in argv:
+        resume += " --resume"
+    print("\nNext:")
+    print(f"  resume or extend:  {resume}")
+    print(f"  TensorBoard:       tensorboard --logdir {shlex.quote(experiment_dir)}")
+    print(f"  report + figure:   python -m analysis.report {shlex.quote(experiment_dir)}")
+    print(f"  in pandas:         import pandas as pd; "
+          f"df = pd.read_parquet({os.path.join(experiment_dir, 'trials.parquet')!r})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        run_plan = plan(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
+
+    try:
+        summary = run_sweep(args, run_plan)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from analysis.report import correlation_text, trials_table
+
+    print(f"\n{summary['finished']} of {len(run_plan['configs'])} trials finished "
+          f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
+    if summary["failed"]:
+        print(f"{summary['failed']} trials failed; see {run_plan['experiment_dir']}/errors.jsonl "
+              "and rerun with --resume")
+    if summary["trials"] is not None and len(summary["trials"]):
+        print()
+        print(trials_table(summary["trials"]))
+        print()
+        print(correlation_text(summary["trials"]))
+    print_commands(run_plan["experiment_dir"], argv)
+    return 0 if not summary["failed"] else 1
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    code = main()
+    sys.exit(code)

@@ -1,0 +1,98 @@
+"""The Ray Tune trainable: the only place that touches Ray's trial API.
+
+One call trains one model: data from ``data_pipeline``, the model and its training loop from
+``models``, evaluation from ``analysis``. It reports loss terms as it goes, writes TensorBoard
+scalars and reconstruction grids, checkpoints so a failed trial resumes where it stopped, and
+ends with one report that holds the final metrics and the trial's loss history.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+from ray import tune
+from torch.utils.tensorboard import SummaryWriter
+
+from analysis.evaluate import evaluate
+from analysis.figures import reconstruction_grid
+from data_pipeline.splits import get_split
+from models import ModelConfig, Trainer, build, reconstruct
+from sweeps.grid import trial_dirname
+
+CHECKPOINT_FILE = "trainer.pt"
+N_GRID_IMAGES = 8
+
+
+def data_key(config: dict) -> tuple:
+    """Trials that share this key share one dataset array."""
+    return (config["dataset"], config["n_images"], config["data_seed"])
+
+
+def _log_reconstructions(writer, model, data, rows, tag, step):
+    rows = rows[:N_GRID_IMAGES]
+    if len(rows):
+        originals = data.images[rows]
+        writer.add_image(tag, reconstruction_grid(originals, reconstruct(model, originals)), step)
+
+
+def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
+    """Train, evaluate and report one trial. ``datasets`` maps ``data_key`` to a shared dataset;
+    ``run_info`` holds the experiment folder and the CPUs per trial."""
+    torch.set_num_threads(max(1, int(run_info["cpus_per_trial"])))
+    data = datasets[data_key(config)]
+    split = get_split(config["dataset"], config["split"])
+    train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
+    model_config = ModelConfig.from_dict({**config, "channels": data.channels})
+    trainer = Trainer(build(model_config), data.images, train_rows, model_config)
+
+    history: list[dict] = []
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            state = torch.load(os.path.join(folder, CHECKPOINT_FILE), weights_only=False)
+        trainer.load_state_dict(state["trainer"])
+        history = state["history"]
+
+    log_dir = os.path.join(run_info["tensorboard_root"], trial_dirname(config))
+    writer = SummaryWriter(log_dir)
+    rng = np.random.default_rng(config["seed"])
+    shown = {"train": np.sort(rng.choice(train_rows, min(N_GRID_IMAGES, len(train_rows)), replace=False)),
+             "test": np.sort(rng.choice(test_rows, min(N_GRID_IMAGES, len(test_rows)), replace=False))}
+    checkpoint_every = run_info.get("checkpoint_every", 0)
+    started = time.perf_counter()
+
+    for progress in trainer.run(report_every=config["report_every"]):
+        step = progress["step"]
+        history.append(progress)
+        for name, value in progress.items():
+            if name != "step":
+                writer.add_scalar(f"train/{name}", value, step)
+        saving = checkpoint_every and (step % checkpoint_every == 0) and step < model_config.steps
+        if saving:
+            with tempfile.TemporaryDirectory() as folder:
+                torch.save({"trainer": trainer.state_dict(), "history": history},
+                           os.path.join(folder, CHECKPOINT_FILE))
+                tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
+        else:
+            tune.report(progress)
+    train_seconds = time.perf_counter() - started
+
+    for side, rows in shown.items():
+        _log_reconstructions(writer, trainer.model, data, rows, f"reconstructions/{side}", trainer.step)
+    started = time.perf_counter()
+    metrics = evaluate(trainer.model, data, split, n_nll=config["n_nll"],
+                       n_metric=config["n_metric"], seed=config["seed"])
+    metrics.update(train_seconds=train_seconds, eval_seconds=time.perf_counter() - started)
+    for name, value in metrics.items():
+        writer.add_scalar(f"eval/{name}", value, trainer.step)
+    writer.close()
+
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save({"trainer": trainer.state_dict(), "history": history, "config": config},
+                   os.path.join(folder, CHECKPOINT_FILE))
+        tune.report({"step": trainer.step, **metrics, "history": history, "done": True},
+                    checkpoint=tune.Checkpoint.from_directory(folder))

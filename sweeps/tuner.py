@@ -1,0 +1,104 @@
+"""The Ray Tune wiring: a preset's grid → a Tuner run, or the restore of an interrupted one."""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
+
+from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
+from data_pipeline import load_procedural  # noqa: E402
+from sweeps.grid import complete_config, grid_axes, parse_seeds, trial_dirname  # noqa: E402
+from sweeps.paper_grid import UsageError  # noqa: E402
+from sweeps.results import ResultsWriter  # noqa: E402
+from sweeps.trainable import data_key, train_trial  # noqa: E402
+
+
+def _dirname(trial) -> str:
+    return trial_dirname(complete_config(trial.config))
+
+
+def _connect(args) -> bool:
+    """Start or join Ray; True if this call started it (and so should stop it)."""
+    if ray.is_initialized():
+        return False
+    try:
+        if args.address:
+            ray.init(address=args.address, log_to_driver=True)
+        else:
+            ray.init(num_cpus=args.num_cpus, include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
+    return True
+
+
+def run_sweep(args, plan: dict) -> dict:
+    experiment_dir, configs = plan["experiment_dir"], plan["configs"]
+    restoring = tune.Tuner.can_restore(experiment_dir)
+    if restoring and not args.resume:
+        raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
+                         "it, or --name for a new experiment")
+    if args.resume and not restoring:
+        raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
+
+    started_ray = _connect(args)
+    started = time.perf_counter()
+    try:
+        gpus = args.gpus_per_trial
+        if gpus is None:
+            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        datasets = {}
+        for config in configs:
+            key = data_key(config)
+            if key not in datasets:
+                print(f"Rendering {config['dataset']} ({config['n_images'] or 'full grid'} images)…",
+                      flush=True)
+                datasets[key] = load_procedural(config["dataset"], config["n_images"],
+                                                seed=config["data_seed"])
+        steps = configs[0]["steps"]
+        checkpoint_every = args.checkpoint_every or max(config["report_every"] for config in configs)
+        if args.checkpoint_every is None:
+            checkpoint_every = max(checkpoint_every, steps // 10)
+        run_info = {"tensorboard_root": experiment_dir, "cpus_per_trial": args.cpus_per_trial,
+                    "checkpoint_every": checkpoint_every}
+        trainable = tune.with_resources(
+            tune.with_parameters(train_trial, datasets=datasets, run_info=run_info),
+            {"cpu": args.cpus_per_trial, "gpu": gpus},
+        )
+        os.makedirs(experiment_dir, exist_ok=True)
+        if restoring:
+            print(f"Resuming {experiment_dir}", flush=True)
+            tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
+        else:
+            fixed, axes = grid_axes(args.preset, args.scale, parse_seeds(args.seeds))
+            param_space = {**fixed, **{name: tune.grid_search(values) for name, values in axes.items()}}
+            tuner = tune.Tuner(
+                trainable,
+                param_space=param_space,
+                tune_config=tune.TuneConfig(
+                    reuse_actors=True,
+                    max_concurrent_trials=args.max_concurrent_trials,
+                    trial_dirname_creator=_dirname,
+                ),
+                run_config=tune.RunConfig(
+                    name=plan["name"],
+                    storage_path=plan["storage"],
+                    callbacks=[ResultsWriter(experiment_dir), JsonLoggerCallback(), CSVLoggerCallback()],
+                    failure_config=tune.FailureConfig(max_failures=args.max_failures),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                    verbose=1,
+                ),
+            )
+        results = tuner.fit()
+        failed = results.num_errors
+    finally:
+        if started_ray:
+            ray.shutdown()
+    trials = read_results(experiment_dir, TRIALS_FILE)
+    return {"finished": len(trials), "failed": failed, "trials": trials,
+            "seconds": time.perf_counter() - started}

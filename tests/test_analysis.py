@@ -1,0 +1,78 @@
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.aggregate import load_trials, spearman
+from analysis.figures import reconstruction_grid
+from analysis.report import main as report_main
+from analysis.schema import HISTORY_FILE, TRIALS_FILE, append_rows, read_results
+
+
+def trial(key, beta, split, d, test_nll):
+    return {"experiment": "e", "trial_key": key, "split": split, "condition": "extrapolation",
+            "objective": "beta_vae", "beta": beta, "seed": 0, "steps": 10, "train_nll": 50.0,
+            "test_nll": test_nll, "d_score": d, "dci_disentanglement": d / 2}
+
+
+def test_append_replaces_rows_by_key_and_keeps_dtypes(tmp_path):
+    append_rows(tmp_path, TRIALS_FILE, [trial("a", 1.0, "blank_side", 0.1, 90.0)])
+    append_rows(tmp_path, TRIALS_FILE, [trial("b", 4.0, "blank_side", 0.2, 80.0)])
+    append_rows(tmp_path, TRIALS_FILE, [trial("a", 1.0, "blank_side", 0.3, 70.0)])
+    df = read_results(tmp_path, TRIALS_FILE)
+    assert sorted(df["trial_key"]) == ["a", "b"]
+    assert df.set_index("trial_key").loc["a", "d_score"] == 0.3
+    assert df["beta"].dtype == np.float64 and df["seed"].dtype == "int64"
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    # pandas alone reads the file, with the same columns
+    assert list(pd.read_parquet(tmp_path / TRIALS_FILE).columns) == list(df.columns)
+
+
+def test_history_rows_are_unique_per_trial_and_step(tmp_path):
+    rows = [{"trial_key": "a", "step": s, "loss": float(s)} for s in (5, 10)]
+    append_rows(tmp_path, HISTORY_FILE, rows)
+    append_rows(tmp_path, HISTORY_FILE, rows[1:])
+    assert len(read_results(tmp_path, HISTORY_FILE)) == 2
+
+
+def test_unknown_result_columns_are_refused(tmp_path):
+    with pytest.raises(KeyError, match="not_a_column"):
+        append_rows(tmp_path, TRIALS_FILE, [{"trial_key": "a", "not_a_column": 1}])
+
+
+def test_spearman_matches_closed_form():
+    df = pd.DataFrame({"x": [1, 2, 3, 4, 5], "y": [5, 6, 7, 8, 7]})
+    # ranks of y: 1, 2, 3.5, 5, 3.5 → Pearson on ranks
+    rx, ry = np.arange(1, 6), np.array([1, 2, 3.5, 5, 3.5])
+    expected = np.corrcoef(rx, ry)[0, 1]
+    result = spearman(df, "x", "y", n_bootstrap=200)
+    assert result["rho"] == pytest.approx(expected)
+    assert -1 <= result["low"] <= result["rho"] <= result["high"] <= 1
+    assert np.isnan(spearman(df.head(2), "x", "y")["rho"])
+
+
+def test_reconstruction_grid_tiles_originals_above_reconstructions():
+    originals = np.full((3, 1, 4, 4), 255, np.uint8)
+    reconstructions = np.zeros((3, 1, 4, 4), np.float32)
+    grid = reconstruction_grid(originals, reconstructions)
+    assert grid.shape == (1, 2 * 4 + 3 * 2, 3 * 4 + 4 * 2)
+    assert grid[0, 2:6, 2:6].min() == 1.0 and grid[0, 8:12, 2:6].max() == 0.0
+
+
+def test_report_prints_the_table_and_writes_the_scatter(tmp_path, capsys):
+    rows = [trial(f"k{i}", beta, split, d, nll) for i, (beta, split, d, nll) in enumerate(
+        [(1.0, "blank_side", 0.1, 90), (4.0, "blank_side", 0.3, 80),
+         (1.0, "leave1out", 0.2, 60), (4.0, "leave1out", 0.4, 55)])]
+    append_rows(tmp_path, TRIALS_FILE, rows)
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out
+    assert "4 trials" in out and "leave1out" in out and "ρ = -0.80" in out
+    png = tmp_path / "fig" / "disentanglement_vs_nll.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(load_trials(str(tmp_path))) == 4
+
+
+def test_report_on_a_folder_without_results_exits_2(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 2
+    assert "no trials.parquet" in capsys.readouterr().err
