@@ -12,17 +12,13 @@ import os
 import shlex
 import socket
 import sys
-import time
 import uuid
 
+from sweeps.errors import UsageError
 from sweeps.grid import parse_seeds, trial_configs
-from sweeps.presets import PRESETS, SCALES, check_preset, preset_names
+from sweeps.presets import PRESETS, SCALES, check_preset
 
 DEFAULT_STORAGE = "./disgen_results"
-
-
-class UsageError(Exception):
-    """Bad input, found before Ray starts; reported as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +115,14 @@ def plan(args) -> dict:
     storage = check_storage(args.storage_path)
     check_address(args.address)
     configs = trial_configs(args.preset, args.scale, seeds)
+    experiment_dir = os.path.join(storage, name)
+    exists = os.path.isdir(experiment_dir) and any(
+        f.startswith("experiment_state") or f == "trials.parquet" for f in os.listdir(experiment_dir))
+    if exists and not args.resume:
+        raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
+                         "it, or --name NEW for a new experiment")
+    if args.resume and not exists:
+        raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
     return {"name": name, "storage": storage, "experiment_dir": os.path.join(storage, name),
             "configs": configs}
 
@@ -167,6 +171,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
-    code = main()
-    sys.exit(code)
+    sys.exit(main())

@@ -20,6 +20,7 @@ from analysis.schema import (
     TRIALS_SCHEMA,
     append_rows,
 )
+from sweeps.grid import complete_config
 
 ERRORS_FILE = "errors.jsonl"
 
@@ -48,13 +49,13 @@ class ResultsWriter(tune.Callback):
         result = trial.last_result or {}
         if not result.get("done"):
             return
-        config = trial.config
+        config = complete_config(trial.config)
         append_rows(self.experiment_dir, HISTORY_FILE,
                     history_rows(self.experiment, config, result.get("history", [])))
         append_rows(self.experiment_dir, TRIALS_FILE, [trial_row(self.experiment, config, result)])
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        record = {"trial_key": trial.config.get("trial_key"), "trial_id": trial.trial_id,
+        record = {"trial_key": complete_config(trial.config)["trial_key"], "trial_id": trial.trial_id,
                   "error_file": getattr(trial, "error_file", None),
                   "at": dt.datetime.now(dt.timezone.utc).isoformat()}
         with open(os.path.join(self.experiment_dir, ERRORS_FILE), "a") as f:

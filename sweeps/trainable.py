@@ -21,7 +21,7 @@ from analysis.evaluate import evaluate
 from analysis.figures import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import ModelConfig, Trainer, build, reconstruct
-from sweeps.grid import trial_dirname
+from sweeps.grid import complete_config, trial_dirname
 
 CHECKPOINT_FILE = "trainer.pt"
 N_GRID_IMAGES = 8
@@ -43,6 +43,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     """Train, evaluate and report one trial. ``datasets`` maps ``data_key`` to a shared dataset;
     ``run_info`` holds the experiment folder and the CPUs per trial."""
     torch.set_num_threads(max(1, int(run_info["cpus_per_trial"])))
+    config = complete_config(config)
     data = datasets[data_key(config)]
     split = get_split(config["dataset"], config["split"])
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
@@ -85,7 +86,8 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
         _log_reconstructions(writer, trainer.model, data, rows, f"reconstructions/{side}", trainer.step)
     started = time.perf_counter()
     metrics = evaluate(trainer.model, data, split, n_nll=config["n_nll"],
-                       n_metric=config["n_metric"], seed=config["seed"])
+                       n_metric=config["n_metric"], seed=config["seed"],
+                       n_jobs=max(1, int(run_info["cpus_per_trial"])))
     metrics.update(train_seconds=train_seconds, eval_seconds=time.perf_counter() - started)
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, trainer.step)

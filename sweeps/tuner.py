@@ -13,8 +13,8 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
 from data_pipeline import load_procedural  # noqa: E402
+from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import complete_config, grid_axes, parse_seeds, trial_dirname  # noqa: E402
-from sweeps.paper_grid import UsageError  # noqa: E402
 from sweeps.results import ResultsWriter  # noqa: E402
 from sweeps.trainable import data_key, train_trial  # noqa: E402
 
@@ -39,12 +39,10 @@ def _connect(args) -> bool:
 
 def run_sweep(args, plan: dict) -> dict:
     experiment_dir, configs = plan["experiment_dir"], plan["configs"]
-    restoring = tune.Tuner.can_restore(experiment_dir)
-    if restoring and not args.resume:
-        raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
-                         "it, or --name for a new experiment")
+    restoring = args.resume and tune.Tuner.can_restore(experiment_dir)
     if args.resume and not restoring:
-        raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
+        raise UsageError(f"{experiment_dir} holds results but no Tune state to resume from; "
+                         "start a new experiment with --name NEW")
 
     started_ray = _connect(args)
     started = time.perf_counter()

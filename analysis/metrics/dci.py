@@ -1,0 +1,462 @@
+"""DCI: disentanglement, completeness and informativeness (Eastwood & Williams, 2018).
+
+One regressor or classifier is trained per ground-truth factor to predict that factor from the
+codes. How much each code matters to each factor gives an importance matrix ``R`` of shape
+``(n_codes, n_factors)``. From it:
+
+- disentanglement: how much each code is devoted to a single factor (row entropies),
+- completeness: how much each factor is captured by a single code (column entropies),
+- informativeness: how well the factors can be predicted from the codes.
+
+Four estimators are offered; they give different numbers and should not be mixed in one study:
+
+``"gbt"``
+    disentanglement_lib's standard. A default ``GradientBoostingClassifier`` per factor,
+    importance = ``|feature_importances_|``, informativeness = classification accuracy.
+``"hist_gbt"``
+    A faster stand-in for ``"gbt"``: ``HistGradientBoostingClassifier`` (default settings,
+    early stopping off so that the number of trees does not depend on the sample size).
+    That estimator has no ``feature_importances_``, so the importance of a code is the total
+    split gain of the splits made on it, summed over all trees and normalised to sum to 1 per
+    factor. This is the same idea as the impurity-based importance of ``"gbt"`` (a total
+    decrease of the training loss) and costs nothing beyond the fit; permutation importance
+    was not used because it needs many extra predictions and gives redundant codes almost no
+    credit. One difference remains: when two codes split the data equally well, ``"gbt"``
+    picks one at random at each node, so duplicated codes share the credit, while
+    ``"hist_gbt"`` always picks the lower-indexed code, so a duplicated code does not lower
+    completeness. The factors, not the trees, are what is spread over the cores: a serial fit
+    uses one OpenMP thread.
+    Informativeness = classification accuracy.
+``"lasso_m21"``
+    Montero et al. (2021)'s D-score. Per factor ``LassoCV(cv=5, alphas=[0.02],
+    selection="random")``; the codes are centred but not scaled and the factor is z-scored
+    (with training statistics); ``R = |coef_|``. Disentanglement uses entropy base = number
+    of factors. A constant factor gets a zero column.
+``"lasso_m22"``
+    Montero et al. (2022)'s variant. As ``"lasso_m21"``, but the codes are z-scored too, the
+    targets are padded with standard-normal noise columns up to the number of codes, the codes
+    are reordered by an optimal assignment of codes to targets
+    (``scipy.optimize.linear_sum_assignment``) and the entropy base is the number of codes.
+    With no more codes than factors there is nothing to pad, and the base is the number of
+    factors (a base smaller than the number of factors would let D go below 0).
+
+``LassoCV``'s convergence warnings are silenced: the settings are fixed by the papers, and on
+codes that carry little information the solver often stops at ``max_iter``.
+
+For the lasso estimators the informativeness is the coefficient of determination R² of each
+factor's regressor (1 is perfect, 0 is no better than the mean), averaged over the non-constant
+factors. For the classifiers it is the accuracy, averaged over the non-constant factors. A factor
+that is constant on the training set has nothing to learn: it gets a zero column in ``R`` and is
+left out of the informativeness averages (which are NaN if every factor is constant).
+
+The per-factor estimators are fitted in parallel with joblib (its default process backend, or
+whatever backend a ``joblib.parallel_config`` context names). Every estimator gets a seed that
+is drawn before any fitting starts, so the parallel result equals the serial one exactly. The
+default ``n_jobs=None`` uses every core of the machine; a caller that has been given fewer
+(a Ray trial reserving one CPU, say) should pass its own ``n_jobs``.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+from joblib import Parallel, delayed, effective_n_jobs
+from scipy.optimize import linear_sum_assignment
+from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LassoCV
+from sklearn.model_selection import train_test_split
+from sklearn.utils import check_random_state
+from threadpoolctl import threadpool_limits
+
+__all__ = ["dci", "disentanglement", "completeness", "ESTIMATORS"]
+
+ESTIMATORS = ("gbt", "hist_gbt", "lasso_m21", "lasso_m22")
+
+# Added to every importance before taking an entropy, as disentanglement_lib does, so that
+# rows and columns of zeros have a defined (maximal) entropy.
+_EPSILON = 1e-11
+
+# The smallest training set LassoCV(cv=5) can be fitted on.
+_LASSO_MIN_TRAIN = 5
+
+
+# --------------------------------------------------------------------------------------------
+# Scores over an importance matrix
+# --------------------------------------------------------------------------------------------
+
+
+def disentanglement(importance_matrix):
+    """Disentanglement of an importance matrix of shape ``(n_codes, n_factors)``.
+
+    D = sum_i rho_i * (1 - H(R_i)), where H(R_i) is the entropy of code i's row of
+    importances (normalised to sum to 1 after adding 1e-11) in base n_factors, and rho_i is
+    the row's share of the total importance. Returns 1 when every code matters to at most
+    one factor, and 0 for an all-zero matrix. With a single factor every entropy is 0.
+    """
+    matrix = _check_importance_matrix(importance_matrix)
+    return _weighted_specificity(matrix)
+
+
+def completeness(importance_matrix):
+    """Completeness of an importance matrix of shape ``(n_codes, n_factors)``.
+
+    The mirror image of :func:`disentanglement`: the entropy is taken over each factor's
+    column, in base n_codes, and each factor is weighted by its column's share of the total
+    importance. Returns 1 when every factor is captured by one code, and 0 for an all-zero
+    matrix.
+    """
+    matrix = _check_importance_matrix(importance_matrix)
+    return _weighted_specificity(matrix.T)
+
+
+def _weighted_specificity(matrix):
+    """Sum over rows of (row share of the total) * (1 - row entropy in base n_columns)."""
+    total = matrix.sum()
+    if total == 0.0:
+        return 0.0
+    n_columns = matrix.shape[1]
+    if n_columns == 1:
+        # A distribution over one outcome has no uncertainty.
+        entropy = np.zeros(matrix.shape[0])
+    else:
+        p = matrix + _EPSILON
+        p = p / p.sum(axis=1, keepdims=True)
+        entropy = -(p * np.log(p)).sum(axis=1) / np.log(n_columns)
+    weights = matrix.sum(axis=1) / total
+    return float(np.sum(weights * (1.0 - entropy)))
+
+
+def _check_importance_matrix(importance_matrix):
+    matrix = np.asarray(importance_matrix, dtype=float)
+    if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise ValueError(
+            "importance_matrix must be a non-empty 2-D array of shape (n_codes, n_factors); "
+            f"got shape {matrix.shape}."
+        )
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError("importance_matrix contains NaN or infinite values.")
+    if np.any(matrix < 0):
+        raise ValueError("importance_matrix must be non-negative.")
+    return matrix
+
+
+# --------------------------------------------------------------------------------------------
+# The metric
+# --------------------------------------------------------------------------------------------
+
+
+def dci(
+    codes,
+    factors,
+    *,
+    codes_test=None,
+    factors_test=None,
+    estimator="gbt",
+    test_fraction=0.33,
+    n_jobs=None,
+    random_state=0,
+):
+    """Compute DCI disentanglement, completeness and informativeness.
+
+    Parameters
+    ----------
+    codes : array of shape (n_samples, n_codes)
+        Representations (e.g. posterior means). Must be finite.
+    factors : array of shape (n_samples, n_factors)
+        Ground-truth factors. Integer class labels for ``"gbt"`` and ``"hist_gbt"``; the
+        lasso estimators use them as numbers (class indices are fine).
+    codes_test, factors_test : arrays, optional
+        A separate test set. Give both or neither. If neither is given, ``codes`` and
+        ``factors`` are split, with ``test_fraction`` of the samples held out.
+    estimator : {"gbt", "hist_gbt", "lasso_m21", "lasso_m22"}
+        Which estimator and conventions to use; see the module docstring.
+    test_fraction : float in (0, 1)
+        Share of samples held out when no test set is given.
+    n_jobs : int or None
+        Number of factors fitted at once. None (the default) uses all cores; 1 fits them
+        one after another, as disentanglement_lib does. The result does not depend on it.
+    random_state : int or None
+        Seeds the train/test split, the estimators and the noise targets of ``"lasso_m22"``.
+
+    Returns
+    -------
+    dict with
+        ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
+        ``"informativeness_test"`` (floats) and ``"importance_matrix"`` (array of shape
+        ``(n_codes, n_factors)``). For ``"lasso_m22"`` the rows of ``importance_matrix``
+        are in the reordered code order, and two more entries are given:
+        ``"importance_matrix_padded"`` (the matrix including the noise targets, from which
+        D and C are computed) and ``"code_order"`` (the original index of each row).
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(
+            f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; got {estimator!r}."
+        )
+    classify = estimator in ("gbt", "hist_gbt")
+    codes, factors = _check_pair(codes, factors, "codes", "factors", classify)
+    if (codes_test is None) != (factors_test is None):
+        raise ValueError("Give both codes_test and factors_test, or neither.")
+    rng = check_random_state(random_state)
+
+    if codes_test is None:
+        if not (isinstance(test_fraction, numbers.Real) and 0.0 < test_fraction < 1.0):
+            raise ValueError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}.")
+        split_seed = rng.randint(np.iinfo(np.int32).max)
+        codes, codes_test, factors, factors_test = train_test_split(
+            codes, factors, test_size=test_fraction, random_state=split_seed
+        )
+    else:
+        codes_test, factors_test = _check_pair(
+            codes_test, factors_test, "codes_test", "factors_test", classify
+        )
+        if codes_test.shape[1] != codes.shape[1]:
+            raise ValueError(
+                f"codes_test must have shape (n_test, {codes.shape[1]}) to match codes; "
+                f"got {codes_test.shape}."
+            )
+        if factors_test.shape[1] != factors.shape[1]:
+            raise ValueError(
+                f"factors_test must have shape (n_test, {factors.shape[1]}) to match factors; "
+                f"got {factors_test.shape}."
+            )
+    if not classify and codes.shape[0] < _LASSO_MIN_TRAIN:
+        raise ValueError(
+            f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
+            f"cross-validation); got {codes.shape[0]}."
+        )
+
+    if classify:
+        return _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
+    return _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
+
+
+def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
+    n_factors = factors.shape[1]
+    seeds = rng.randint(np.iinfo(np.int32).max, size=n_factors)
+    tasks = [
+        (codes, factors[:, j], codes_test, factors_test[:, j], estimator, seeds[j]) for j in range(n_factors)
+    ]
+    results = _run(tasks, n_jobs)
+    importance = np.stack([r[0] for r in results], axis=1)
+    return {
+        "disentanglement": _weighted_specificity(importance),
+        "completeness": _weighted_specificity(importance.T),
+        "informativeness_train": _mean_or_nan([r[1] for r in results]),
+        "informativeness_test": _mean_or_nan([r[2] for r in results]),
+        "importance_matrix": importance,
+    }
+
+
+def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
+    n_codes = codes.shape[1]
+    n_factors = factors.shape[1]
+    mean = codes.mean(axis=0)
+    if estimator == "lasso_m21":
+        scale = np.ones(n_codes)
+    else:
+        scale = _safe_std(codes)
+    x_train = (codes - mean) / scale
+    x_test = (codes_test - mean) / scale
+
+    factors = factors.astype(float)
+    factors_test = factors_test.astype(float)
+    y_mean = factors.mean(axis=0)
+    y_std = factors.std(axis=0)
+    constant = y_std == 0
+    y_std[constant] = 1.0
+    y_train = (factors - y_mean) / y_std
+    y_test = (factors_test - y_mean) / y_std
+
+    n_noise = 0
+    if estimator == "lasso_m22" and n_codes > n_factors:
+        n_noise = n_codes - n_factors
+        # Noise targets are standard normal, so already z-scored in expectation; z-score them
+        # exactly like the factors.
+        noise = rng.standard_normal((x_train.shape[0], n_noise))
+        noise = (noise - noise.mean(axis=0)) / _safe_std(noise)
+        y_train = np.hstack([y_train, noise])
+
+    n_targets = n_factors + n_noise
+    seeds = rng.randint(np.iinfo(np.int32).max, size=n_targets)
+    tasks = []
+    for j in range(n_targets):
+        if j < n_factors and constant[j]:
+            tasks.append(None)
+            continue
+        target_test = y_test[:, j] if j < n_factors else None
+        tasks.append((x_train, y_train[:, j], x_test, target_test, estimator, seeds[j]))
+    fitted = _run([t for t in tasks if t is not None], n_jobs)
+    results = iter(fitted)
+    results = [None if t is None else next(results) for t in tasks]
+
+    importance = np.zeros((n_codes, n_targets))
+    for j, r in enumerate(results):
+        if r is not None:
+            importance[:, j] = r[0]
+    real = [r for r in results[:n_factors] if r is not None]
+    out = {
+        "informativeness_train": _mean_or_nan([r[1] for r in real]),
+        "informativeness_test": _mean_or_nan([r[2] for r in real]),
+    }
+    if estimator == "lasso_m21":
+        out["disentanglement"] = _weighted_specificity(importance)
+        out["completeness"] = _weighted_specificity(importance.T)
+        out["importance_matrix"] = importance
+        return out
+
+    # lasso_m22: give each target the code that matters most to it, overall, and reorder the
+    # codes so that code j is the one assigned to target j (unassigned codes, if any, last).
+    _, assigned_codes = linear_sum_assignment(importance.T, maximize=True)
+    order = np.concatenate([assigned_codes, np.setdiff1d(np.arange(n_codes), assigned_codes)])
+    padded = importance[order]
+    out["disentanglement"] = _weighted_specificity(padded)
+    out["completeness"] = _weighted_specificity(padded.T)
+    out["importance_matrix"] = padded[:, :n_factors]
+    out["importance_matrix_padded"] = padded
+    out["code_order"] = order
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Fitting one factor
+# --------------------------------------------------------------------------------------------
+
+
+def _run(tasks, n_jobs):
+    """Fit every task, in parallel when more than one worker is useful; keep the task order.
+
+    In parallel, the costliest tasks are started first so that the workers finish at about
+    the same time. A multi-class boosted classifier grows one tree per class and stage, so
+    the cost of a classifier is taken to be its number of classes.
+    """
+    if n_jobs is None:
+        n_jobs = -1
+    workers = min(effective_n_jobs(n_jobs), len(tasks))
+    # HistGradientBoostingClassifier runs OpenMP threads of its own. Serially, and with the
+    # threading backend, keep it to one: OpenMP threads that compete for busy cores can slow
+    # a fit down many times over. Process workers get their thread limits from joblib.
+    with threadpool_limits(limits=1, user_api="openmp"):
+        if workers <= 1:
+            return [_fit_one(*task) for task in tasks]
+        cost = [np.unique(task[1]).size if task[4] in ("gbt", "hist_gbt") else 1 for task in tasks]
+        order = sorted(range(len(tasks)), key=lambda i: -cost[i])
+        fitted = Parallel(n_jobs=workers)(delayed(_fit_one)(*tasks[i]) for i in order)
+    results = [None] * len(tasks)
+    for i, result in zip(order, fitted, strict=True):
+        results[i] = result
+    return results
+
+
+def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
+    """Fit one factor's estimator; return (importances over codes, train score, test score)."""
+    n_codes = x_train.shape[1]
+    if estimator in ("gbt", "hist_gbt"):
+        if np.unique(y_train).size < 2:
+            return np.zeros(n_codes), np.nan, np.nan
+        if estimator == "gbt":
+            model = GradientBoostingClassifier(random_state=seed).fit(x_train, y_train)
+            importance = np.abs(model.feature_importances_)
+        else:
+            model = HistGradientBoostingClassifier(early_stopping=False, random_state=seed)
+            model.fit(x_train, y_train)
+            importance = _split_gain_importance(model, n_codes)
+        train_score = np.mean(model.predict(x_train) == y_train)
+        test_score = np.mean(model.predict(x_test) == y_test)
+        return importance, train_score, test_score
+
+    model = LassoCV(cv=5, alphas=[0.02], selection="random", random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=ConvergenceWarning)
+        model.fit(x_train, y_train)
+    importance = np.abs(model.coef_)
+    if y_test is None:  # a noise target of lasso_m22: only its importances are needed
+        return importance, np.nan, np.nan
+    return importance, model.score(x_train, y_train), model.score(x_test, y_test)
+
+
+def _split_gain_importance(model, n_codes):
+    """Total split gain per code over all trees of a fitted HistGradientBoostingClassifier.
+
+    Normalised to sum to 1 (zeros if no split was made), like GradientBoostingClassifier's
+    ``feature_importances_``. Reads the fitted trees (``_predictors``), which scikit-learn
+    does not document; a clear error is raised if their layout ever changes.
+    """
+    try:
+        gains = np.zeros(n_codes)
+        for iteration in model._predictors:
+            for tree in iteration:
+                nodes = tree.nodes
+                split = ~nodes["is_leaf"].astype(bool)
+                np.add.at(gains, nodes["feature_idx"][split], nodes["gain"][split])
+    except (AttributeError, KeyError, ValueError) as error:  # pragma: no cover
+        raise RuntimeError(
+            "Cannot read split gains from this scikit-learn version's "
+            "HistGradientBoostingClassifier; use estimator='gbt'."
+        ) from error
+    gains = np.maximum(gains, 0.0)
+    total = gains.sum()
+    return gains / total if total > 0 else gains
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_pair(codes, factors, codes_name, factors_name, classify):
+    codes = np.asarray(codes)
+    factors = np.asarray(factors)
+    if codes.ndim != 2:
+        raise ValueError(
+            f"{codes_name} must be a 2-D array of shape (n_samples, n_codes); got shape {codes.shape}."
+        )
+    if factors.ndim != 2:
+        raise ValueError(
+            f"{factors_name} must be a 2-D array of shape (n_samples, n_factors); got shape {factors.shape}."
+        )
+    if codes.shape[0] != factors.shape[0]:
+        raise ValueError(
+            f"{codes_name} and {factors_name} must have the same number of samples: "
+            f"{codes_name} has shape {codes.shape}, so {factors_name} must have shape "
+            f"({codes.shape[0]}, n_factors); got {factors.shape}."
+        )
+    if codes.shape[0] < 2:
+        raise ValueError(
+            f"{codes_name} must have at least 2 samples, shape (n_samples >= 2, n_codes); "
+            f"got shape {codes.shape}."
+        )
+    if codes.shape[1] == 0 or factors.shape[1] == 0:
+        raise ValueError(
+            f"{codes_name} and {factors_name} need at least one column each; "
+            f"got shapes {codes.shape} and {factors.shape}."
+        )
+    try:
+        codes = codes.astype(float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{codes_name} must hold numbers; got dtype {codes.dtype}.") from error
+    if not np.all(np.isfinite(codes)):
+        raise ValueError(f"{codes_name} contains NaN or infinite values.")
+    if not (np.issubdtype(factors.dtype, np.number) or factors.dtype == bool):
+        raise ValueError(f"{factors_name} must hold numbers; got dtype {factors.dtype}.")
+    if not np.all(np.isfinite(factors)):
+        raise ValueError(f"{factors_name} contains NaN or infinite values.")
+    if classify and not np.issubdtype(factors.dtype, np.integer):
+        if factors.dtype != bool and np.any(factors != np.round(factors)):
+            raise ValueError(
+                f"{factors_name} must hold integer class labels for the gbt and hist_gbt "
+                "estimators; use a lasso estimator for continuous factors."
+            )
+        factors = factors.astype(np.int64)
+    return codes, factors
+
+
+def _safe_std(array):
+    std = array.std(axis=0)
+    std[std == 0] = 1.0
+    return std
+
+
+def _mean_or_nan(values):
+    values = [v for v in values if not np.isnan(v)]
+    return float(np.mean(values)) if values else float("nan")
