@@ -72,7 +72,7 @@ def test_importance_matrix_errors(score, matrix, message):
 # --------------------------------------------------------------------------------------------
 
 
-def _factors(n_samples=240, sizes=(3, 4, 5), seed=0):
+def _factors(n_samples=180, sizes=(2, 3, 4), seed=0):
     rng = np.random.default_rng(seed)
     return np.stack([rng.integers(0, size, n_samples) for size in sizes], axis=1)
 
