@@ -2,6 +2,12 @@
 
 burgess (Burgess et al. 2018, used by Montero et al. 2021): four 4×4 stride-2 convolutions of 32
 channels, then two fully connected layers of 256; the decoder is the transpose.
+
+Weights start from He (Kaiming) normal initialisation for ReLU layers, biases from zero. PyTorch's
+default initialisation is about three times smaller in variance; with it a burgess VAE on dSprites
+sits for hundreds of steps on the "mean image" plateau (reconstruction ≈ 485 nats, KL ≈ 0) before
+the encoder starts to carry information. With He initialisation it leaves the plateau within about
+100 steps (measured; see README).
 """
 
 from __future__ import annotations
@@ -53,6 +59,14 @@ class BurgessDecoder(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.deconv(self.fc(z).view(-1, 32, 4, 4))
+
+
+def initialise(module: nn.Module) -> None:
+    """He-normal weights (for ReLU) and zero biases in every convolution and linear layer."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
+            nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+            nn.init.zeros_(layer.bias)
 
 
 ARCHITECTURES = {"burgess": (BurgessEncoder, BurgessDecoder)}

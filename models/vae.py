@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.architectures import ARCHITECTURES
+from models.architectures import ARCHITECTURES, initialise
 from models.config import ModelConfig
 
 
@@ -16,6 +16,7 @@ class VAE(nn.Module):
         self.config = config
         self.encoder = encoder(config.channels, config.latent_dim)
         self.decoder = decoder(config.channels, config.latent_dim)
+        initialise(self)
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and log-variance of a float batch in [0, 1]."""
