@@ -64,9 +64,15 @@ def event_files(folder):
 @pytest.mark.slow
 def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray_session, tmp_path, capsys):
     argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "4 of 4 trials finished" in out and "Spearman" in out and "tensorboard --logdir" in out
+    # As a user runs it, joining a running cluster (the tests' own) through $RAY_ADDRESS.
+    address = ray_session.get_runtime_context().gcs_address
+    done = subprocess.run([sys.executable, "-m", "sweeps.paper_grid", *argv], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": address})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
+    assert "4 of 4 trials finished" in done.stdout
+    for expected in ["Spearman", "tensorboard --logdir", "--resume", "pd.read_parquet"]:
+        assert expected in done.stdout
     experiment = tmp_path / "exp"
 
     trials = pd.read_parquet(experiment / "trials.parquet")
@@ -100,6 +106,7 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
 
     # A second run with --resume finds everything finished and re-runs nothing.
     assert main([*argv, "--resume"]) == 0
+    assert "4 of 4 trials finished" in capsys.readouterr().out
     again = pd.read_parquet(experiment / "trials.parquet")
     pd.testing.assert_frame_equal(again.sort_values("trial_key").reset_index(drop=True),
                                   trials.sort_values("trial_key").reset_index(drop=True))
