@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-cpus", type=int, default=None,
                         help="CPUs for the local Ray (default: all); ignored with --address")
     parser.add_argument("--checkpoint-every", type=int, default=None,
-                        help="checkpoint every N steps so failed trials resume (default: ~10 "
-                             "checkpoints per trial)")
+                        help="checkpoint every N steps so failed trials resume (default: about "
+                             "5 checkpoints per trial)")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
     return parser

@@ -91,6 +91,9 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     metrics.update(train_seconds=train_seconds, eval_seconds=time.perf_counter() - started)
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, trainer.step)
+    hparams = {k: v for k, v in config.items() if isinstance(v, (int, float, str, bool))}
+    writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in metrics.items()}, run_name=".",
+                       global_step=trainer.step)
     writer.close()
 
     with tempfile.TemporaryDirectory() as folder:

@@ -6,6 +6,8 @@ import os
 import time
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
+# Short trials checkpoint often; Tune's warning about frequent experiment snapshots is noise here.
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
@@ -61,7 +63,7 @@ def run_sweep(args, plan: dict) -> dict:
         steps = configs[0]["steps"]
         checkpoint_every = args.checkpoint_every or max(config["report_every"] for config in configs)
         if args.checkpoint_every is None:
-            checkpoint_every = max(checkpoint_every, steps // 10)
+            checkpoint_every = max(checkpoint_every, steps // 5)
         run_info = {"tensorboard_root": experiment_dir, "cpus_per_trial": args.cpus_per_trial,
                     "checkpoint_every": checkpoint_every}
         trainable = tune.with_resources(
