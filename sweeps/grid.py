@@ -1,16 +1,44 @@
-"""From a preset to trial configs: the cartesian product of the axes, each with a stable key."""
+"""Sweep specifications: from a preset or a user's grid file to validated trial configs.
+
+A spec is data: ``description``, ``fixed`` settings shared by every trial, ``axes`` (each a list
+of values; the grid is their cartesian product, with the seeds as one more axis) and ``scales``
+(settings that depend on how big the run is). Presets live in ``sweeps.presets``; users write the
+same structure in a YAML or Python file and pass it with ``--grid FILE``. Everything is checked
+before Ray starts, with errors naming the bad key or value.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
+import os
+from dataclasses import fields
 
 from data_pipeline.splits import get_split
-from sweeps.presets import PRESETS, check_preset
+from sweeps.errors import UsageError
+from sweeps.presets import PRESETS, SCALES
 
 # Settings that change how a trial is logged, not what it computes; left out of the trial key.
 NOT_IN_KEY = ("report_every", "preset", "scale")
+# Settings a trial config may hold besides the model's (models.ModelConfig's fields).
+DATA_AND_EVALUATION_KEYS = {
+    "dataset": "dataset name",
+    "n_images": "grid points to render (null: the full grid)",
+    "data_seed": "seed of the image subset",
+    "split": "held-out split name",
+    "report_every": "steps between progress reports",
+    "n_nll": "images per side for the NLL",
+    "n_metric": "codes for the disentanglement metrics",
+}
+SPEC_KEYS = ("description", "fixed", "axes", "scales")
+
+
+def model_keys() -> set[str]:
+    from models import ModelConfig
+
+    return {f.name for f in fields(ModelConfig)}
 
 
 def trial_key(config: dict) -> str:
@@ -22,17 +50,8 @@ def trial_key(config: dict) -> str:
 
 def trial_dirname(config: dict) -> str:
     """A short, readable folder name for a trial, unique by its key."""
-    beta = f"{config['beta']:g}"
+    beta = f"{config['beta']:g}" if "beta" in config else "na"
     return f"{config['split']}-b{beta}-s{config['seed']}-{config['trial_key'][:6]}"
-
-
-def grid_axes(preset: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
-    """(fixed settings, axes): what every trial shares, and the values each axis takes."""
-    check_preset(preset, scale)
-    spec = PRESETS[preset]
-    fixed = {"preset": preset, "scale": scale, **spec["fixed"], **spec["scales"][scale]}
-    axes = {**spec["axes"], "seed": list(seeds)}
-    return fixed, axes
 
 
 def complete_config(config: dict) -> dict:
@@ -43,11 +62,109 @@ def complete_config(config: dict) -> dict:
     return config
 
 
-def trial_configs(preset: str, scale: str, seeds: list[int]) -> list[dict]:
-    """Every trial of ``preset`` at ``scale``, one per point of the axes × seeds."""
-    fixed, axes = grid_axes(preset, scale, seeds)
-    return [complete_config({**fixed, **dict(zip(axes, values))})
-            for values in itertools.product(*axes.values())]
+# ----------------------------------------------------------------------------------------------
+# Specs
+# ----------------------------------------------------------------------------------------------
+
+
+def get_spec(preset: str) -> dict:
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))} "
+                         "(python -m sweeps.paper_grid --list)")
+    return PRESETS[preset]
+
+
+def load_grid_file(path: str) -> dict:
+    """A user's spec from a YAML file (``.yaml``/``.yml``) or a Python file defining ``GRID``."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--grid {path}: no such file")
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            with open(path) as f:
+                spec = yaml.safe_load(f)
+        except yaml.YAMLError as error:
+            raise UsageError(f"--grid {path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    elif path.endswith(".py"):
+        module_spec = importlib.util.spec_from_file_location("disgen_user_grid", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        if not hasattr(module, "GRID"):
+            raise UsageError(f"--grid {path}: a Python grid file must define a dict named GRID")
+        spec = module.GRID
+    else:
+        raise UsageError(f"--grid {path}: use a .yaml, .yml or .py file")
+    if not isinstance(spec, dict):
+        raise UsageError(f"--grid {path}: the file must hold a mapping with keys {', '.join(SPEC_KEYS)}")
+    return spec
+
+
+def check_spec(spec: dict, source: str) -> None:
+    """Structural checks: the keys of a spec, and that every axis is a non-empty list."""
+    unknown = set(spec) - set(SPEC_KEYS)
+    if unknown:
+        raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r}; a grid has {', '.join(SPEC_KEYS)}")
+    for part in ("fixed", "axes", "scales"):
+        if not isinstance(spec.get(part, {}), dict):
+            raise UsageError(f"{source}: {part!r} must be a mapping")
+    for axis, values in spec.get("axes", {}).items():
+        if not isinstance(values, list):
+            raise UsageError(f"{source}: axis {axis!r} must be a list of values; got {values!r}")
+        if not values:
+            raise UsageError(f"{source}: axis {axis!r} is empty, so the grid has zero trials")
+    for scale, settings in spec.get("scales", {}).items():
+        if scale not in SCALES:
+            raise UsageError(f"{source}: unknown scale {scale!r}; scales are {', '.join(SCALES)}")
+        if not isinstance(settings, dict):
+            raise UsageError(f"{source}: scale {scale!r} must be a mapping of settings")
+
+
+def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
+    """(fixed settings, axes): what every trial shares, and the values each axis takes."""
+    scales = spec.get("scales", {})
+    if scales and scale not in scales:
+        raise UsageError(f"unknown scale {scale!r} for preset {name!r}; choose one of: {', '.join(scales)}")
+    fixed = {"preset": name, "scale": scale, **spec.get("fixed", {}), **scales.get(scale, {})}
+    axes = {**spec.get("axes", {}), "seed": list(seeds)}
+    return fixed, axes
+
+
+def check_trial(config: dict, source: str) -> None:
+    """One trial config: known keys, a model config that validates, a split of its dataset."""
+    from models import ModelConfig
+
+    allowed = model_keys() | set(DATA_AND_EVALUATION_KEYS) | {"preset", "scale"}
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise UsageError(f"{source}: unknown setting {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    for key in ("dataset", "split"):
+        if key not in config:
+            raise UsageError(f"{source}: no {key!r} given; set it under 'fixed' or 'axes'")
+    try:
+        get_split(config["dataset"], config["split"])
+    except KeyError as error:
+        raise UsageError(f"{source}: {error.args[0]}") from None
+    try:
+        ModelConfig.from_dict(config)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"{source}: {error}") from None
+
+
+def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[dict]:
+    """Every trial of the spec at ``scale``, one per point of the axes × seeds, validated."""
+    check_spec(spec, name)
+    fixed, axes = grid_axes(spec, name, scale, seeds)
+    configs = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
+    if not configs:
+        raise UsageError(f"{name}: the grid has zero trials")
+    checked = set()
+    for config in configs:
+        signature = json.dumps(config, sort_keys=True, default=str)
+        if signature not in checked:
+            check_trial(config, name)
+            checked.add(signature)
+    return [complete_config(config) for config in configs]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -58,7 +175,7 @@ def parse_seeds(text: str) -> list[int]:
         else:
             seeds = list(range(int(text)))
     except ValueError:
-        raise ValueError(f"--seeds {text!r}: give a count (3) or a comma list (0,5,7)") from None
+        raise UsageError(f"--seeds {text!r}: give a count (3) or a comma list (0,5,7)") from None
     if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"--seeds {text!r}: need at least one seed, none negative")
+        raise UsageError(f"--seeds {text!r}: need at least one seed, none negative")
     return seeds

@@ -15,8 +15,8 @@ import sys
 import uuid
 
 from sweeps.errors import UsageError
-from sweeps.grid import parse_seeds, trial_configs
-from sweeps.presets import PRESETS, SCALES, check_preset
+from sweeps.grid import get_spec, load_grid_file, parse_seeds, trial_configs
+from sweeps.presets import PRESETS, SCALES
 
 DEFAULT_STORAGE = "./disgen_results"
 
@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--preset", default="default", help=f"the study to run. {presets}")
+    parser.add_argument("--grid", metavar="FILE",
+                        help="run your own grid instead of a preset: a YAML file (or a .py file "
+                             "defining GRID) with keys description, fixed, axes, scales")
+    parser.add_argument("--list", action="store_true",
+                        help="print every preset and scale with its trial count and cost, and exit")
     parser.add_argument("--scale", default="smoke",
                         help=f"how big to run it: {', '.join(SCALES)} (tiny: seconds, for CI; "
                              "smoke: minutes on a laptop; small: hours on one GPU; full: the paper)")
@@ -100,21 +105,21 @@ def check_address(address: str | None) -> None:
 
 def plan(args) -> dict:
     """Validate everything that can be validated without Ray."""
-    try:
-        check_preset(args.preset, args.scale)
-        seeds = parse_seeds(args.seeds)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    seeds = parse_seeds(args.seeds)
+    if args.grid:
+        spec, preset = load_grid_file(args.grid), os.path.splitext(os.path.basename(args.grid))[0]
+    else:
+        spec, preset = get_spec(args.preset), args.preset
+    configs = trial_configs(spec, preset, args.scale, seeds)
     for option in ("cpus_per_trial", "gpus_per_trial"):
         value = getattr(args, option)
         if value is not None and value < 0:
             raise UsageError(f"--{option.replace('_', '-')} must be >= 0; got {value}")
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UsageError("--max-concurrent-trials must be at least 1")
-    name = args.name or (args.preset if args.scale == "smoke" else f"{args.preset}-{args.scale}")
+    name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")
     storage = check_storage(args.storage_path)
     check_address(args.address)
-    configs = trial_configs(args.preset, args.scale, seeds)
     experiment_dir = os.path.join(storage, name)
     exists = os.path.isdir(experiment_dir) and any(
         f.startswith("experiment_state") or f == "trials.parquet" for f in os.listdir(experiment_dir))
@@ -123,8 +128,8 @@ def plan(args) -> dict:
                          "it, or --name NEW for a new experiment")
     if args.resume and not exists:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
-    return {"name": name, "storage": storage, "experiment_dir": os.path.join(storage, name),
-            "configs": configs}
+    return {"name": name, "storage": storage, "experiment_dir": experiment_dir, "spec": spec,
+            "preset": preset, "seeds": seeds, "configs": configs}
 
 
 def print_commands(experiment_dir: str, argv: list[str]) -> None:
@@ -142,6 +147,11 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.list:
+        from sweeps.costs import presets_table
+
+        print(presets_table())
+        return 0
     try:
         run_plan = plan(args)
     except UsageError as error:

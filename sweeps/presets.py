@@ -39,21 +39,3 @@ PRESETS: dict[str, dict] = {
         },
     },
 }
-
-
-def preset_names() -> list[str]:
-    return sorted(PRESETS)
-
-
-def check_preset(preset: str, scale: str) -> None:
-    """A one-line error naming the problem and the fix."""
-    if preset not in PRESETS:
-        raise ValueError(
-            f"unknown preset {preset!r}; choose one of: {', '.join(preset_names())} "
-            "(python -m sweeps.paper_grid --help)"
-        )
-    if scale not in PRESETS[preset]["scales"]:
-        raise ValueError(
-            f"unknown scale {scale!r} for preset {preset!r}; choose one of: "
-            f"{', '.join(PRESETS[preset]['scales'])}"
-        )

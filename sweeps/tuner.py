@@ -16,7 +16,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
 from data_pipeline import load_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
-from sweeps.grid import complete_config, grid_axes, parse_seeds, trial_dirname  # noqa: E402
+from sweeps.grid import complete_config, grid_axes, trial_dirname  # noqa: E402
 from sweeps.results import ResultsWriter  # noqa: E402
 from sweeps.trainable import data_key, train_trial  # noqa: E402
 
@@ -49,9 +49,15 @@ def run_sweep(args, plan: dict) -> dict:
     started_ray = _connect(args)
     started = time.perf_counter()
     try:
-        gpus = args.gpus_per_trial
+        gpus, cluster_gpus = args.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
         if gpus is None:
-            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+            gpus = 1.0 if cluster_gpus > 0 else 0.0
+        if gpus > 0 and cluster_gpus == 0:
+            if not args.address:
+                raise UsageError(f"--gpus-per-trial {gpus:g} but this machine's Ray has no GPUs; "
+                                 "use --gpus-per-trial 0, or join a GPU cluster with --address")
+            print(f"warning: --gpus-per-trial {gpus:g} but the cluster has no GPUs yet; trials wait "
+                  "until the autoscaler adds GPU nodes", flush=True)
         datasets = {}
         for config in configs:
             key = data_key(config)
@@ -75,7 +81,7 @@ def run_sweep(args, plan: dict) -> dict:
             print(f"Resuming {experiment_dir}", flush=True)
             tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
         else:
-            fixed, axes = grid_axes(args.preset, args.scale, parse_seeds(args.seeds))
+            fixed, axes = grid_axes(plan["spec"], plan["preset"], args.scale, plan["seeds"])
             param_space = {**fixed, **{name: tune.grid_search(values) for name, values in axes.items()}}
             tuner = tune.Tuner(
                 trainable,

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from sweeps.grid import trial_configs, trial_key
+from sweeps.grid import get_spec, trial_configs, trial_key
 from sweeps.paper_grid import main
 
 BAD_INPUT = {
@@ -51,9 +51,9 @@ def test_help_documents_every_option():
 
 
 def test_trial_keys_are_stable_and_distinct():
-    configs = trial_configs("default", "tiny", [0, 1])
+    configs = trial_configs(get_spec("default"), "default", "tiny", [0, 1])
     assert len(configs) == 8 and len({c["trial_key"] for c in configs}) == 8
-    assert trial_configs("default", "tiny", [0, 1]) == configs
+    assert trial_configs(get_spec("default"), "default", "tiny", [0, 1]) == configs
     assert trial_key({**configs[0], "report_every": 999}) == configs[0]["trial_key"]
 
 

@@ -1,0 +1,76 @@
+"""User grids (--grid FILE) and the checks that run before any trial starts."""
+
+import textwrap
+
+import pytest
+
+from sweeps.errors import UsageError
+from sweeps.grid import load_grid_file, trial_configs
+from sweeps.paper_grid import main
+
+GOOD = """
+description: my study
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,
+        batch_size: 16, report_every: 5, n_nll: 100, n_metric: 200}
+axes:
+  beta: [1.0, 2.0, 8.0]
+  split: [blank_side, shape2tx]
+scales:
+  tiny: {steps: 10, lr: 0.001}
+"""
+
+
+def write(tmp_path, text, name="grid.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_a_yaml_grid_gives_the_cartesian_product_with_seeds(tmp_path):
+    spec = load_grid_file(write(tmp_path, GOOD))
+    configs = trial_configs(spec, "grid", "tiny", [0, 1])
+    assert len(configs) == 3 * 2 * 2
+    assert {c["beta"] for c in configs} == {1.0, 2.0, 8.0} and {c["seed"] for c in configs} == {0, 1}
+    assert {c["condition"] for c in configs} == {"extrapolation", "recombination_to_range"}
+
+
+def test_a_python_grid_file_works_the_same(tmp_path):
+    path = write(tmp_path, "import yaml\nGRID = yaml.safe_load('''" + GOOD + "''')\n", "grid.py")
+    assert len(trial_configs(load_grid_file(path), "grid", "tiny", [0])) == 6
+
+
+@pytest.mark.parametrize("change, message", [
+    (("objective: beta_vae", "objective: gan"), "objective: unknown 'gan'"),
+    (("architecture: burgess", "architecture: resnet"), "architecture: unknown 'resnet'"),
+    (("beta: [1.0, 2.0, 8.0]", "beta: [1.0, -2.0]"), "beta: must be >= 0; got -2.0"),
+    (("split: [blank_side, shape2tx]", "split: [blank_side, nope]"), "no split .nope. for dataset"),
+    (("beta: [1.0, 2.0, 8.0]", "beta: []"), "axis 'beta' is empty, so the grid has zero trials"),
+    (("n_images: 2000", "n_imgs: 2000"), "unknown setting 'n_imgs'"),
+    (("scales:", "scalez:"), "unknown key 'scalez'"),
+])
+def test_bad_grids_are_refused_naming_the_field(tmp_path, change, message):
+    spec = load_grid_file(write(tmp_path, GOOD.replace(*change)))
+    with pytest.raises(UsageError, match=message):
+        trial_configs(spec, "grid", "tiny", [0])
+
+
+def test_the_command_line_reports_a_bad_grid_in_one_line(tmp_path, capsys):
+    path = write(tmp_path, GOOD.replace("beta: [1.0, 2.0, 8.0]", "beta: [-1.0]"))
+    assert main(["--grid", path, "--scale", "tiny", "--storage-path", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "beta: must be >= 0" in err[0]
+    assert main(["--grid", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_gpus_on_a_machine_without_gpus_is_refused_before_any_trial(ray_session, tmp_path, capsys):
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--gpus-per-trial", "1"]
+    assert main(argv) == 2
+    assert "has no GPUs" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*/trials.parquet"))
+
+
+def test_list_prints_every_preset_and_scale_with_trial_counts(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and all(scale in out for scale in ("tiny", "smoke", "small", "full"))
