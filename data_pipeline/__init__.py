@@ -1,16 +1,34 @@
-"""Data: factor spaces, procedural generators, real-file loaders and held-out splits. No Ray."""
+"""Data: factor spaces, procedural generators, real-file loaders, held-out splits and samplers.
+
+No Ray here except in :mod:`data_pipeline.prepare`; no torch.
+"""
 
 from data_pipeline.datasets import GroundTruthDataset, factor_space, load_procedural, render
 from data_pipeline.factors import FactorSpace
-from data_pipeline.splits import CONDITIONS, SPLITS, Split, get_split
+from data_pipeline.spaces import DATASETS
+from data_pipeline.splits import (
+    CONDITIONS,
+    MODIFIERS,
+    SPLITS,
+    Modifier,
+    Range,
+    Split,
+    get_modifier,
+    get_split,
+)
 
 __all__ = [
     "CONDITIONS",
+    "DATASETS",
+    "MODIFIERS",
     "SPLITS",
     "FactorSpace",
     "GroundTruthDataset",
+    "Modifier",
+    "Range",
     "Split",
     "factor_space",
+    "get_modifier",
     "get_split",
     "load_procedural",
     "render",

@@ -10,12 +10,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_pipeline import dsprites
+from data_pipeline import dsprites, mpi3d, shapes3d, sprites
 from data_pipeline.factors import FactorSpace
+from data_pipeline.spaces import canonical_name
+from data_pipeline.spaces import factor_space as _default_space
 
-DATASETS = ("dsprites",)
 # Datasets whose real files hold 0/1 pixels; they are stored here as 0/255.
 BINARY_DATASETS = ("dsprites",)
+
+# Generator version of each dataset: part of the on-disk cache key.
+GENERATOR_VERSIONS = {
+    "dsprites": 1,
+    "shapes3d": shapes3d.GENERATOR_VERSION,
+    "mpi3d": mpi3d.GENERATOR_VERSION,
+    "circles": sprites.GENERATOR_VERSION,
+    "simple": sprites.GENERATOR_VERSION,
+    "twoshapes": sprites.GENERATOR_VERSION,
+}
 
 
 @dataclass
@@ -52,41 +63,69 @@ class GroundTruthDataset:
 
 
 def factor_space(name: str) -> FactorSpace:
-    """The factor space of a dataset by name."""
-    if name == "dsprites":
-        values = dsprites.factor_values()
-        return FactorSpace(
-            names=tuple(dsprites.FACTOR_NAMES),
-            sizes=tuple(dsprites.FACTOR_SIZES),
-            values=tuple(values[n] for n in dsprites.FACTOR_NAMES),
-        )
-    raise KeyError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    """The factor space of a dataset by name (``3dshapes`` and other aliases accepted)."""
+    return _default_space(name)
 
 
-def render(name: str, classes: np.ndarray) -> np.ndarray:
-    """Procedurally render the images of an (N, n_factors) class array, as the real file holds them."""
-    space = factor_space(name)
+def render(name: str, classes: np.ndarray, space: FactorSpace | None = None) -> np.ndarray:
+    """Procedurally render the images of an (N, n_factors) class array, as the real file holds
+    them: dSprites (N, 64, 64) 0/1; Circles and Simple (N, 64, 64) 0/255; 3DShapes, MPI3D and
+    TwoShapes (N, 64, 64, 3) RGB. ``space`` overrides the default grid sizes of Circles, Simple
+    and TwoShapes."""
+    name = canonical_name(name)
+    space = space or factor_space(name)
     classes = space.check_classes(classes)
     if name == "dsprites":
         return dsprites.render(classes)
-    raise KeyError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    if name == "shapes3d":
+        return shapes3d.render(classes)
+    if name == "mpi3d":
+        return mpi3d.render(classes)
+    if name == "circles":
+        return sprites.render_circles(classes, space)
+    if name == "simple":
+        return sprites.render_simple(classes, space)
+    return sprites.render_twoshapes(classes, space)
 
 
-def load_procedural(name: str, n_images: int | None = None, seed: int = 0) -> GroundTruthDataset:
-    """Render a dataset from its generator: the full grid, or ``n_images`` grid points drawn at
-    random without replacement (seeded, in flat-index order)."""
-    space = factor_space(name)
-    if n_images is None or n_images >= space.n_images:
-        index = np.arange(space.n_images)
-    else:
-        if n_images < 1:
-            raise ValueError(f"n_images must be at least 1; got {n_images}")
-        rng = np.random.default_rng(seed)
-        index = np.sort(rng.choice(space.n_images, size=n_images, replace=False))
-    classes = space.classes_of(index)
-    images = render(name, classes)
+def as_channels_first(images: np.ndarray) -> np.ndarray:
+    """Images as a file holds them ((N, H, W) or (N, H, W, C)) to (N, C, H, W), contiguous."""
     if images.ndim == 3:
-        images = images[:, None]
+        return images[:, None]
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+
+
+def load_procedural(name: str, n_images: int | None = None, seed: int = 0, *,
+                    classes: np.ndarray | None = None, cache_dir=None) -> GroundTruthDataset:
+    """Render a dataset from its generator: the full grid, ``n_images`` grid points drawn at
+    random without replacement (seeded, in flat-index order), or the given ``classes``.
+
+    With ``cache_dir`` (or the ``DISGEN_CACHE`` environment variable set to a folder) the images
+    are cached on disk, keyed by dataset, generator version and grid points, and verified by
+    checksum when reloaded (see :mod:`data_pipeline.cache`).
+    """
+    name = canonical_name(name)
+    space = factor_space(name)
+    if classes is not None:
+        classes = space.check_classes(classes)
+    else:
+        if n_images is None or n_images >= space.n_images:
+            index = np.arange(space.n_images)
+        else:
+            if n_images < 1:
+                raise ValueError(f"n_images must be at least 1; got {n_images}")
+            rng = np.random.default_rng(seed)
+            index = np.sort(rng.choice(space.n_images, size=n_images, replace=False))
+        classes = space.classes_of(index)
+    from data_pipeline.cache import cached_images
+
+    images = cached_images(name, classes, lambda: _render_stored(name, classes), cache_dir=cache_dir)
+    return GroundTruthDataset(name=name, images=images, classes=classes, factor_space=space)
+
+
+def _render_stored(name: str, classes: np.ndarray) -> np.ndarray:
+    """Images as the dataset stores them internally: (N, C, H, W) uint8 in 0..255."""
+    images = as_channels_first(render(name, classes))
     if name in BINARY_DATASETS:
         images = images * np.uint8(255)
-    return GroundTruthDataset(name=name, images=images, classes=classes, factor_space=space)
+    return images

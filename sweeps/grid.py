@@ -31,6 +31,7 @@ DATA_AND_EVALUATION_KEYS = {
     "report_every": "steps between progress reports",
     "n_nll": "images per side for the NLL",
     "n_metric": "codes for the disentanglement metrics",
+    "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
 }
 SPEC_KEYS = ("description", "fixed", "axes", "scales")
 
@@ -145,6 +146,9 @@ def check_trial(config: dict, source: str) -> None:
         get_split(config["dataset"], config["split"])
     except KeyError as error:
         raise UsageError(f"{source}: {error.args[0]}") from None
+    if config.get("dci_estimator", "gbt") not in ("gbt", "hist_gbt", "none"):
+        raise UsageError(f"{source}: dci_estimator: unknown {config['dci_estimator']!r}; "
+                         "choose one of gbt, hist_gbt, none")
     try:
         ModelConfig.from_dict(config)
     except (ValueError, TypeError) as error:

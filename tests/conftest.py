@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 def ray_session():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": always a fresh instance, even if another Ray runs on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

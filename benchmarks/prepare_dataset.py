@@ -1,0 +1,52 @@
+"""Time Ray Data preparation against a single-process build of the same shards.
+
+Run: ``python benchmarks/prepare_dataset.py [DATASET] [--n-images N] [--rows-per-shard R]
+[--num-cpus 2]``. Writes both builds to a temporary folder, checks they read back equal, and
+prints seconds, images/s and the load average (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data_pipeline.prepare import prepare, prepare_single_process, read_shards  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", nargs="?", default="dsprites")
+    parser.add_argument("--n-images", type=int, default=None)
+    parser.add_argument("--rows-per-shard", type=int, default=8192)
+    parser.add_argument("--num-cpus", type=int, default=2)
+    args = parser.parse_args(argv)
+    options = dict(n_images=args.n_images, rows_per_shard=args.rows_per_shard)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"load average before: {os.getloadavg()}")
+        single = prepare_single_process(args.dataset, f"{tmp}/single", **options)
+        print(f"single process: {single['n_images']:,} images, {single['seconds']:.1f} s, "
+              f"{single['n_images'] / single['seconds']:,.0f} images/s")
+        import ray
+
+        t0 = time.perf_counter()
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+        started = time.perf_counter() - t0
+        parallel = prepare(args.dataset, f"{tmp}/ray", **options)
+        print(f"ray data ({args.num_cpus} CPUs): {parallel['seconds']:.1f} s "
+              f"(+{started:.1f} s ray.init), {parallel['n_images'] / parallel['seconds']:,.0f} images/s")
+        same = np.array_equal(read_shards(f"{tmp}/single").images, read_shards(f"{tmp}/ray").images)
+        print(f"builds read back equal: {same}")
+        print(f"load average after: {os.getloadavg()}  nproc: {os.cpu_count()}")
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

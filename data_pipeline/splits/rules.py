@@ -1,0 +1,217 @@
+"""Held-out rules: which factor combinations are test-only, written as data.
+
+A :class:`Split` marks images test-only; training sees every other image (Montero et al. 2021,
+2022). Its rule is written on factor *classes*, not raw values, because the authors' thresholds
+sit on grid points where float comparisons decide by accident (SPEC §2).
+
+A rule is one *clause* or a tuple of clauses (an image matches when any clause matches). A clause
+is a dict ``{factor: allowed}``; an image matches it when, for every factor named, its class is
+allowed. ``allowed`` is either a tuple of class numbers or a :class:`Range` over the factor's
+normalised grid position ``class / (size - 1)``, resolved to classes in exact rational arithmetic
+(used by the Circles-family splits, whose grid sizes come from the user's file).
+
+A :class:`Modifier` keeps only some images and ANDs onto both sides of a split: an image outside
+it is in neither the training nor the test set (M22's ``sparse_posX``, ``four_shapes``…).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Union
+
+import numpy as np
+
+from data_pipeline.factors import FactorSpace
+
+CONDITIONS = (
+    "interpolation",
+    "recombination_to_element",
+    "recombination_to_range",
+    "extrapolation",
+)
+
+# The M22 code's condition names.
+CONDITION_ALIASES = {
+    "interp": "interpolation",
+    "recomb2element": "recombination_to_element",
+    "recomb2range": "recombination_to_range",
+    "extrp": "extrapolation",
+    "extrap": "extrapolation",
+}
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of a factor's normalised grid position ``class / (size - 1)`` in [0, 1].
+
+    Bounds are exact fractions (``Range(low="1/2", include_low=False)`` is "above one half"), so
+    a bound that sits on a grid point is decided by ``include_low``/``include_high``, never by
+    float rounding. With ``unit="class"`` the bounds are class numbers instead.
+    """
+
+    low: Fraction | str | int | None = None
+    high: Fraction | str | int | None = None
+    include_low: bool = True
+    include_high: bool = True
+    unit: str = "position"
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("position", "class"):
+            raise ValueError(f"Range: unit must be 'position' (class / (size - 1)) or 'class'; "
+                             f"got {self.unit!r}")
+
+    def classes(self, size: int) -> tuple[int, ...]:
+        """The classes of a factor with ``size`` classes whose position lies in the interval."""
+        low = None if self.low is None else Fraction(self.low)
+        high = None if self.high is None else Fraction(self.high)
+        chosen = []
+        for c in range(size):
+            position = Fraction(c, max(size - 1, 1)) if self.unit == "position" else Fraction(c)
+            if low is not None and (position < low or (position == low and not self.include_low)):
+                continue
+            if high is not None and (position > high or (position == high and not self.include_high)):
+                continue
+            chosen.append(c)
+        return tuple(chosen)
+
+
+Allowed = Union[tuple, Range]  # noqa: UP007 (a runtime alias on Python 3.10)
+Clause = dict  # factor name -> Allowed
+Rule = Union[Clause, tuple]  # noqa: UP007  one clause, or a tuple of clauses (any may match)
+
+
+def _clauses(rule: Rule) -> tuple[Clause, ...]:
+    if isinstance(rule, dict):
+        return (rule,)
+    return tuple(rule)
+
+
+def rule_mask(rule: Rule, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+    """True for rows of ``classes`` that match ``rule`` (any clause; all terms of a clause)."""
+    mask = np.zeros(len(classes), dtype=bool)
+    for clause in _clauses(rule):
+        part = np.ones(len(classes), dtype=bool)
+        for factor, allowed in clause.items():
+            col = space.position(factor)
+            if isinstance(allowed, Range):
+                allowed = allowed.classes(space.sizes[col])
+            part &= np.isin(classes[:, col], np.asarray(allowed, dtype=np.int64))
+        mask |= part
+    return mask
+
+
+def _check_rule(owner: str, rule: Rule) -> None:
+    clauses = _clauses(rule)
+    if not clauses:
+        raise ValueError(f"{owner}: a rule needs at least one clause")
+    for clause in clauses:
+        if not isinstance(clause, dict) or not clause:
+            raise ValueError(f"{owner}: each clause must be a non-empty dict {{factor: classes}}")
+        for factor, allowed in clause.items():
+            if not isinstance(allowed, (tuple, Range)):
+                raise ValueError(
+                    f"{owner}: factor {factor!r} must map to a tuple of classes or a Range; "
+                    f"got {type(allowed).__name__}"
+                )
+
+
+@dataclass(frozen=True)
+class Modifier:
+    """A filter that keeps only some images, on both sides of a split.
+
+    ``keep_when`` is a rule (see the module docstring). ``apart`` adds terms of the form
+    ``(factor_a, factor_b, gap)``: keep an image only when the normalised positions of the two
+    factors differ by more than ``gap`` (M22's ``noverlap`` for TwoShapes).
+    """
+
+    name: str
+    dataset: str
+    keep_when: Rule = field(default_factory=dict)
+    apart: tuple[tuple[str, str, Fraction | str], ...] = ()
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.keep_when:
+            _check_rule(f"modifier {self.name!r}", self.keep_when)
+        elif not self.apart:
+            raise ValueError(f"modifier {self.name!r}: needs keep_when or apart")
+
+    def keep_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """True for rows of ``classes`` the modifier keeps."""
+        classes = space.check_classes(classes)
+        mask = rule_mask(self.keep_when, classes, space) if self.keep_when else np.ones(len(classes), bool)
+        for a, b, gap in self.apart:
+            ia, ib = space.position(a), space.position(b)
+            na, nb = max(space.sizes[ia] - 1, 1), max(space.sizes[ib] - 1, 1)
+            gap = Fraction(gap)
+            # |ca/na - cb/nb| > gap, in integers: |ca*nb - cb*na| > gap * na * nb
+            diff = np.abs(classes[:, ia] * nb - classes[:, ib] * na)
+            mask &= diff * gap.denominator > gap.numerator * na * nb
+        return mask
+
+
+@dataclass(frozen=True)
+class Split:
+    """A named held-out rule on one dataset.
+
+    ``test_when`` is the rule marking images test-only (a dict of factor -> classes, or a tuple of
+    such dicts). ``modifiers`` are :class:`Modifier` objects ANDed onto both sides.
+    """
+
+    name: str
+    dataset: str
+    condition: str
+    test_when: Rule
+    description: str = ""
+    aliases: tuple[str, ...] = field(default=())
+    modifiers: tuple[Modifier, ...] = field(default=())
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        condition = CONDITION_ALIASES.get(self.condition, self.condition)
+        if condition not in CONDITIONS:
+            raise ValueError(f"split {self.name!r}: condition must be one of {CONDITIONS}; "
+                             f"got {self.condition!r}")
+        object.__setattr__(self, "condition", condition)
+        _check_rule(f"split {self.name!r}", self.test_when)
+
+    def with_modifiers(self, *modifiers: Modifier) -> Split:
+        """This split with ``modifiers`` ANDed onto both sides; its name gains ``+modifier``."""
+        name = "+".join([self.name, *(m.name for m in modifiers)])
+        return replace(self, name=name, aliases=(), modifiers=self.modifiers + tuple(modifiers))
+
+    def held_out_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """True where the rule holds the image out, ignoring modifiers."""
+        classes = space.check_classes(classes)
+        return rule_mask(self.test_when, classes, space)
+
+    def keep_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """True where every modifier keeps the image (all True without modifiers)."""
+        classes = space.check_classes(classes)
+        mask = np.ones(len(classes), dtype=bool)
+        for modifier in self.modifiers:
+            mask &= modifier.keep_mask(classes, space)
+        return mask
+
+    def test_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """Boolean mask over rows of ``classes``: True where the image is in the test set."""
+        return self.held_out_mask(classes, space) & self.keep_mask(classes, space)
+
+    def train_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """Boolean mask over rows of ``classes``: True where the image is in the training set."""
+        return ~self.held_out_mask(classes, space) & self.keep_mask(classes, space)
+
+    def train_test_indices(self, classes: np.ndarray, space: FactorSpace):
+        """Row indices of the training and the test images; an error if either side is empty."""
+        held_out, keep = self.held_out_mask(classes, space), self.keep_mask(classes, space)
+        train, test = np.flatnonzero(~held_out & keep), np.flatnonzero(held_out & keep)
+        if len(train) == 0 or len(test) == 0:
+            side = "training" if len(train) == 0 else "test"
+            raise ValueError(
+                f"split {self.name!r} on {self.dataset} leaves the {side} set empty "
+                f"({len(train)} train / {len(test)} test of {len(classes)} images); "
+                "use more images or another split"
+            )
+        return train, test
