@@ -87,7 +87,9 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     started = time.perf_counter()
     metrics = evaluate(trainer.model, data, split, n_nll=config["n_nll"],
                        n_metric=config["n_metric"], seed=config["seed"],
-                       n_jobs=max(1, int(run_info["cpus_per_trial"])))
+                       n_jobs=max(1, int(run_info["cpus_per_trial"])),
+                       dci_estimator=None if config.get("dci_estimator") == "none"
+                       else config.get("dci_estimator", "gbt"))
     metrics.update(train_seconds=train_seconds, eval_seconds=time.perf_counter() - started)
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, trainer.step)
