@@ -25,10 +25,22 @@ def _dirname(trial) -> str:
     return trial_dirname(complete_config(trial.config))
 
 
+def _existing_local_cluster() -> bool:
+    """Whether a Ray cluster already runs on this machine (``ray.init()`` then joins it)."""
+    try:
+        from ray._private.services import find_gcs_addresses
+
+        return bool(find_gcs_addresses())
+    except Exception:  # a private API: if it moves, assume a private local instance
+        return False
+
+
 def _connect(args) -> bool:
     """Start or join Ray; True if this call started it (and so should stop it)."""
     if ray.is_initialized():
         return False
+    if not args.address and _existing_local_cluster():
+        args.address = "auto"  # e.g. on a cluster's head node: join it rather than start another
     try:
         if args.address:
             ray.init(address=args.address, log_to_driver=True)
