@@ -33,7 +33,8 @@ DATA_AND_EVALUATION_KEYS = {
     "n_metric": "codes for the disentanglement metrics",
     "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
 }
-SPEC_KEYS = ("description", "fixed", "axes", "scales")
+SPEC_KEYS = ("description", "fixed", "axes", "scales", "search")
+DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 
 def model_keys() -> set[str]:
@@ -169,6 +170,41 @@ def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[d
             check_trial(config, name)
             checked.add(signature)
     return [complete_config(config) for config in configs]
+
+
+def search_space(spec: dict, name: str) -> dict:
+    """The spec's ``search`` block, checked: ``metric``, ``mode`` (min or max) and ``space``, a
+    mapping of setting → {uniform|loguniform|randint: [low, high]} or {choice: [values]}.
+    Every bound is validated as a trial setting, so a negative β range is refused up front."""
+    search = spec.get("search")
+    if not isinstance(search, dict) or not isinstance(search.get("space"), dict) or not search["space"]:
+        raise UsageError(f"{name}: --search optuna needs a 'search' block with metric, mode and a "
+                         "non-empty space (see README, 'Your own grid')")
+    if search.get("mode") not in ("min", "max"):
+        raise UsageError(f"{name}: search.mode must be min or max; got {search.get('mode')!r}")
+    if not isinstance(search.get("metric"), str):
+        raise UsageError(f"{name}: search.metric must name a result, e.g. test_nll or d_score")
+    for setting, domain in search["space"].items():
+        if not isinstance(domain, dict) or len(domain) != 1 or next(iter(domain)) not in DISTRIBUTIONS:
+            raise UsageError(f"{name}: search.space.{setting} must be one of "
+                             f"{', '.join(f'{{{d}: [...]}}' for d in DISTRIBUTIONS)}; got {domain!r}")
+        kind, values = next(iter(domain.items()))
+        is_range = isinstance(values, list) and len(values) == 2 and values[0] < values[1]
+        if kind != "choice" and not is_range:
+            raise UsageError(f"{name}: search.space.{setting}.{kind} must be [low, high] with low < high")
+        if kind == "loguniform" and values[0] <= 0:
+            raise UsageError(f"{name}: search.space.{setting}.loguniform needs low > 0")
+        if kind == "choice" and (not isinstance(values, list) or not values):
+            raise UsageError(f"{name}: search.space.{setting}.choice must be a non-empty list")
+    return search["space"]
+
+
+def check_search_bounds(spec: dict, name: str, config: dict) -> None:
+    """Validate a trial at each end of every search range."""
+    config = {k: v for k, v in config.items() if k not in ("condition", "trial_key")}
+    for setting, domain in search_space(spec, name).items():
+        for value in next(iter(domain.values())):
+            check_trial({**config, setting: value}, f"{name} (search.space.{setting}={value!r})")
 
 
 def parse_seeds(text: str) -> list[int]:

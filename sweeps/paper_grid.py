@@ -15,7 +15,7 @@ import sys
 import uuid
 
 from sweeps.errors import UsageError
-from sweeps.grid import get_spec, load_grid_file, parse_seeds, trial_configs
+from sweeps.grid import check_search_bounds, get_spec, load_grid_file, parse_seeds, trial_configs
 from sweeps.presets import PRESETS, SCALES
 
 DEFAULT_STORAGE = "./disgen_results"
@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="checkpoint every N steps so failed trials resume (default: about "
                              "5 checkpoints per trial)")
+    parser.add_argument("--search", choices=["grid", "optuna"], default="grid",
+                        help="grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
+                             "grid's 'search' space for --num-samples trials")
+    parser.add_argument("--num-samples", type=int, default=8, help="trials to sample with --search optuna")
+    parser.add_argument("--scheduler", choices=["none", "asha"], default="none",
+                        help="asha: stop poorly training trials early (ASHA on the training loss); "
+                             "stopped trials get no row in trials.parquet")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
     return parser
@@ -111,6 +118,10 @@ def plan(args) -> dict:
     else:
         spec, preset = get_spec(args.preset), args.preset
     configs = trial_configs(spec, preset, args.scale, seeds)
+    if args.search == "optuna":
+        check_search_bounds(spec, preset, configs[0])
+        if args.num_samples < 1:
+            raise UsageError("--num-samples must be at least 1")
     for option in ("cpus_per_trial", "gpus_per_trial"):
         value = getattr(args, option)
         if value is not None and value < 0:
@@ -166,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from analysis.report import correlation_text, trials_table
 
-    print(f"\n{summary['finished']} of {len(run_plan['configs'])} trials finished "
+    planned = args.num_samples if args.search == "optuna" else len(run_plan["configs"])
+    print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
     if summary["failed"]:
         print(f"{summary['failed']} trials failed; see {run_plan['experiment_dir']}/errors.jsonl "

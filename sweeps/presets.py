@@ -24,6 +24,8 @@ PRESETS: dict[str, dict] = {
             "data_seed": 0,
         },
         "axes": {"beta": [1.0, 4.0], "split": ["leave1out", "blank_side"]},
+        # With --search optuna: β is sampled instead of taken from the axis.
+        "search": {"metric": "test_nll", "mode": "min", "space": {"beta": {"loguniform": [0.25, 16.0]}}},
         "scales": {
             # n_images: grid points rendered (None = the whole 737,280-image grid);
             # n_nll / n_metric: evaluation sample budgets (see analysis.evaluate).

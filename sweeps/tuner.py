@@ -8,6 +8,8 @@ import time
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
 # Short trials checkpoint often; Tune's warning about frequent experiment snapshots is noise here.
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+# A search metric such as test_nll comes only with a trial's final report, not with its progress.
+os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
@@ -16,7 +18,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
 from data_pipeline import load_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
-from sweeps.grid import complete_config, grid_axes, trial_dirname  # noqa: E402
+from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
 from sweeps.results import ResultsWriter  # noqa: E402
 from sweeps.trainable import data_key, train_trial  # noqa: E402
 
@@ -49,6 +51,29 @@ def _connect(args) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
     return True
+
+
+def _final_metric_optuna(**kwargs):
+    """OptunaSearch fed only the results that hold its metric.
+
+    disgen's metrics (test NLL, D-score…) arrive with a trial's final report; progress reports
+    carry loss terms only. Plain OptunaSearch passes every report to Optuna as an intermediate
+    value and fails on the first one without the metric."""
+    from ray.tune.search.optuna import OptunaSearch
+
+    class FinalMetricOptunaSearch(OptunaSearch):
+        def on_trial_result(self, trial_id, result):
+            if self.metric in result:
+                super().on_trial_result(trial_id, result)
+
+    return FinalMetricOptunaSearch(**kwargs)
+
+
+def _tune_space(space: dict) -> dict:
+    """A validated search space (see sweeps.grid.search_space) as Tune sampling domains."""
+    make = {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint}
+    return {name: tune.choice(spec["choice"]) if "choice" in spec
+            else make[next(iter(spec))](*next(iter(spec.values()))) for name, spec in space.items()}
 
 
 def run_sweep(args, plan: dict) -> dict:
@@ -94,7 +119,21 @@ def run_sweep(args, plan: dict) -> dict:
             tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
         else:
             fixed, axes = grid_axes(plan["spec"], plan["preset"], args.scale, plan["seeds"])
-            param_space = {**fixed, **{name: tune.grid_search(values) for name, values in axes.items()}}
+            search_alg, num_samples = None, 1
+            if args.search == "optuna":
+                search = plan["spec"]["search"]
+                space = _tune_space(search_space(plan["spec"], plan["preset"]))
+                param_space = {**fixed, **{name: tune.choice(values) for name, values in axes.items()
+                                           if name not in space}, **space}
+                search_alg = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
+                num_samples = args.num_samples
+            else:
+                param_space = {**fixed, **{name: tune.grid_search(values) for name, values in axes.items()}}
+            scheduler = None
+            if args.scheduler == "asha":
+                scheduler = tune.schedulers.ASHAScheduler(
+                    time_attr="step", metric="loss", mode="min", max_t=steps,
+                    grace_period=max(1, steps // 8), reduction_factor=3)
             tuner = tune.Tuner(
                 trainable,
                 param_space=param_space,
@@ -102,6 +141,9 @@ def run_sweep(args, plan: dict) -> dict:
                     reuse_actors=True,
                     max_concurrent_trials=args.max_concurrent_trials,
                     trial_dirname_creator=_dirname,
+                    search_alg=search_alg,
+                    num_samples=num_samples,
+                    scheduler=scheduler,
                 ),
                 run_config=tune.RunConfig(
                     name=plan["name"],
