@@ -53,3 +53,58 @@ def test_killed_driver_resumes_and_every_trial_lands_exactly_once(ray_session, t
     history = pd.read_parquet(experiment / "history.parquet")
     assert not history.duplicated(["trial_key", "step"]).any()
     assert history.groupby("trial_key").size().to_dict() == dict.fromkeys(after["trial_key"], 4)
+
+
+ONE_TRIAL_GRID = """
+description: one trial, long enough to be killed mid-way
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
+        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, beta: 1.0,
+        split: blank_side}
+scales:
+  tiny: {steps: 120, lr: 0.001}
+"""
+
+
+def trial_workers():
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if command.startswith("ray::ImplicitFunc") or command.startswith("ray::train_trial"):
+            found.append(process)
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_trial_worker_resumes_from_its_checkpoint(ray_session, tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    grid = tmp_path / "one.yaml"
+    grid.write_text(ONE_TRIAL_GRID)
+    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+            "--storage-path", str(tmp_path), "--name", "exp", "--checkpoint-every", "20"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    experiment = tmp_path / "exp"
+    wait_for(lambda: list(experiment.glob("*/checkpoint_*")), 240, "the trial's first checkpoint")
+    workers = trial_workers()
+    assert len(workers) == 1
+    workers[0].kill()
+    out, _ = driver.communicate(timeout=300)
+    assert driver.returncode == 0, out[-3000:]
+
+    trials = pd.read_parquet(experiment / "trials.parquet")
+    assert len(trials) == 1
+    history = pd.read_parquet(experiment / "history.parquet")
+    assert history["step"].tolist() == list(range(5, 121, 5))  # each report once, none lost
+    # The restarted worker wrote a second event file whose first step is past the checkpoint:
+    # it resumed from the checkpoint rather than from step 0.
+    (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir()]
+    first_steps = []
+    for events_file in sorted(trial_dir.glob("events.out.tfevents.*")):
+        events = event_accumulator.EventAccumulator(str(events_file))
+        events.Reload()
+        if "train/loss" in events.Tags()["scalars"]:
+            first_steps.append(events.Scalars("train/loss")[0].step)
+    assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
