@@ -13,6 +13,7 @@ import tempfile
 import time
 
 import numpy as np
+import ray
 import torch
 from ray import tune
 from torch.utils.tensorboard import SummaryWriter
@@ -64,6 +65,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     shown = {"train": np.sort(rng.choice(train_rows, min(N_GRID_IMAGES, len(train_rows)), replace=False)),
              "test": np.sort(rng.choice(test_rows, min(N_GRID_IMAGES, len(test_rows)), replace=False))}
     checkpoint_every = run_info.get("checkpoint_every", 0)
+    node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     started = time.perf_counter()
 
     for progress in trainer.run(report_every=config["report_every"]):
@@ -77,9 +79,10 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save({"trainer": trainer.state_dict(), "history": history},
                            os.path.join(folder, CHECKPOINT_FILE))
-                tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
+                tune.report({**progress, "node_id": node_id},
+                            checkpoint=tune.Checkpoint.from_directory(folder))
         else:
-            tune.report(progress)
+            tune.report({**progress, "node_id": node_id})
     train_seconds = time.perf_counter() - started
 
     for side, rows in shown.items():
@@ -101,5 +104,6 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     with tempfile.TemporaryDirectory() as folder:
         torch.save({"trainer": trainer.state_dict(), "history": history, "config": config},
                    os.path.join(folder, CHECKPOINT_FILE))
-        tune.report({"step": trainer.step, **metrics, "history": history, "done": True},
+        tune.report({"step": trainer.step, **metrics, "history": history, "done": True,
+                     "node_id": node_id, "device": str(trainer.device)},
                     checkpoint=tune.Checkpoint.from_directory(folder))
