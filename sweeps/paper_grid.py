@@ -12,8 +12,8 @@ import os
 import shlex
 import socket
 import sys
-import uuid
 
+from sweeps import storage
 from sweeps.errors import UsageError
 from sweeps.grid import check_search_bounds, get_spec, load_grid_file, parse_seeds, trial_configs
 from sweeps.presets import PRESETS, SCALES
@@ -76,18 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_storage(path: str) -> str:
-    """The absolute storage folder, created and proven writable, or a UsageError."""
-    path = os.path.abspath(os.path.expanduser(path))
+    """The storage folder (absolute, or a URI such as s3://bucket/prefix), created and proven
+    writable, or a UsageError."""
+    path = storage.normalise(path)
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".disgen-write-test-{uuid.uuid4().hex}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as error:
+        storage.check_writable(path)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
         raise UsageError(
-            f"cannot write to storage path {path} ({error.strerror or error}); "
-            "pass --storage-path with a folder you can write to"
+            f"cannot write to storage path {path} ({reason}); "
+            "pass --storage-path with a folder (or s3:// prefix) you can write to"
         ) from None
     return path
 
@@ -129,17 +127,17 @@ def plan(args) -> dict:
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UsageError("--max-concurrent-trials must be at least 1")
     name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")
-    storage = check_storage(args.storage_path)
+    storage_path = check_storage(args.storage_path)
     check_address(args.address)
-    experiment_dir = os.path.join(storage, name)
-    exists = os.path.isdir(experiment_dir) and any(
-        f.startswith("experiment_state") or f == "trials.parquet" for f in os.listdir(experiment_dir))
+    experiment_dir = storage.join(storage_path, name)
+    exists = any(f.startswith("experiment_state") or f == "trials.parquet"
+                 for f in storage.list_names(experiment_dir))
     if exists and not args.resume:
         raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
                          "it, or --name NEW for a new experiment")
     if args.resume and not exists:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
-    return {"name": name, "storage": storage, "experiment_dir": experiment_dir, "spec": spec,
+    return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
             "preset": preset, "seeds": seeds, "configs": configs}
 
 
@@ -152,7 +150,7 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     print(f"  TensorBoard:       tensorboard --logdir {shlex.quote(experiment_dir)}")
     print(f"  report + figure:   python -m analysis.report {shlex.quote(experiment_dir)}")
     print(f"  in pandas:         import pandas as pd; "
-          f"df = pd.read_parquet({os.path.join(experiment_dir, 'trials.parquet')!r})")
+          f"df = pd.read_parquet({storage.join(experiment_dir, 'trials.parquet')!r})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,8 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
         trainer.load_state_dict(state["trainer"])
         history = state["history"]
 
-    log_dir = os.path.join(run_info["tensorboard_root"], trial_dirname(config))
+    root = run_info["tensorboard_root"]
+    log_dir = os.path.join(root, trial_dirname(config)) if root else os.getcwd()
     writer = SummaryWriter(log_dir)
     rng = np.random.default_rng(config["seed"])
     shown = {"train": np.sort(rng.choice(train_rows, min(N_GRID_IMAGES, len(train_rows)), replace=False)),

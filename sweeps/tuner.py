@@ -17,6 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
 from data_pipeline import load_procedural  # noqa: E402
+from sweeps import storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
 from sweeps.results import ResultsWriter  # noqa: E402
@@ -44,10 +45,11 @@ def _connect(args) -> bool:
     if not args.address and _existing_local_cluster():
         args.address = "auto"  # e.g. on a cluster's head node: join it rather than start another
     try:
+        runtime_env = {"env_vars": storage.worker_environment()} if storage.worker_environment() else None
         if args.address:
-            ray.init(address=args.address, log_to_driver=True)
+            ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
         else:
-            ray.init(num_cpus=args.num_cpus, include_dashboard=False)
+            ray.init(num_cpus=args.num_cpus, include_dashboard=False, runtime_env=runtime_env)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
     return True
@@ -107,13 +109,18 @@ def run_sweep(args, plan: dict) -> dict:
         checkpoint_every = args.checkpoint_every or max(config["report_every"] for config in configs)
         if args.checkpoint_every is None:
             checkpoint_every = max(checkpoint_every, steps // 5)
-        run_info = {"tensorboard_root": experiment_dir, "cpus_per_trial": args.cpus_per_trial,
+        # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
+        # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
+        remote = storage.is_remote(experiment_dir)
+        run_info = {"tensorboard_root": None if remote else experiment_dir,
+                    "cpus_per_trial": args.cpus_per_trial,
                     "checkpoint_every": checkpoint_every}
         trainable = tune.with_resources(
             tune.with_parameters(train_trial, datasets=datasets, run_info=run_info),
             {"cpu": args.cpus_per_trial, "gpu": gpus},
         )
-        os.makedirs(experiment_dir, exist_ok=True)
+        filesystem, inner = storage.resolve(experiment_dir)
+        filesystem.create_dir(inner, recursive=True)
         if restoring:
             print(f"Resuming {experiment_dir}", flush=True)
             tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
@@ -151,6 +158,7 @@ def run_sweep(args, plan: dict) -> dict:
                     callbacks=[ResultsWriter(experiment_dir), JsonLoggerCallback(), CSVLoggerCallback()],
                     failure_config=tune.FailureConfig(max_failures=args.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                    sync_config=tune.SyncConfig(sync_artifacts=remote),
                     verbose=1,
                 ),
             )
