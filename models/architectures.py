@@ -1,7 +1,34 @@
 """Encoder and decoder architectures, by name.
 
-burgess (Burgess et al. 2018, used by Montero et al. 2021): four 4×4 stride-2 convolutions of 32
-channels, then two fully connected layers of 256; the decoder is the transpose.
+Every encoder maps a float image batch (B, C, S, S) to the posterior mean and log-variance, each
+(B, latent_dim); every decoder maps a code (B, latent_dim) to Bernoulli logits (B, C, S, S).
+C is 1 or 3 and S is 64 or 128 (``IMAGE_SIZES`` says which sizes each architecture takes).
+
+- higgins (Higgins et al. 2017; Montero et al. 2021's MLP and GT decoder): encoder 1200-1200 ReLU;
+  decoder three layers of 1200 with tanh.
+- burgess (Burgess et al. 2018, Montero et al. 2021): four 4×4 stride-2 convolutions of 32
+  channels, then fully connected 256, 256; the decoder is the transpose.
+- burgess_v2 (what Montero et al. 2021's scripts ran on dSprites): convolutions 32, 32, 64, 64,
+  then 256, 256.
+- kim (Kim & Mnih 2018's FactorVAE network; Montero et al. 2021 on 3DShapes and MPI3D):
+  convolutions 32, 32, 64, 64, then 256.
+- montero, abdi (Montero et al. 2022): convolutions 64, 64, 128, 128, 256 / 32, 32, 64, 128, 256,
+  then 256.
+- dittadi (Dittadi et al. 2021): a 5×5 stride-2 convolution to 64 channels, 10 residual blocks of
+  two 3×3 convolutions with a ReZero gate (a learnable scalar that starts at 0, so each block
+  starts as the identity), 1×1 convolutions 64 → 128 → 256 and average pooling down to 4×4, then
+  a fully connected layer, LayerNorm, and the posterior heads. The decoder mirrors it with
+  bilinear upsampling and ends in a 5×5 convolution. 23 convolutions in each half.
+
+The convolutional networks of Montero et al. are defined at 64 px; at 128 px disgen adds one more
+stride-2 layer of the first layer's width (ours, not the papers'). dittadi is D21's 128 px network;
+its 64 px variant (ours) drops the first average pooling and the last upsampling, so it has the
+same parameters.
+
+Dittadi et al.'s table lost two numbers in our copy, so two choices are ours and documented:
+the hidden fully connected width (512, which makes the total about 16.4M parameters, against the
+paper's "approximately 16.3M") and the log-variance head's initialisation (weights at a tenth of
+the usual standard deviation, bias -1, so the posterior starts with a standard deviation ≈ 0.6).
 
 Weights start from He (Kaiming) normal initialisation for ReLU layers, biases from zero. PyTorch's
 default initialisation is about three times smaller in variance; with it a burgess VAE on dSprites
@@ -13,63 +40,230 @@ the encoder starts to carry information. With He initialisation it leaves the pl
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+# ----------------------------------------------------------------------------------------------
+# Montero et al.'s networks: a stack of 4×4 stride-2 convolutions and fully connected layers
 
-class BurgessEncoder(nn.Module):
-    """64×64×C image → (posterior mean, posterior log-variance), each (B, latent_dim)."""
 
-    def __init__(self, channels: int, latent_dim: int):
+class ConvEncoder(nn.Module):
+    """Stride-2 4×4 convolutions of ``conv_widths`` channels, then fully connected ``fc_widths``,
+    then one layer giving the posterior mean and log-variance."""
+
+    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths):
         super().__init__()
         self.latent_dim = latent_dim
-        self.conv = nn.Sequential(
-            nn.Conv2d(channels, 32, 4, 2, 1), nn.ReLU(),  # 32×32
-            nn.Conv2d(32, 32, 4, 2, 1), nn.ReLU(),  # 16×16
-            nn.Conv2d(32, 32, 4, 2, 1), nn.ReLU(),  # 8×8
-            nn.Conv2d(32, 32, 4, 2, 1), nn.ReLU(),  # 4×4
-        )
-        self.fc = nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(32 * 4 * 4, 256), nn.ReLU(),
-            nn.Linear(256, 256), nn.ReLU(),
-            nn.Linear(256, 2 * latent_dim),
-        )
+        widths = list(conv_widths)
+        if image_size == 128:
+            widths = widths[:1] + widths
+        layers, previous = [], channels
+        for width in widths:
+            layers += [nn.Conv2d(previous, width, 4, 2, 1), nn.ReLU()]
+            previous = width
+        self.conv = nn.Sequential(*layers)
+        side = image_size // 2 ** len(widths)
+        fc, features = [nn.Flatten()], previous * side * side
+        for width in fc_widths:
+            fc += [nn.Linear(features, width), nn.ReLU()]
+            features = width
+        fc.append(nn.Linear(features, 2 * latent_dim))
+        self.fc = nn.Sequential(*fc)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, logvar = self.fc(self.conv(x)).chunk(2, dim=1)
         return mean, logvar
 
 
-class BurgessDecoder(nn.Module):
-    """(B, latent_dim) code → (B, C, 64, 64) Bernoulli logits."""
+class ConvDecoder(nn.Module):
+    """The transpose of ``ConvEncoder``: fully connected layers, then 4×4 stride-2 transposed
+    convolutions back to the image."""
 
-    def __init__(self, channels: int, latent_dim: int):
+    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths):
         super().__init__()
+        widths = list(conv_widths)
+        if image_size == 128:
+            widths = widths[:1] + widths
+        self.side = image_size // 2 ** len(widths)
+        self.top_width = widths[-1]
+        fc, features = [], latent_dim
+        for width in list(fc_widths)[::-1] + [self.top_width * self.side * self.side]:
+            fc += [nn.Linear(features, width), nn.ReLU()]
+            features = width
+        self.fc = nn.Sequential(*fc)
+        outputs = widths[::-1][1:] + [channels]
+        layers, previous = [], self.top_width
+        for i, width in enumerate(outputs):
+            layers.append(nn.ConvTranspose2d(previous, width, 4, 2, 1))
+            if i < len(outputs) - 1:
+                layers.append(nn.ReLU())
+            previous = width
+        self.deconv = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.deconv(self.fc(z).view(-1, self.top_width, self.side, self.side))
+
+
+def _conv_pair(conv_widths, fc_widths):
+    def encoder(channels, latent_dim, image_size):
+        return ConvEncoder(channels, latent_dim, image_size, conv_widths, fc_widths)
+
+    def decoder(channels, latent_dim, image_size):
+        return ConvDecoder(channels, latent_dim, image_size, conv_widths, fc_widths)
+
+    return encoder, decoder
+
+
+# ----------------------------------------------------------------------------------------------
+# Higgins et al.'s MLP
+
+
+class HigginsEncoder(nn.Module):
+    """Flattened image → 1200 → 1200 (ReLU) → posterior mean and log-variance."""
+
+    def __init__(self, channels: int, latent_dim: int, image_size: int, hidden: int = 1200):
+        super().__init__()
+        self.latent_dim = latent_dim
         self.fc = nn.Sequential(
-            nn.Linear(latent_dim, 256), nn.ReLU(),
-            nn.Linear(256, 256), nn.ReLU(),
-            nn.Linear(256, 32 * 4 * 4), nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(channels * image_size * image_size, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, 2 * latent_dim),
         )
-        self.deconv = nn.Sequential(
-            nn.ConvTranspose2d(32, 32, 4, 2, 1), nn.ReLU(),  # 8×8
-            nn.ConvTranspose2d(32, 32, 4, 2, 1), nn.ReLU(),  # 16×16
-            nn.ConvTranspose2d(32, 32, 4, 2, 1), nn.ReLU(),  # 32×32
-            nn.ConvTranspose2d(32, channels, 4, 2, 1),  # 64×64
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, logvar = self.fc(x).chunk(2, dim=1)
+        return mean, logvar
+
+
+class HigginsDecoder(nn.Module):
+    """Code → 1200 → 1200 → 1200 (tanh) → pixel logits."""
+
+    def __init__(self, channels: int, latent_dim: int, image_size: int, hidden: int = 1200):
+        super().__init__()
+        self.shape = (channels, image_size, image_size)
+        self.fc = nn.Sequential(
+            nn.Linear(latent_dim, hidden), nn.Tanh(),
+            nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, channels * image_size * image_size),
         )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.deconv(self.fc(z).view(-1, 32, 4, 4))
+        return self.fc(z).view(-1, *self.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Dittadi et al.'s residual network
+
+
+class ResidualBlock(nn.Module):
+    """Two 3×3 convolutions (leaky ReLU before each), scaled by a learnable scalar gate that starts
+    at 0 (ReZero), added to the input."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(F.leaky_relu(x))
+        h = self.conv2(F.leaky_relu(h))
+        return x + self.gate * h
+
+
+def _residual_pair(width: int) -> list[nn.Module]:
+    return [ResidualBlock(width), ResidualBlock(width)]
+
+
+class DittadiEncoder(nn.Module):
+    HIDDEN = 512
+
+    def __init__(self, channels: int, latent_dim: int, image_size: int):
+        super().__init__()
+        self.latent_dim = latent_dim
+        first_pool = [nn.AvgPool2d(2)] if image_size == 128 else []
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 64, 5, stride=2, padding=2),  # S/2
+            *_residual_pair(64), *first_pool,  # 128 px: 32
+            nn.Conv2d(64, 128, 1),
+            *_residual_pair(128), nn.AvgPool2d(2),  # 16
+            *_residual_pair(128), nn.AvgPool2d(2),  # 8
+            nn.Conv2d(128, 256, 1),
+            *_residual_pair(256), nn.AvgPool2d(2),  # 4
+            *_residual_pair(256),
+            nn.LeakyReLU(),
+            nn.Flatten(),
+        )
+        self.fc = nn.Sequential(nn.Linear(256 * 4 * 4, self.HIDDEN), nn.LeakyReLU())
+        self.norm = nn.LayerNorm(self.HIDDEN)
+        self.mean = nn.Linear(self.HIDDEN, latent_dim)
+        self.logvar = nn.Linear(self.HIDDEN, latent_dim)
+
+    def special_initialisation(self) -> None:
+        """The log-variance head starts small: weights at 1/10 of the He std, bias -1."""
+        with torch.no_grad():
+            self.logvar.weight.mul_(0.1)
+            self.logvar.bias.fill_(-1.0)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.norm(self.fc(self.conv(x)))
+        return self.mean(h), self.logvar(h)
+
+
+class DittadiDecoder(nn.Module):
+    def __init__(self, channels: int, latent_dim: int, image_size: int):
+        super().__init__()
+        hidden = DittadiEncoder.HIDDEN
+        self.fc = nn.Sequential(
+            nn.Linear(latent_dim, hidden), nn.LeakyReLU(),
+            nn.Linear(hidden, 256 * 4 * 4),
+        )
+        up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        last_up = [nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)] if image_size == 128 else []
+        self.conv = nn.Sequential(
+            *_residual_pair(256), up,  # 8
+            *_residual_pair(256),
+            nn.Conv2d(256, 128, 1), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),  # 16
+            *_residual_pair(128), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),  # 32
+            *_residual_pair(128),
+            nn.Conv2d(128, 64, 1), *last_up,  # 128 px: 64
+            *_residual_pair(64), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),  # S
+            nn.LeakyReLU(),
+            nn.Conv2d(64, channels, 5, padding=2),
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.fc(z).view(-1, 256, 4, 4))
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def initialise(module: nn.Module) -> None:
-    """He-normal weights (for ReLU) and zero biases in every convolution and linear layer."""
+    """He-normal weights (for ReLU) and zero biases in every convolution and linear layer; then
+    any layer's own ``special_initialisation`` (dittadi's log-variance head)."""
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
-            nn.init.zeros_(layer.bias)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    for layer in module.modules():
+        if hasattr(layer, "special_initialisation"):
+            layer.special_initialisation()
 
 
-ARCHITECTURES = {"burgess": (BurgessEncoder, BurgessDecoder)}
+# name → (encoder factory, decoder factory); each factory takes (channels, latent_dim, image_size)
+ARCHITECTURES = {
+    "higgins": (HigginsEncoder, HigginsDecoder),
+    "burgess": _conv_pair((32, 32, 32, 32), (256, 256)),
+    "burgess_v2": _conv_pair((32, 32, 64, 64), (256, 256)),
+    "kim": _conv_pair((32, 32, 64, 64), (256,)),
+    "montero": _conv_pair((64, 64, 128, 128, 256), (256,)),
+    "abdi": _conv_pair((32, 32, 64, 128, 256), (256,)),
+    "dittadi": (DittadiEncoder, DittadiDecoder),
+}
 
 
 def parameter_count(module: nn.Module) -> int:

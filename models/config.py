@@ -1,11 +1,33 @@
-"""The model-and-training configuration, validated on construction."""
+"""The model-and-training configuration, validated on construction.
+
+This module imports no torch, so sweeps can validate a grid of configs cheaply.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-ARCHITECTURES = ("burgess",)
-OBJECTIVES = ("vae", "beta_vae")
+# architecture name → the image sizes it takes (see models.architectures)
+IMAGE_SIZES = {
+    "higgins": (64, 128),
+    "burgess": (64, 128),
+    "burgess_v2": (64, 128),
+    "kim": (64, 128),
+    "montero": (64, 128),
+    "abdi": (64, 128),
+    "dittadi": (64, 128),
+}
+ARCHITECTURES = tuple(IMAGE_SIZES)
+
+OBJECTIVES = ("vae", "beta_vae", "annealed_vae", "factor_vae", "beta_tcvae", "wae_mmd", "ada_gvae")
+OBJECTIVE_ALIASES = {"cci_vae": "annealed_vae", "betavae": "beta_vae", "factorvae": "factor_vae",
+                     "wae": "wae_mmd", "adagvae": "ada_gvae"}
+# objectives that train on pairs of images that differ in a few factors (weak supervision)
+OBJECTIVES_ON_PAIRS = ("ada_gvae",)
+# each objective's γ when the config leaves it unset (Kim & Mnih 2018 on dSprites; Burgess et al. 2018)
+DEFAULT_GAMMA = {"factor_vae": 35.0, "annealed_vae": 1000.0}
+LIKELIHOODS = ("bernoulli", "mse")
+PAIR_DIVERGENCES = ("symmetric_kl", "kl")
 
 
 @dataclass(frozen=True)
@@ -13,8 +35,8 @@ class ModelConfig:
     """Everything that decides one model and how it trains.
 
     Defaults follow Montero et al. 2021 where the papers fix a value (Adam, lr 1e-4, batch 64,
-    latent size 10); ``kl_warmup_steps`` and ``grad_clip_norm`` follow Dittadi et al. 2021 and are
-    off by default.
+    latent size 10). Dittadi et al. 2021's options (KL warm-up, gradient clipping, learning-rate
+    halving, input noise) are off by default. See docs/models.md for every field.
     """
 
     architecture: str = "burgess"
@@ -29,35 +51,123 @@ class ModelConfig:
     seed: int = 0
     kl_warmup_steps: int = 0
     grad_clip_norm: float | None = None
+    # schedule
+    epochs: float | None = None  # when set, the run lasts this many passes over the training rows
+    lr_milestones: tuple[int, ...] = ()  # steps at which the learning rate is multiplied by lr_decay
+    lr_decay: float = 0.5
+    # objective hyperparameters
+    gamma: float | None = None  # FactorVAE's TC weight / annealed VAE's capacity weight
+    capacity_max: float = 25.0  # annealed VAE: C rises linearly from 0 to capacity_max (nats) ...
+    capacity_steps: int = 100_000  # ... over this many steps
+    discriminator_lr: float = 1e-5  # FactorVAE (M21: Adam lr 1e-5, betas (0.5, 0.9))
+    discriminator_layers: int = 6
+    discriminator_width: int = 1000
+    discriminator_negative_slope: float = 0.01
+    mmd_weight: float = 10.0  # WAE-MMD's λ1
+    logvar_l1_weight: float = 1e-3  # WAE-MMD's λ2
+    pair_divergence: str = "symmetric_kl"  # Ada-GVAE: D21's symmetrised KL, or "kl": 2·KL(q1‖q2)
+    pair_factors_changed: int = 1  # Ada-GVAE: k, the factors a pair may differ in
+    likelihood: str | None = None  # None: the objective's own (mse for WAE-MMD, else bernoulli)
+    # input noise (D21), added to the encoder's input only
+    input_noise_subpixel_std: float = 0.0
+    input_noise_greyscale_std: float = 0.0
+    bf16: bool = False  # bf16 autocast, on CUDA only
 
     def __post_init__(self) -> None:
+        objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
+        object.__setattr__(self, "objective", objective)
+        if isinstance(self.lr_milestones, (list, tuple)):
+            object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
         problems = []
         if self.architecture not in ARCHITECTURES:
             problems.append(
                 f"architecture: unknown {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
             )
-        if self.objective not in OBJECTIVES:
-            problems.append(f"objective: unknown {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        elif self.image_size not in IMAGE_SIZES[self.architecture]:
+            sizes = " or ".join(map(str, IMAGE_SIZES[self.architecture]))
+            problems.append(f"image_size: {self.architecture} takes {sizes} px images; got {self.image_size}")
+        if objective not in OBJECTIVES:
+            problems.append(f"objective: unknown {objective!r}; choose one of {', '.join(OBJECTIVES)}")
         if not self.beta >= 0:
             problems.append(f"beta: must be >= 0; got {self.beta}")
         if self.latent_dim < 1:
             problems.append(f"latent_dim: must be at least 1; got {self.latent_dim}")
         if self.channels not in (1, 3):
             problems.append(f"channels: must be 1 or 3; got {self.channels}")
-        if self.image_size != 64:
-            problems.append(f"image_size: burgess takes 64 px images; got {self.image_size}")
         if not self.lr > 0:
             problems.append(f"lr: must be > 0; got {self.lr}")
         if self.batch_size < 1:
             problems.append(f"batch_size: must be at least 1; got {self.batch_size}")
+        if objective == "factor_vae" and self.batch_size < 2:
+            problems.append("batch_size: factor_vae splits the batch in two halves; must be at least 2")
         if self.steps < 0:
             problems.append(f"steps: must be >= 0; got {self.steps}")
+        if self.epochs is not None and not self.epochs > 0:
+            problems.append(f"epochs: must be > 0 or None; got {self.epochs}")
+        if not isinstance(self.lr_milestones, tuple) or any(
+                b <= a for a, b in zip(self.lr_milestones, self.lr_milestones[1:])) or any(
+                m < 1 for m in self.lr_milestones):
+            problems.append(f"lr_milestones: must be increasing positive steps; got {self.lr_milestones}")
+        if not 0 < self.lr_decay <= 1:
+            problems.append(f"lr_decay: must be in (0, 1]; got {self.lr_decay}")
         if self.kl_warmup_steps < 0:
             problems.append(f"kl_warmup_steps: must be >= 0; got {self.kl_warmup_steps}")
         if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
             problems.append(f"grad_clip_norm: must be > 0 or None; got {self.grad_clip_norm}")
+        if self.gamma is not None and not self.gamma >= 0:
+            problems.append(f"gamma: must be >= 0 or None; got {self.gamma}")
+        if not self.capacity_max >= 0:
+            problems.append(f"capacity_max: must be >= 0; got {self.capacity_max}")
+        if self.capacity_steps < 0:
+            problems.append(f"capacity_steps: must be >= 0; got {self.capacity_steps}")
+        if not self.discriminator_lr > 0:
+            problems.append(f"discriminator_lr: must be > 0; got {self.discriminator_lr}")
+        if self.discriminator_layers < 1 or self.discriminator_width < 1:
+            problems.append("discriminator_layers, discriminator_width: must be at least 1; got "
+                            f"{self.discriminator_layers}, {self.discriminator_width}")
+        if not self.discriminator_negative_slope >= 0:
+            problems.append("discriminator_negative_slope: must be >= 0; got "
+                            f"{self.discriminator_negative_slope}")
+        if not self.mmd_weight >= 0:
+            problems.append(f"mmd_weight: must be >= 0; got {self.mmd_weight}")
+        if not self.logvar_l1_weight >= 0:
+            problems.append(f"logvar_l1_weight: must be >= 0; got {self.logvar_l1_weight}")
+        if self.pair_divergence not in PAIR_DIVERGENCES:
+            problems.append(f"pair_divergence: unknown {self.pair_divergence!r}; choose one of "
+                            f"{', '.join(PAIR_DIVERGENCES)}")
+        if self.pair_factors_changed < 1:
+            problems.append(f"pair_factors_changed: must be at least 1; got {self.pair_factors_changed}")
+        if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
+            problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
+                            f"{', '.join(LIKELIHOODS)} "
+                            "or None")
+        for name in ("input_noise_subpixel_std", "input_noise_greyscale_std"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
+
+    @property
+    def needs_pairs(self) -> bool:
+        """Whether the objective trains on pairs of images (weak supervision)."""
+        return self.objective in OBJECTIVES_ON_PAIRS
+
+    @property
+    def resolved_gamma(self) -> float:
+        """``gamma``, or the objective's default when unset."""
+        return self.gamma if self.gamma is not None else DEFAULT_GAMMA.get(self.objective, 1.0)
+
+    @property
+    def resolved_likelihood(self) -> str:
+        if self.likelihood is not None:
+            return self.likelihood
+        return "mse" if self.objective == "wae_mmd" else "bernoulli"
+
+    def total_steps(self, n_train: int) -> int:
+        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
+        if self.epochs is None:
+            return self.steps
+        return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:

@@ -1,22 +1,30 @@
 """The training engine: a step loop one can read top to bottom, with exact checkpoints.
 
 The data is one uint8 array (N, C, H, W) shared by every consumer and a vector of the rows to
-train on. Each step draws a batch of row indices from a seeded generator, converts just that batch
-to floats on the device, and takes one Adam step. All randomness (batch order, reparameterisation
-noise) comes from generators whose state is in the checkpoint, so a resumed run follows the same
-trajectory as an uninterrupted one.
+train on. Each step draws a batch of row indices from a seeded generator (pairs of rows, for the
+objectives that train on pairs), converts just that batch to floats on the device, optionally adds
+Dittadi et al.'s input noise to the encoder's copy, asks the objective for its loss terms, and
+takes one Adam step; then the objective may take its own step (FactorVAE's discriminator).
+
+All randomness (batch order, reparameterisation and input noise, FactorVAE's permutations) comes
+from generators whose state is in the checkpoint, so a resumed run follows the same trajectory as
+an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from models.config import ModelConfig
-from models.objectives import loss_terms
+from models.objectives import Schedule, build_objective
+from models.pairs import PairSampler
 
 
 def select_device(preferred: str | None = None) -> torch.device:
@@ -35,76 +43,155 @@ def to_float(batch: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(batch).to(device, non_blocking=True).float().div_(255.0)
 
 
+def add_input_noise(x: torch.Tensor, subpixel_std: float, greyscale_std: float,
+                    generator: torch.Generator) -> torch.Tensor:
+    """Dittadi et al. 2021's input noise, two i.i.d. zero-mean Gaussian components: one for each
+    subpixel (std ``subpixel_std``), and one greyscale value per pixel drawn at 1/16 of the
+    resolution and bilinearly upsampled ×16 (std ``greyscale_std``), the same in every channel.
+    The result is not clipped."""
+    if subpixel_std > 0:
+        x = x + subpixel_std * torch.randn(x.shape, generator=generator, device=x.device)
+    if greyscale_std > 0:
+        batch, _, height, width = x.shape
+        coarse_shape = (batch, 1, -(-height // 16), -(-width // 16))
+        coarse = torch.randn(coarse_shape, generator=generator, device=x.device)
+        fine = F.interpolate(coarse, scale_factor=16, mode="bilinear", align_corners=False)
+        x = x + greyscale_std * fine[:, :, :height, :width]
+    return x
+
+
 class NonFiniteLossError(FloatingPointError):
     """A loss term became NaN or infinite; the message names the step and the term."""
 
 
 class Trainer:
-    """Trains one model on the rows ``train_indices`` of ``images``."""
+    """Trains one model on the rows ``train_indices`` of ``images``.
+
+    ``factors`` (N, F), each image's factor values or classes, is needed only by objectives that
+    train on pairs (Ada-GVAE).
+    """
 
     def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None, factors: np.ndarray | None = None):
         if len(train_indices) == 0:
             raise ValueError("train_indices: the training set is empty")
+        if config.needs_pairs and factors is None:
+            raise ValueError(f"objective: {config.objective!r} trains on pairs of images that differ in "
+                             f"{config.pair_factors_changed} factor(s), but it was fed single images; pass "
+                             "factors= (each image's factor values) so pairs can be drawn")
         self.config = config
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.model = model.to(self.device)
         self.images = images
         self.train_indices = np.asarray(train_indices, dtype=np.int64)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.total_steps = config.total_steps(len(self.train_indices))
+        self.objective = build_objective(config, dataset_size=len(self.train_indices)).to(self.device)
+        self.pairs = PairSampler(factors, self.train_indices, config.pair_factors_changed) \
+            if config.needs_pairs else None
+        # foreach: one fused update over all parameters (the default on CUDA; on CPU it saves ~1 ms a step)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
         self.step = 0
         self.batch_rng = np.random.default_rng(config.seed)
         self.noise_rng = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        self.bf16 = config.bf16 and self.device.type == "cuda"
+        if config.bf16 and not self.bf16:
+            warnings.warn(f"bf16: autocast is used on CUDA only; training in float32 on {self.device}",
+                          stacklevel=2)
+
+    # -- schedules: each a function of the step ------------------------------------------------
+
+    def learning_rate(self) -> float:
+        """``lr``, multiplied by ``lr_decay`` at each milestone passed (D21: halved at 150k, 300k)."""
+        passed = sum(self.step >= milestone for milestone in self.config.lr_milestones)
+        return self.config.lr * self.config.lr_decay ** passed
 
     def kl_weight(self) -> float:
         """Linear KL warm-up: 0 → 1 over ``kl_warmup_steps`` (always 1 without warm-up)."""
         warmup = self.config.kl_warmup_steps
         return 1.0 if warmup == 0 else min(1.0, self.step / warmup)
 
-    def train_step(self) -> dict[str, torch.Tensor]:
-        rows = self.batch_rng.choice(self.train_indices, size=self.config.batch_size)
-        x = to_float(self.images[np.sort(rows)], self.device)
+    def capacity(self) -> float:
+        """The annealed VAE's capacity C: 0 → ``capacity_max`` linearly over ``capacity_steps``."""
+        ramp = self.config.capacity_steps
+        return self.config.capacity_max * (1.0 if ramp == 0 else min(1.0, self.step / ramp))
 
-        mean, logvar = self.model.encode(x)
-        noise = torch.randn(mean.shape, generator=self.noise_rng, device=self.device)
-        logits = self.model.decode(mean + noise * torch.exp(0.5 * logvar))
-        terms = loss_terms(self.config, logits, x, mean, logvar, kl_weight=self.kl_weight())
+    # -- one step ------------------------------------------------------------------------------
+
+    def next_batch(self) -> torch.Tensor:
+        """The next batch as floats on the device; for pair objectives, the pairs' first images
+        then their second images (2·batch_size rows)."""
+        if self.pairs is None:
+            rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.config.batch_size))
+        else:
+            first, second = self.pairs.sample(self.batch_rng, self.config.batch_size)
+            rows = np.concatenate([first, second])
+        return to_float(self.images[rows], self.device)
+
+    def train_step(self) -> dict[str, torch.Tensor]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
+        x = self.next_batch()
+        x_in = add_input_noise(x, self.config.input_noise_subpixel_std, self.config.input_noise_greyscale_std,
+                               self.noise_rng)
+        schedule = Schedule(step=self.step, kl_weight=self.kl_weight(), capacity=self.capacity())
+
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        with autocast:
+            terms = self.objective(self.model, x, x_in, self.noise_rng, schedule)
 
         self.optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         if self.config.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip_norm)
         self.optimizer.step()
+        terms.update(self.objective.after_step(self.noise_rng))
         self.step += 1
         return {name: value.detach() for name, value in terms.items()}
 
-    def run(self, until_step: int | None = None, report_every: int = 50) -> Iterator[dict]:
-        """Train to ``until_step`` (default: the config's steps), yielding a progress dict every
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, until_step: int | None = None, report_every: int = 50,
+            eval_every: int = 0, eval_hook=None) -> Iterator[dict]:
+        """Train to ``until_step`` (default: the run's length), yielding a progress dict every
         ``report_every`` steps and at the end: the step, the mean of each loss term since the last
-        report, and images per second."""
-        until_step = self.config.steps if until_step is None else until_step
+        report, and images per second. A NaN or infinite term raises ``NonFiniteLossError`` naming
+        the first step and term at fault. ``eval_hook(trainer)``, if given, is called every
+        ``eval_every`` steps and its dict is merged into that step's report."""
+        until_step = self.total_steps if until_step is None else until_step
         self.model.train()
-        sums: dict[str, torch.Tensor] = {}
-        count, started = 0, time.perf_counter()
+        window: list[dict[str, torch.Tensor]] = []
+        started = time.perf_counter()
         while self.step < until_step:
-            terms = self.train_step()
-            for name, value in terms.items():
-                sums[name] = sums.get(name, 0.0) + value
-            count += 1
-            if self.step % report_every == 0 or self.step == until_step:
-                means = {name: float(total) / count for name, total in sums.items()}
-                bad = [name for name, value in means.items() if not np.isfinite(value)]
-                if bad:
-                    raise NonFiniteLossError(
-                        f"step {self.step}: loss term {', '.join(bad)} is not finite "
-                        f"({', '.join(f'{n}={means[n]}' for n in bad)}); lower the learning rate "
-                        "or set grad_clip_norm"
-                    )
-                elapsed = time.perf_counter() - started
-                yield {"step": self.step, **means,
-                       "images_per_second": count * self.config.batch_size / max(elapsed, 1e-9)}
-                sums, count, started = {}, 0, time.perf_counter()
+            window.append(self.train_step())
+            evaluate_now = eval_hook is not None and eval_every and self.step % eval_every == 0
+            if self.step % report_every == 0 or self.step == until_step or evaluate_now:
+                report = self._summarise(window, time.perf_counter() - started)
+                if evaluate_now:
+                    report.update(eval_hook(self))
+                    self.model.train()
+                yield report
+                window, started = [], time.perf_counter()
         self.model.eval()
+
+    def _summarise(self, window: list[dict[str, torch.Tensor]], elapsed: float) -> dict:
+        names = list(window[0])
+        values = torch.stack([torch.stack([terms[n].float() for n in names]) for terms in window]).cpu()
+        finite = torch.isfinite(values)
+        if not finite.all():
+            row = int((~finite.all(1)).nonzero()[0])
+            bad = [n for n, ok in zip(names, finite[row].tolist()) if not ok]
+            step = self.step - len(window) + row + 1
+            raise NonFiniteLossError(
+                f"step {step}: loss term {', '.join(bad)} is not finite "
+                f"({', '.join(f'{n}={float(values[row, names.index(n)])}' for n in bad)}); lower the "
+                "learning rate or set grad_clip_norm"
+            )
+        means = dict(zip(names, values.double().mean(0).tolist()))
+        rows_per_step = self.config.batch_size * (2 if self.pairs is not None else 1)
+        return {"step": self.step, **means,
+                "images_per_second": len(window) * rows_per_step / max(elapsed, 1e-9)}
+
+    # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Everything needed to resume exactly."""
@@ -112,6 +199,7 @@ class Trainer:
             "step": self.step,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "objective": self.objective.state_dict(),
             "batch_rng": self.batch_rng.bit_generator.state,
             "noise_rng": self.noise_rng.get_state(),
         }
@@ -120,11 +208,14 @@ class Trainer:
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "objective" in state:
+            self.objective.load_state_dict(state["objective"])
         self.batch_rng.bit_generator.state = state["batch_rng"]
         self.noise_rng.set_state(state["noise_rng"])
 
 
 def train(model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
-          report_every: int = 50, device=None) -> Iterator[dict]:
-    """Train ``model`` for ``config.steps`` steps, yielding progress dicts (see ``Trainer.run``)."""
-    yield from Trainer(model, images, train_indices, config, device).run(report_every=report_every)
+          report_every: int = 50, device=None, factors: np.ndarray | None = None) -> Iterator[dict]:
+    """Train ``model`` for the config's length, yielding progress dicts (see ``Trainer.run``)."""
+    trainer = Trainer(model, images, train_indices, config, device, factors=factors)
+    yield from trainer.run(report_every=report_every)

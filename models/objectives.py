@@ -1,14 +1,29 @@
 """Objectives. Each returns its loss terms by name; ``loss`` is the one to minimise.
 
 Terms are means over the batch of per-image sums (over pixels for the reconstruction, over latent
-dimensions for the KL), so the reconstruction term is the Bernoulli negative log-likelihood per
-image, in nats.
+dimensions for the KL), so the reconstruction term is the negative log-likelihood per image, in
+nats. Every objective also reports ``kl`` (the KL of the posterior to the N(0, I) prior), even
+where the loss does not use it, so runs can be compared on one column.
+
+The pure functions (``gaussian_kl``, ``permute_dims``, ``mmd_unbiased``, ``ada_gvae_aggregate``,
+``total_correlation_decomposition``...) hold the mathematics and are tested in closed form. The
+``Objective`` modules wrap them for the training engine: ``forward`` takes the model, the clean
+batch (the reconstruction target), the encoder's input (the same batch, perhaps with input
+noise), a seeded generator and the schedule, and returns the terms. ``after_step`` runs after the
+model's optimiser step; FactorVAE trains its discriminator there with its own optimiser.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+# ----------------------------------------------------------------------------------------------
+# the mathematics
 
 
 def bernoulli_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -16,27 +31,336 @@ def bernoulli_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(1).sum(1)
 
 
+def squared_error(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Per-image squared error between the decoded pixels (sigmoid of the logits) and the image,
+    summed over pixels: shape (B,). WAE-MMD's reconstruction cost."""
+    return (torch.sigmoid(logits) - x).pow(2).flatten(1).sum(1)
+
+
+RECONSTRUCTION = {"bernoulli": bernoulli_nll, "mse": squared_error}
+
+
 def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
     """KL(N(mean, exp(logvar)) || N(0, I)) per latent dimension: shape (B, K)."""
     return 0.5 * (mean.pow(2) + logvar.exp() - logvar - 1.0)
 
 
-def beta_vae(logits, x, mean, logvar, *, beta: float, kl_weight: float = 1.0) -> dict:
+def gaussian_kl_between(mean1, logvar1, mean2, logvar2) -> torch.Tensor:
+    """KL(N(mean1, exp(logvar1)) || N(mean2, exp(logvar2))) per dimension."""
+    return 0.5 * (logvar2 - logvar1 + (logvar1.exp() + (mean1 - mean2).pow(2)) / logvar2.exp() - 1.0)
+
+
+def gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """log N(z; mean, exp(logvar)) per dimension (broadcasting)."""
+    return -0.5 * (math.log(2 * math.pi) + logvar + (z - mean).pow(2) * torch.exp(-logvar))
+
+
+def posterior_sample(mean: torch.Tensor, logvar: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One reparameterised sample of N(mean, exp(logvar)), drawn from ``generator``."""
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return mean + noise * torch.exp(0.5 * logvar)
+
+
+def beta_vae(logits, x, mean, logvar, *, beta: float, kl_weight: float = 1.0,
+             likelihood: str = "bernoulli") -> dict:
     """β-VAE (Higgins et al. 2017): reconstruction + β·KL. β = 1 is the plain VAE.
 
     ``kl_weight`` in [0, 1] scales the KL term for a linear warm-up.
     """
-    reconstruction = bernoulli_nll(logits, x).mean()
-    kl_per_dim = gaussian_kl(mean, logvar).mean(0)
-    kl = kl_per_dim.sum()
+    if likelihood == "bernoulli":  # the same value as bernoulli_nll(...).mean(), in one fused reduction
+        reconstruction = F.binary_cross_entropy_with_logits(logits, x, reduction="sum") / x.shape[0]
+    else:
+        reconstruction = RECONSTRUCTION[likelihood](logits, x).mean()
+    kl = gaussian_kl(mean, logvar).sum(1).mean()
     loss = reconstruction + beta * kl_weight * kl
     return {"loss": loss, "reconstruction": reconstruction, "kl": kl}
 
 
-OBJECTIVES = {"vae": beta_vae, "beta_vae": beta_vae}
+def annealed_capacity(logits, x, mean, logvar, *, gamma: float, capacity: float,
+                      likelihood: str = "bernoulli") -> dict:
+    """Annealed capacity / CCI-VAE (Burgess et al. 2018): reconstruction + γ·|KL − C|."""
+    reconstruction = RECONSTRUCTION[likelihood](logits, x).mean()
+    kl = gaussian_kl(mean, logvar).sum(1).mean()
+    loss = reconstruction + gamma * (kl - capacity).abs()
+    return {"loss": loss, "reconstruction": reconstruction, "kl": kl,
+            "capacity": torch.as_tensor(float(capacity), device=kl.device)}
+
+
+def permute_dims(z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Kim & Mnih's permutation: each latent dimension shuffled independently across the batch,
+    which samples from the product of the marginals q(z_1)···q(z_K)."""
+    batch, dims = z.shape
+    order = torch.rand((batch, dims), generator=generator, device=z.device).argsort(dim=0)
+    return z.gather(0, order)
+
+
+def inverse_multiquadric(a: torch.Tensor, b: torch.Tensor, c: float = 10.0,
+                         scales=(0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)) -> torch.Tensor:
+    """Σ_s C·s / (C·s + ‖a_i − b_j‖²): the kernel matrix (len(a), len(b)) WAE-MMD uses."""
+    distances = torch.cdist(a, b).pow(2)
+    return sum(c * s / (c * s + distances) for s in scales)
+
+
+def mmd_unbiased(z: torch.Tensor, prior: torch.Tensor, **kernel) -> torch.Tensor:
+    """The unbiased estimate of MMD² between the samples ``z`` and ``prior`` (each (n, K)):
+    the mean of k over pairs of distinct z, plus over distinct prior samples, minus twice the
+    mean over all cross pairs."""
+    n = z.shape[0]
+    off_diagonal = 1.0 - torch.eye(n, device=z.device, dtype=z.dtype)
+    k_zz = (inverse_multiquadric(z, z, **kernel) * off_diagonal).sum() / (n * (n - 1))
+    k_pp = (inverse_multiquadric(prior, prior, **kernel) * off_diagonal).sum() / (n * (n - 1))
+    k_zp = inverse_multiquadric(z, prior, **kernel).mean()
+    return k_zz + k_pp - 2.0 * k_zp
+
+
+def ada_gvae_aggregate(mean1, logvar1, mean2, logvar2, divergence: str = "symmetric_kl"):
+    """Ada-GVAE (Locatello et al. 2020): find each pair's shared dimensions and average them.
+
+    Per pair, the divergence between the two posteriors of each dimension is compared with a
+    threshold halfway between its smallest and largest value over the dimensions; dimensions below
+    it are shared, and both images get the shared posterior there (mean of the means, mean of the
+    variances). ``divergence`` is "symmetric_kl" (Dittadi et al. 2021: ½(KL(q1‖q2) + KL(q2‖q1)))
+    or "kl" (disentanglement_lib's original: 2·KL(q1‖q2)).
+
+    Returns (mean1, logvar1, mean2, logvar2, shared), ``shared`` a boolean (B, K) mask.
+    """
+    forward = gaussian_kl_between(mean1, logvar1, mean2, logvar2)
+    if divergence == "symmetric_kl":
+        delta = 0.5 * (forward + gaussian_kl_between(mean2, logvar2, mean1, logvar1))
+    elif divergence == "kl":
+        delta = 2.0 * forward
+    else:
+        raise ValueError(f"pair_divergence: unknown {divergence!r}; choose symmetric_kl or kl")
+    threshold = 0.5 * (delta.amax(1, keepdim=True) + delta.amin(1, keepdim=True))
+    shared = delta < threshold
+    shared_mean = 0.5 * (mean1 + mean2)
+    shared_logvar = torch.log(0.5 * (logvar1.exp() + logvar2.exp()))
+    mean1, mean2 = torch.where(shared, shared_mean, mean1), torch.where(shared, shared_mean, mean2)
+    logvar1 = torch.where(shared, shared_logvar, logvar1)
+    logvar2 = torch.where(shared, shared_logvar, logvar2)
+    return mean1, logvar1, mean2, logvar2, shared
+
+
+def total_correlation_decomposition(z, mean, logvar, dataset_size: int):
+    """β-TCVAE's decomposition of the KL (Chen et al. 2018), estimated on the batch with
+    minibatch-weighted sampling: (mutual information, total correlation, dimension-wise KL),
+    each a scalar averaged over the batch."""
+    batch = z.shape[0]
+    pairwise = gaussian_log_density(z.unsqueeze(1), mean.unsqueeze(0), logvar.unsqueeze(0))  # (B, B, K)
+    log_norm = math.log(batch * dataset_size)
+    log_qz = torch.logsumexp(pairwise.sum(2), dim=1) - log_norm
+    log_prod_qz = (torch.logsumexp(pairwise, dim=1) - log_norm).sum(1)
+    log_qz_given_x = gaussian_log_density(z, mean, logvar).sum(1)
+    log_pz = gaussian_log_density(z, torch.zeros_like(z), torch.zeros_like(z)).sum(1)
+    mutual_information = (log_qz_given_x - log_qz).mean()
+    total_correlation = (log_qz - log_prod_qz).mean()
+    dimension_wise_kl = (log_prod_qz - log_pz).mean()
+    return mutual_information, total_correlation, dimension_wise_kl
+
+
+# ----------------------------------------------------------------------------------------------
+# the objectives the engine trains with
+
+
+@dataclass
+class Schedule:
+    """Where the run is: the step about to be taken, the KL warm-up weight and the capacity."""
+
+    step: int
+    kl_weight: float = 1.0
+    capacity: float = 0.0
+
+
+class Objective(nn.Module):
+    """One image batch → its loss terms. Subclasses override ``forward``."""
+
+    needs_pairs = False
+
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__()
+        self.config = config
+        self.dataset_size = dataset_size
+        self.likelihood = config.resolved_likelihood
+
+    def encode_sample_decode(self, model, x_in, generator):
+        mean, logvar = model.encode(x_in)
+        mean, logvar = mean.float(), logvar.float()
+        z = posterior_sample(mean, logvar, generator)
+        return model.decode(z).float(), mean, logvar, z
+
+    def after_step(self, generator: torch.Generator) -> dict:
+        """Work after the model's optimiser step (extra optimisers); returns extra terms."""
+        return {}
+
+
+class VAEObjective(Objective):
+    """VAE and β-VAE: reconstruction + β·w·KL, w the KL warm-up weight."""
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
+        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, generator)
+        beta = 1.0 if self.config.objective == "vae" else self.config.beta
+        return beta_vae(logits, x, mean, logvar, beta=beta, kl_weight=schedule.kl_weight,
+                        likelihood=self.likelihood)
+
+
+class AnnealedCapacityObjective(Objective):
+    """CCI-VAE / annealed capacity: reconstruction + γ·|KL − C(step)|."""
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
+        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, generator)
+        return annealed_capacity(logits, x, mean, logvar, gamma=self.config.resolved_gamma,
+                                 capacity=schedule.capacity, likelihood=self.likelihood)
+
+
+class Discriminator(nn.Sequential):
+    """FactorVAE's discriminator: ``layers`` linear layers (``width`` wide, leaky ReLU between)
+    giving two logits: [the code came from q(z), it came from the product of marginals]."""
+
+    def __init__(self, latent_dim: int, layers: int = 6, width: int = 1000, negative_slope: float = 0.01):
+        modules, features = [], latent_dim
+        for _ in range(layers - 1):
+            modules += [nn.Linear(features, width), nn.LeakyReLU(negative_slope)]
+            features = width
+        modules.append(nn.Linear(features, 2))
+        super().__init__(*modules)
+
+
+class FactorVAEObjective(Objective):
+    """FactorVAE (Kim & Mnih 2018): reconstruction + w·KL + γ·TC.
+
+    TC is estimated by the discriminator's log-odds on the batch's codes. After the model's step,
+    the discriminator takes one step of its own Adam (lr ``discriminator_lr``, betas (0.5, 0.9)):
+    the first half of the batch's codes are "joint" samples, the second half, each dimension
+    permuted independently across it, are "product of marginals" samples (M21: batch 128, two
+    halves of 64).
+    """
+
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.discriminator = Discriminator(config.latent_dim, config.discriminator_layers,
+                                           config.discriminator_width, config.discriminator_negative_slope)
+        self.discriminator_optimizer = torch.optim.Adam(self.discriminator.parameters(),
+                                                        lr=config.discriminator_lr, betas=(0.5, 0.9))
+        self._codes: torch.Tensor | None = None
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+        terms = beta_vae(logits, x, mean, logvar, beta=1.0, kl_weight=schedule.kl_weight,
+                         likelihood=self.likelihood)
+        odds = self.discriminator(z).float()
+        total_correlation = (odds[:, 0] - odds[:, 1]).mean()
+        terms["loss"] = terms["loss"] + self.config.resolved_gamma * total_correlation
+        terms["total_correlation"] = total_correlation
+        self._codes = z.detach()
+        return terms
+
+    def after_step(self, generator: torch.Generator) -> dict:
+        codes, self._codes = self._codes, None
+        half = codes.shape[0] // 2
+        joint, marginals = codes[:half], permute_dims(codes[half:2 * half], generator)
+        odds = self.discriminator(torch.cat([joint, marginals])).float()
+        labels = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(half, dtype=torch.long)])
+        loss = F.cross_entropy(odds, labels.to(odds.device))
+        self.discriminator_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.discriminator_optimizer.step()
+        return {"discriminator": loss.detach()}
+
+    def get_extra_state(self):
+        return {"discriminator_optimizer": self.discriminator_optimizer.state_dict()}
+
+    def set_extra_state(self, state):
+        self.discriminator_optimizer.load_state_dict(state["discriminator_optimizer"])
+
+
+class BetaTCVAEObjective(Objective):
+    """β-TCVAE (Chen et al. 2018): reconstruction + w·(MI + β·TC + dimension-wise KL), each
+    estimated on the batch with minibatch-weighted sampling over the training set's size."""
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+        reconstruction = RECONSTRUCTION[self.likelihood](logits, x).mean()
+        mi, tc, dwkl = total_correlation_decomposition(z, mean, logvar, self.dataset_size)
+        loss = reconstruction + schedule.kl_weight * (mi + self.config.beta * tc + dwkl)
+        return {"loss": loss, "reconstruction": reconstruction, "kl": gaussian_kl(mean, logvar).sum(1).mean(),
+                "mutual_information": mi, "total_correlation": tc, "dimension_wise_kl": dwkl}
+
+
+class WAEMMDObjective(Objective):
+    """WAE-MMD (Tolstikhin et al. 2018), as Montero et al. 2022 ran it: squared error +
+    λ1·MMD²(q(z), N(0, I)) (unbiased, inverse multiquadric kernel) + λ2·‖logvar‖₁."""
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+        reconstruction = RECONSTRUCTION[self.likelihood](logits, x).mean()
+        prior = torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
+        mmd = mmd_unbiased(z, prior)
+        logvar_l1 = logvar.abs().sum(1).mean()
+        loss = reconstruction + self.config.mmd_weight * mmd + self.config.logvar_l1_weight * logvar_l1
+        return {"loss": loss, "reconstruction": reconstruction, "kl": gaussian_kl(mean, logvar).sum(1).mean(),
+                "mmd": mmd, "logvar_l1": logvar_l1}
+
+
+class AdaGVAEObjective(Objective):
+    """Ada-GVAE (Locatello et al. 2020; Dittadi et al. 2021's symmetrised-KL variant).
+
+    The batch holds pairs: rows i and B/2 + i are one pair. Loss = ½(rec₁ + rec₂) + β·w·½(KL₁ +
+    KL₂) with the shared dimensions' posteriors averaged (see ``ada_gvae_aggregate``).
+    """
+
+    needs_pairs = True
+
+    def forward(self, model, x, x_in, generator, schedule: Schedule, pairs: bool = True) -> dict:
+        if not pairs or x.shape[0] % 2:
+            raise ValueError("objective: 'ada_gvae' trains on pairs of images (rows i and B/2 + i); "
+                             "it was fed single images")
+        mean, logvar = model.encode(x_in)
+        m1, m2 = mean.float().chunk(2)
+        lv1, lv2 = logvar.float().chunk(2)
+        m1, lv1, m2, lv2, shared = ada_gvae_aggregate(m1, lv1, m2, lv2, self.config.pair_divergence)
+        mean, logvar = torch.cat([m1, m2]), torch.cat([lv1, lv2])
+        logits = model.decode(posterior_sample(mean, logvar, generator)).float()
+        terms = beta_vae(logits, x, mean, logvar, beta=self.config.beta, kl_weight=schedule.kl_weight,
+                         likelihood=self.likelihood)
+        terms["shared_dimensions"] = shared.float().sum(1).mean()
+        return terms
+
+
+OBJECTIVES = {
+    "vae": VAEObjective,
+    "beta_vae": VAEObjective,
+    "annealed_vae": AnnealedCapacityObjective,
+    "factor_vae": FactorVAEObjective,
+    "beta_tcvae": BetaTCVAEObjective,
+    "wae_mmd": WAEMMDObjective,
+    "ada_gvae": AdaGVAEObjective,
+}
+
+# the loss terms each objective reports (besides "loss"), for results schemas
+LOSS_TERMS = {
+    "vae": ["reconstruction", "kl"],
+    "beta_vae": ["reconstruction", "kl"],
+    "annealed_vae": ["reconstruction", "kl", "capacity"],
+    "factor_vae": ["reconstruction", "kl", "total_correlation", "discriminator"],
+    "beta_tcvae": ["reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl"],
+    "wae_mmd": ["reconstruction", "kl", "mmd", "logvar_l1"],
+    "ada_gvae": ["reconstruction", "kl", "shared_dimensions"],
+}
+
+
+def build_objective(config, dataset_size: int = 1) -> Objective:
+    """The config's objective, its own parameters (FactorVAE's discriminator) seeded by the config."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed + 2)
+        return OBJECTIVES[config.objective](config, dataset_size)
 
 
 def loss_terms(config, logits, x, mean, logvar, kl_weight: float = 1.0) -> dict:
-    """The loss terms of the config's objective."""
+    """The loss terms of a VAE or β-VAE config from one forward pass (kept for callers that run
+    their own forward pass; the engine uses ``build_objective``)."""
+    if config.objective not in ("vae", "beta_vae"):
+        raise ValueError(f"objective: loss_terms handles vae and beta_vae; use build_objective for "
+                         f"{config.objective!r}")
     beta = 1.0 if config.objective == "vae" else config.beta
-    return OBJECTIVES[config.objective](logits, x, mean, logvar, beta=beta, kl_weight=kl_weight)
+    return beta_vae(logits, x, mean, logvar, beta=beta, kl_weight=kl_weight,
+                    likelihood=config.resolved_likelihood)

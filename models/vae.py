@@ -10,12 +10,14 @@ from models.config import ModelConfig
 
 
 class VAE(nn.Module):
+    """Encoder and decoder of ``config.architecture``; the objective lives in the engine."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         encoder, decoder = ARCHITECTURES[config.architecture]
         self.config = config
-        self.encoder = encoder(config.channels, config.latent_dim)
-        self.decoder = decoder(config.channels, config.latent_dim)
+        self.encoder = encoder(config.channels, config.latent_dim, config.image_size)
+        self.decoder = decoder(config.channels, config.latent_dim, config.image_size)
         initialise(self)
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
