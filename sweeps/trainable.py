@@ -49,7 +49,8 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     split = get_split(config["dataset"], config["split"])
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
     model_config = ModelConfig.from_dict({**config, "channels": data.channels})
-    trainer = Trainer(build(model_config), data.images, train_rows, model_config)
+    # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
+    trainer = Trainer(build(model_config), data.images, train_rows, model_config, factors=data.classes)
 
     history: list[dict] = []
     checkpoint = tune.get_checkpoint()
@@ -75,7 +76,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
         for name, value in progress.items():
             if name != "step":
                 writer.add_scalar(f"train/{name}", value, step)
-        saving = checkpoint_every and (step % checkpoint_every == 0) and step < model_config.steps
+        saving = checkpoint_every and (step % checkpoint_every == 0) and step < trainer.total_steps
         if saving:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save({"trainer": trainer.state_dict(), "history": history},
