@@ -56,9 +56,29 @@ def trial_dirname(config: dict) -> str:
     return f"{config['split']}-b{beta}-s{config['seed']}-{config['trial_key'][:6]}"
 
 
+def flatten(config: dict) -> dict:
+    """Resolve a raw trial config into flat settings.
+
+    An axis value may be a mapping of settings (a *variant*, such as ``{objective: factor_vae,
+    gamma: 20}`` or ``{dataset: shapes3d, split: fhue_gt50}``): its settings are merged in. A
+    ``by_dataset`` mapping then applies the settings given for the trial's dataset (for example
+    M21's 65 epochs on 3DShapes against 100 on dSprites).
+    """
+    flat: dict = {}
+    variants: list[dict] = []
+    for key, value in config.items():
+        (variants.append(value) if isinstance(value, dict) and key != "by_dataset" else
+         flat.__setitem__(key, value))
+    for variant in variants:
+        flat.update(variant)
+    by_dataset = flat.pop("by_dataset", None) or {}
+    flat.update(by_dataset.get(flat.get("dataset"), {}))
+    return flat
+
+
 def complete_config(config: dict) -> dict:
-    """A trial's config with what follows from it: the split's condition type and the trial key."""
-    config = {k: v for k, v in config.items() if k not in ("condition", "trial_key")}
+    """A trial's flat config with what follows from it: the split's condition type and the key."""
+    config = {k: v for k, v in flatten(config).items() if k not in ("condition", "trial_key")}
     config["condition"] = get_split(config["dataset"], config["split"]).condition
     config["trial_key"] = trial_key(config)
     return config
@@ -120,15 +140,24 @@ def check_spec(spec: dict, source: str) -> None:
             raise UsageError(f"{source}: unknown scale {scale!r}; scales are {', '.join(SCALES)}")
         if not isinstance(settings, dict):
             raise UsageError(f"{source}: scale {scale!r} must be a mapping of settings")
+        for axis, values in settings.get("axes", {}).items():
+            if not isinstance(values, list) or not values:
+                raise UsageError(f"{source}: scales.{scale}.axes.{axis} must be a non-empty list")
 
 
 def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
-    """(fixed settings, axes): what every trial shares, and the values each axis takes."""
+    """(fixed settings, axes): what every trial shares, and the values each axis takes.
+
+    A scale's settings override the fixed ones; a scale may also replace whole axes (under its
+    own ``axes`` key), so that a CI-sized run keeps the grid's shape with fewer points."""
     scales = spec.get("scales", {})
     if scales and scale not in scales:
         raise UsageError(f"unknown scale {scale!r} for preset {name!r}; choose one of: {', '.join(scales)}")
-    fixed = {"preset": name, "scale": scale, **spec.get("fixed", {}), **scales.get(scale, {})}
-    axes = {**spec.get("axes", {}), "seed": list(seeds)}
+    settings = dict(scales.get(scale, {}))
+    scale_axes = settings.pop("axes", {})
+    settings.pop("seeds", None)
+    fixed = {"preset": name, "scale": scale, **spec.get("fixed", {}), **settings}
+    axes = {**spec.get("axes", {}), **scale_axes, "seed": list(seeds)}
     return fixed, axes
 
 
@@ -137,6 +166,7 @@ def check_trial(config: dict, source: str) -> None:
     from models import ModelConfig
 
     allowed = model_keys() | set(DATA_AND_EVALUATION_KEYS) | {"preset", "scale"}
+    config = flatten(config)
     unknown = sorted(set(config) - allowed)
     if unknown:
         raise UsageError(f"{source}: unknown setting {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
@@ -205,6 +235,11 @@ def check_search_bounds(spec: dict, name: str, config: dict) -> None:
     for setting, domain in search_space(spec, name).items():
         for value in next(iter(domain.values())):
             check_trial({**config, setting: value}, f"{name} (search.space.{setting}={value!r})")
+
+
+def default_seeds(spec: dict, scale: str) -> int:
+    """The number of seeds a scale runs when --seeds is not given (the paper's count at full)."""
+    return int(spec.get("scales", {}).get(scale, {}).get("seeds", 1))
 
 
 def parse_seeds(text: str) -> list[int]:

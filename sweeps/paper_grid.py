@@ -15,7 +15,14 @@ import sys
 
 from sweeps import storage
 from sweeps.errors import UsageError
-from sweeps.grid import check_search_bounds, get_spec, load_grid_file, parse_seeds, trial_configs
+from sweeps.grid import (
+    check_search_bounds,
+    default_seeds,
+    get_spec,
+    load_grid_file,
+    parse_seeds,
+    trial_configs,
+)
 from sweeps.presets import PRESETS, SCALES
 
 DEFAULT_STORAGE = "./disgen_results"
@@ -44,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=None,
                         help="experiment name, the folder under --storage-path "
                              "(default: the preset's name, plus the scale unless it is smoke)")
-    parser.add_argument("--seeds", default="1",
-                        help="seeds per configuration: a count (3 → 0,1,2) or a list (0,5,7)")
+    parser.add_argument("--seeds", default=None,
+                        help="seeds per configuration: a count (3 → 0,1,2) or a list (0,5,7); default: "
+                             "1, or the paper's count at --scale full (M21: 3, D21: 10)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted experiment of the same name: finished "
                              "trials are kept, unfinished ones resume from their last checkpoint")
@@ -110,11 +118,11 @@ def check_address(address: str | None) -> None:
 
 def plan(args) -> dict:
     """Validate everything that can be validated without Ray."""
-    seeds = parse_seeds(args.seeds)
     if args.grid:
         spec, preset = load_grid_file(args.grid), os.path.splitext(os.path.basename(args.grid))[0]
     else:
         spec, preset = get_spec(args.preset), args.preset
+    seeds = parse_seeds(args.seeds) if args.seeds else list(range(default_seeds(spec, args.scale)))
     configs = trial_configs(spec, preset, args.scale, seeds)
     if args.search == "optuna":
         check_search_bounds(spec, preset, configs[0])
