@@ -153,12 +153,20 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     resume = " ".join(["python -m sweeps.paper_grid", *map(shlex.quote, argv)])
     if "--resume" not in argv:
         resume += " --resume"
+    trials = storage.join(experiment_dir, "trials.parquet")
     print("\nNext:")
     print(f"  resume or extend:  {resume}")
+    if storage.is_remote(experiment_dir):
+        local = os.path.basename(experiment_dir.rstrip("/"))
+        print(f"  TensorBoard:       aws s3 sync {experiment_dir} ./{local} && "
+              f"tensorboard --logdir ./{local}")
+        print(f"  report + figure:   python -m analysis.report ./{local}   (after the sync)")
+        print(f"  in pandas:         import pyarrow.parquet as pq; "
+              f"df = pq.read_table({trials!r}).to_pandas()")
+        return
     print(f"  TensorBoard:       tensorboard --logdir {shlex.quote(experiment_dir)}")
     print(f"  report + figure:   python -m analysis.report {shlex.quote(experiment_dir)}")
-    print(f"  in pandas:         import pandas as pd; "
-          f"df = pd.read_parquet({storage.join(experiment_dir, 'trials.parquet')!r})")
+    print(f"  in pandas:         import pandas as pd; df = pd.read_parquet({trials!r})")
 
 
 def main(argv: list[str] | None = None) -> int:

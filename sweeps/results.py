@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
 
 from ray import tune
 
@@ -19,7 +20,9 @@ from analysis.schema import (
     TRIALS_FILE,
     TRIALS_SCHEMA,
     append_rows,
+    read_results,
 )
+from sweeps import storage
 from sweeps.grid import complete_config
 
 ERRORS_FILE = "errors.jsonl"
@@ -41,22 +44,52 @@ def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dic
 
 
 class ResultsWriter(tune.Callback):
+    """Appends finished trials to ``trials.parquet`` and ``history.parquet`` in the experiment
+    folder. For a remote store (s3://…) it edits a local copy of each file and uploads it whole:
+    one PUT, so readers see the old file or the new one, never a torn one."""
+
     def __init__(self, experiment_dir: str):
         self.experiment_dir = experiment_dir
-        self.experiment = os.path.basename(os.path.normpath(experiment_dir))
+        self.experiment = os.path.basename(os.path.normpath(experiment_dir.split("://")[-1]))
+
+    def _edit(self, filename: str, change) -> None:
+        """Apply ``change(local_folder)`` to the experiment's ``filename``, wherever it lives."""
+        if not storage.is_remote(self.experiment_dir):
+            change(self.experiment_dir)
+            return
+        with tempfile.TemporaryDirectory() as local:
+            remote, copy = storage.join(self.experiment_dir, filename), os.path.join(local, filename)
+            storage.download_if_exists(remote, copy)
+            change(local)
+            storage.upload(copy, remote)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
         if not result.get("done"):
             return
         config = complete_config(trial.config)
-        append_rows(self.experiment_dir, HISTORY_FILE,
-                    history_rows(self.experiment, config, result.get("history", [])))
-        append_rows(self.experiment_dir, TRIALS_FILE, [trial_row(self.experiment, config, result)])
+        history = history_rows(self.experiment, config, result.get("history", []))
+        self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
+        row = trial_row(self.experiment, config, result)
+        self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, [row]))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = {"trial_key": complete_config(trial.config)["trial_key"], "trial_id": trial.trial_id,
                   "error_file": getattr(trial, "error_file", None),
                   "at": dt.datetime.now(dt.timezone.utc).isoformat()}
-        with open(os.path.join(self.experiment_dir, ERRORS_FILE), "a") as f:
-            f.write(json.dumps(record) + "\n")
+
+        def add_line(folder):
+            with open(os.path.join(folder, ERRORS_FILE), "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+        self._edit(ERRORS_FILE, add_line)
+
+
+def read_trials(experiment_dir: str):
+    """trials.parquet of a local or remote experiment as a DataFrame (empty if none yet)."""
+    if not storage.is_remote(experiment_dir):
+        return read_results(experiment_dir, TRIALS_FILE)
+    with tempfile.TemporaryDirectory() as local:
+        remote, copy = storage.join(experiment_dir, TRIALS_FILE), os.path.join(local, TRIALS_FILE)
+        storage.download_if_exists(remote, copy)
+        return read_results(local, TRIALS_FILE)

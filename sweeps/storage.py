@@ -63,3 +63,17 @@ def list_names(path: str) -> list[str]:
 def worker_environment() -> dict[str, str]:
     """The storage-related environment of this process, to hand to Ray's workers."""
     return {name: os.environ[name] for name in STORAGE_ENVIRONMENT if name in os.environ}
+
+
+def download_if_exists(source: str, local_path: str) -> bool:
+    """Copy ``source`` (a path or URI) to a local file; False if there is nothing there."""
+    fs, inner = resolve(source)
+    if fs.get_file_info(inner).type == pafs.FileType.NotFound:
+        return False
+    pafs.copy_files(inner, local_path, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    return True
+
+
+def upload(local_path: str, destination: str) -> None:
+    fs, inner = resolve(destination)
+    pafs.copy_files(local_path, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)

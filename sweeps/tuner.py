@@ -15,12 +15,11 @@ import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
-from analysis.schema import TRIALS_FILE, read_results  # noqa: E402
 from data_pipeline import load_procedural  # noqa: E402
 from sweeps import storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
-from sweeps.results import ResultsWriter  # noqa: E402
+from sweeps.results import ResultsWriter, read_trials  # noqa: E402
 from sweeps.trainable import data_key, train_trial  # noqa: E402
 
 
@@ -167,6 +166,6 @@ def run_sweep(args, plan: dict) -> dict:
     finally:
         if started_ray:
             ray.shutdown()
-    trials = read_results(experiment_dir, TRIALS_FILE)
+    trials = read_trials(experiment_dir)
     return {"finished": len(trials), "failed": failed, "trials": trials,
             "seconds": time.perf_counter() - started}
