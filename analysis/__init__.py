@@ -7,11 +7,16 @@ does not import torch.
 import importlib
 
 _EXPORTS = {
+    "add_derived_columns": "analysis.aggregate",
+    "correlation_table": "analysis.aggregate",
     "correlations": "analysis.aggregate",
     "load_history": "analysis.aggregate",
     "load_trials": "analysis.aggregate",
     "spearman": "analysis.aggregate",
-    "evaluate": "analysis.evaluate",
+    "evaluate": "analysis.evaluation",
+    "load_checkpoint": "analysis.checkpoints",
+    "model_figures": "analysis.checkpoints",
+    "write_html_report": "analysis.html_report",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -50,3 +50,145 @@ def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score")
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def hinton(matrix: np.ndarray, path: str, *, row_labels=None, column_labels=None,
+           title: str = "Importance matrix", xlabel: str = "factor", ylabel: str = "code") -> str:
+    """Hinton diagram of a non-negative (n_codes, n_factors) matrix: one white square per entry,
+    its area proportional to the entry (the largest entry fills its cell). Writes a PNG."""
+    matrix = np.asarray(matrix, dtype=float)
+    if matrix.ndim != 2 or 0 in matrix.shape:
+        raise ValueError(
+            f"matrix must be a non-empty 2-D array (n_codes, n_factors); got shape {matrix.shape}."
+        )
+    if not np.all(np.isfinite(matrix)) or np.any(matrix < 0):
+        raise ValueError("matrix must be finite and non-negative.")
+    n_rows, n_columns = matrix.shape
+    biggest = matrix.max() or 1.0
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.5 + 0.45 * n_columns), 1.5 + 0.45 * n_rows))
+    ax.set_facecolor("grey")
+    for (row, column), value in np.ndenumerate(matrix):
+        side = np.sqrt(value / biggest) * 0.95
+        ax.add_patch(plt.Rectangle((column - side / 2, row - side / 2), side, side, facecolor="white",
+                                   edgecolor="white"))
+    ax.set_xlim(-0.5, n_columns - 0.5)
+    ax.set_ylim(n_rows - 0.5, -0.5)
+    ax.set_aspect("equal")
+    ax.set_xticks(range(n_columns), column_labels or range(n_columns), rotation=45, ha="right")
+    ax.set_yticks(range(n_rows), row_labels or range(n_rows))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def violins_by(df: pd.DataFrame, metrics: list[str], path: str, by: str = "supervision") -> str:
+    """Violin plots of each metric (one panel each) across the values of column ``by``
+    (D21's metrics by supervision). Groups with no finite value are left out. Writes a PNG."""
+    metrics = [m for m in metrics if m in df.columns] or ["(none)"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics) + 1, 3.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        groups, labels = [], []
+        if metric in df.columns and by in df.columns:
+            for key, group in df.groupby(by, dropna=True):
+                values = pd.to_numeric(group[metric], errors="coerce").astype(float).to_numpy()
+                values = values[np.isfinite(values)]
+                if values.size:
+                    groups.append(values)
+                    labels.append(str(key))
+        if groups:
+            # a violin needs spread; a single value or a constant group is drawn as points only
+            spread = [i for i, g in enumerate(groups) if g.size > 1 and np.ptp(g) > 0]
+            if spread:
+                ax.violinplot([groups[i] for i in spread], positions=[i + 1 for i in spread],
+                              showmedians=True)
+            for i, values in enumerate(groups):
+                ax.scatter(np.full(values.size, i + 1.0), values, s=12, color="black", zorder=3)
+            ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right")
+        else:
+            ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel(by)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def spearman_heatmap(table: pd.DataFrame, path: str, *, title: str = "Spearman ρ") -> str:
+    """Heat-map of Spearman ρ, disentanglement metrics (rows) against scores (columns), from the
+    long table of :func:`analysis.aggregate.correlation_table` restricted to one group (D21
+    Figs 4–6, right). Cells are annotated with ρ; NaN cells are blank. Writes a PNG."""
+    if table.empty:
+        matrix = pd.DataFrame([[np.nan]], index=["(none)"], columns=["(none)"])
+    else:
+        matrix = table.pivot_table(index="x", columns="y", values="rho", aggfunc="first", dropna=False)
+        matrix = matrix.reindex(index=list(dict.fromkeys(table["x"])),
+                                columns=list(dict.fromkeys(table["y"])))
+    values = matrix.to_numpy(dtype=float)
+    fig, ax = plt.subplots(figsize=(1.5 + 0.8 * values.shape[1], 1.2 + 0.45 * values.shape[0]))
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+    for (row, column), value in np.ndenumerate(values):
+        if np.isfinite(value):
+            ax.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(value) > 0.6 else "black")
+    ax.set_xticks(range(values.shape[1]), matrix.columns, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(values.shape[0]), matrix.index, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _show_grid(ax, grid, title):
+    image = np.transpose(grid, (1, 2, 0))
+    if image.shape[2] == 1:
+        ax.imshow(image[:, :, 0], cmap="gray", vmin=0, vmax=1)
+    else:
+        ax.imshow(np.clip(image, 0, 1))
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")
+
+
+def reconstruction_figure(panels: dict, path: str, title: str = "") -> str:
+    """One PNG of reconstruction grids: ``panels`` maps a name ("train", "held out") to a pair
+    (originals, reconstructions), each (N, C, H, W); originals are drawn above reconstructions."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.2 * len(panels)), squeeze=False)
+    for ax, (name, (originals, reconstructions)) in zip(axes[:, 0], panels.items()):
+        _show_grid(ax, reconstruction_grid(originals, reconstructions), name)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def traversal_figure(images: np.ndarray, path: str, *, values=None, title: str = "Latent traversal") -> str:
+    """Latent traversal: ``images`` of shape (n_codes, n_steps, C, H, W), row i showing the
+    decoder's output as code i moves through ``values`` while the others stay fixed."""
+    images = np.asarray(images, dtype=np.float32)
+    n_codes, n_steps = images.shape[:2]
+    fig, axes = plt.subplots(n_codes, n_steps, figsize=(0.8 * n_steps + 0.8, 0.8 * n_codes + 0.5),
+                             squeeze=False)
+    for (row, column), ax in np.ndenumerate(axes):
+        image = np.transpose(images[row, column], (1, 2, 0))
+        shown = image[:, :, 0] if image.shape[2] == 1 else np.clip(image, 0, 1)
+        ax.imshow(shown, cmap="gray", vmin=0, vmax=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if column == 0:
+            ax.set_ylabel(f"z{row}", fontsize=7)
+        if row == n_codes - 1 and values is not None:
+            ax.set_xlabel(f"{values[column]:+.1f}", fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

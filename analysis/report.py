@@ -1,6 +1,15 @@
-"""Print an experiment's trials table and correlations, and draw the M21 Figure 3 scatter.
+"""Print an experiment's trials table and correlations, draw the M21 Figure 3 scatter, and write a
+self-contained HTML report.
 
-    python -m analysis.report ./disgen_results/default
+    python -m analysis.report ./disgen_results/default [MORE_EXPERIMENT_DIRS...] --out ./report
+
+The report (``DIR/report.html``) embeds every figure as a PNG data URI and uses no network, so it
+opens offline and can be mailed as one file. It holds the trials table, the Spearman correlations
+with bootstrap intervals (overall and by supervision, architecture, dataset and condition), the
+Spearman heat-maps, violins of every metric by supervision and by condition, the disentanglement-
+vs-NLL scatters, and, for up to ``--max-models`` trained models with checkpoints, reconstruction
+grids of training and held-out images, latent traversals and a Hinton diagram. Last comes the
+configuration: every trial's configuration columns and the experiment's own spec files.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import pandas as pd
 
 from analysis.aggregate import correlations, load_trials
 from analysis.figures import disentanglement_vs_nll
+from analysis.html_report import write_html_report
 
 TABLE_COLUMNS = ["trial_key", "split", "condition", "objective", "beta", "seed", "steps",
                  "train_nll", "test_nll", "d_score", "dci_disentanglement",
@@ -47,7 +57,14 @@ def main(argv: list[str] | None = None) -> int:
                     "experiments, and write the disentanglement-vs-NLL scatter (M21 Fig. 3).")
     parser.add_argument("experiment_dirs", nargs="+", metavar="EXPERIMENT_DIR",
                         help="folder(s) holding trials.parquet, e.g. ./disgen_results/default")
-    parser.add_argument("--out", help="folder for the figure (default: the first EXPERIMENT_DIR)")
+    parser.add_argument("--out",
+                        help="folder for report.html and the figures (default: the first EXPERIMENT_DIR)")
+    parser.add_argument("--max-models", type=int, default=4,
+                        help="trained models (checkpoints) to draw reconstructions and traversals for "
+                             "(default 4)")
+    parser.add_argument("--n-bootstrap", type=int, default=1000,
+                        help="bootstrap resamples for the correlation intervals (default 1000)")
+    parser.add_argument("--no-html", action="store_true", help="print and draw the scatter only")
     parser.add_argument("--metric", default="d_score", choices=["d_score", "dci_disentanglement"],
                         help="disentanglement metric on the x axis (default: d_score)")
     args = parser.parse_args(argv)
@@ -67,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     path = disentanglement_vs_nll(df, os.path.join(out, "disentanglement_vs_nll.png"), args.metric)
     print(f"\nfigure: {path}")
+    if not args.no_html:
+        command = ["python", "-m", "analysis.report", *(argv if argv is not None else sys.argv[1:])]
+        html = write_html_report(args.experiment_dirs, out, df=df, max_models=args.max_models,
+                                 n_bootstrap=args.n_bootstrap, command=command)
+        print(f"report: {html}")
     return 0
 
 

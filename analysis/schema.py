@@ -33,6 +33,22 @@ CONFIG_FIELDS = [
     pa.field("steps", pa.int64()),
     pa.field("kl_warmup_steps", pa.int64()),
     pa.field("seed", pa.int64()),
+    # Objective- and schedule-specific settings; null where a trial's model has no such setting.
+    pa.field("gamma", pa.float64()),
+    pa.field("epochs", pa.float64()),
+    pa.field("lr_decay", pa.float64()),
+    pa.field("grad_clip_norm", pa.float64()),
+    pa.field("capacity_max", pa.float64()),
+    pa.field("capacity_steps", pa.int64()),
+    pa.field("mmd_weight", pa.float64()),
+    pa.field("logvar_l1_weight", pa.float64()),
+    pa.field("pair_divergence", pa.string()),
+    pa.field("pair_factors_changed", pa.int64()),
+    pa.field("input_noise_subpixel_std", pa.float64()),
+    pa.field("input_noise_greyscale_std", pa.float64()),
+    pa.field("image_size", pa.int64()),
+    # The whole trial config as JSON, so that no setting is ever lost, whatever the grid held.
+    pa.field("config", pa.string()),
 ]
 
 # The final metrics of a trial: what came out.
@@ -43,8 +59,25 @@ METRIC_FIELDS = [
     pa.field("dci_completeness", pa.float64()),
     pa.field("dci_informativeness", pa.float64()),  # GBT test accuracy, mean over factors
     pa.field("d_score", pa.float64()),  # Montero et al. 2021's Lasso D-score
+    # Added by the analysis issue; all nullable, NaN/null where a metric was not computed.
+    pa.field("mig", pa.float64()),  # mutual information gap, 20 bins (Chen et al.)
+    pa.field("sap", pa.float64()),  # SAP, discrete factors, LinearSVC (Kumar et al.)
+    pa.field("modularity", pa.float64()),  # Ridgeway & Mozer, on the 20-bin MI matrix
+    pa.field("explicitness", pa.float64()),  # ROC-AUC of a logistic regression, test part
+    pa.field("beta_vae_score", pa.float64()),  # eval accuracy; null unless a full factorial grid
+    pa.field("factor_vae_score", pa.float64()),  # eval accuracy; null unless a full factorial grid
+    # Dittadi et al. 2021 transfer: MAE on factors in [0, 1], lower is better
+    *[pa.field(f"transfer_{regressor}_{scenario}", pa.float64())
+      for regressor in ("gbt", "mlp") for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")],
+    # Montero et al. 2022: encoder vs decoder on the held-out images
+    pa.field("encoder_error_train", pa.float64()),  # linear readout MAE, training images
+    pa.field("encoder_error_test", pa.float64()),  # the same on held-out images
+    pa.field("decoder_nll_train", pa.float64()),  # NLL decoding the codes images should have
+    pa.field("decoder_nll_test", pa.float64()),
     pa.field("n_train_images", pa.int64()),
     pa.field("n_test_images", pa.int64()),
+    pa.field("node_id", pa.string()),  # the Ray node that trained the model
+    pa.field("device", pa.string()),  # cpu, cuda or mps
     pa.field("train_seconds", pa.float64()),
     pa.field("eval_seconds", pa.float64()),
     pa.field("finished_at", pa.timestamp("s", tz="UTC")),
@@ -53,7 +86,9 @@ METRIC_FIELDS = [
 TRIALS_SCHEMA = pa.schema(CONFIG_FIELDS + METRIC_FIELDS)
 
 # Loss terms an objective may report; a trial fills the ones its objective has.
-LOSS_TERMS = ["loss", "reconstruction", "kl"]
+# (models.LOSS_TERMS lists them per objective; a test keeps the two in step.)
+LOSS_TERMS = ["loss", "reconstruction", "kl", "capacity", "total_correlation", "discriminator",
+              "mutual_information", "dimension_wise_kl", "mmd", "logvar_l1", "shared_dimensions"]
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -85,10 +120,19 @@ def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
 
 
 def read_table(path: str, schema: pa.Schema) -> pa.Table:
-    """Read a results file, cast to ``schema``; an empty table if the file does not exist."""
+    """Read a results file, cast to ``schema``; an empty table if the file does not exist.
+    Columns the file lacks are filled with nulls; columns the schema lacks are dropped."""
     if not os.path.exists(path):
         return schema.empty_table()
-    return pq.read_table(path).select(schema.names).cast(schema)
+    table = pq.read_table(path)
+    # Files written before a nullable column was added to the schema lack it: fill it with nulls,
+    # so that old experiments stay readable and resumable.
+    for field in schema:
+        if field.name not in table.column_names:
+            if not field.nullable:  # pragma: no cover - every field is nullable today
+                raise KeyError(f"{path}: column {field.name!r} is missing")
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names).cast(schema)
 
 
 def append_rows(directory: str, filename: str, rows: list[dict]) -> int:

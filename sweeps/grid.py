@@ -32,6 +32,7 @@ DATA_AND_EVALUATION_KEYS = {
     "n_nll": "images per side for the NLL",
     "n_metric": "codes for the disentanglement metrics",
     "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
+    "metrics": "the metrics to compute (analysis.evaluation.METRICS; default: all)",
 }
 SPEC_KEYS = ("description", "fixed", "axes", "scales", "search")
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
@@ -180,6 +181,13 @@ def check_trial(config: dict, source: str) -> None:
     if config.get("dci_estimator", "gbt") not in ("gbt", "hist_gbt", "none"):
         raise UsageError(f"{source}: dci_estimator: unknown {config['dci_estimator']!r}; "
                          "choose one of gbt, hist_gbt, none")
+    if "metrics" in config:
+        from analysis.evaluation import METRICS
+
+        unknown_metrics = [m for m in config["metrics"] or [] if m not in METRICS]
+        if not isinstance(config["metrics"], list) or unknown_metrics:
+            raise UsageError(f"{source}: metrics: unknown {unknown_metrics or config['metrics']!r}; "
+                             f"choose from {', '.join(METRICS)}")
     try:
         ModelConfig.from_dict(config)
     except (ValueError, TypeError) as error:

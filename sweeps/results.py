@@ -31,6 +31,7 @@ ERRORS_FILE = "errors.jsonl"
 def trial_row(experiment: str, config: dict, result: dict) -> dict:
     """One trials.parquet row: the config's schema columns and the final metrics."""
     row = {name: config.get(name) for name in TRIALS_SCHEMA.names if name in config}
+    row["config"] = json.dumps(config, sort_keys=True, default=str)
     row.update({f.name: result.get(f.name) for f in METRIC_FIELDS if f.name in result})
     row["experiment"] = experiment
     row["finished_at"] = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)

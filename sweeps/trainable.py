@@ -18,7 +18,7 @@ import torch
 from ray import tune
 from torch.utils.tensorboard import SummaryWriter
 
-from analysis.evaluate import evaluate
+from analysis.evaluation import evaluate
 from analysis.figures import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import ModelConfig, Trainer, build, reconstruct
@@ -94,7 +94,8 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
                        n_metric=config["n_metric"], seed=config["seed"],
                        n_jobs=max(1, int(run_info["cpus_per_trial"])),
                        dci_estimator=None if config.get("dci_estimator") == "none"
-                       else config.get("dci_estimator", "gbt"))
+                       else config.get("dci_estimator", "gbt"),
+                       **({"metrics": tuple(config["metrics"])} if "metrics" in config else {}))
     metrics.update(train_seconds=train_seconds, eval_seconds=time.perf_counter() - started)
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, trainer.step)

@@ -65,7 +65,7 @@ def test_report_prints_the_table_and_writes_the_scatter(tmp_path, capsys):
         [(1.0, "blank_side", 0.1, 90), (4.0, "blank_side", 0.3, 80),
          (1.0, "leave1out", 0.2, 60), (4.0, "leave1out", 0.4, 55)])]
     append_rows(tmp_path, TRIALS_FILE, rows)
-    assert report_main([str(tmp_path), "--out", str(tmp_path / "fig")]) == 0
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "fig"), "--no-html"]) == 0
     out = capsys.readouterr().out
     assert "4 trials" in out and "leave1out" in out and "ρ = -0.80" in out
     png = tmp_path / "fig" / "disentanglement_vs_nll.png"
@@ -76,3 +76,15 @@ def test_report_prints_the_table_and_writes_the_scatter(tmp_path, capsys):
 def test_report_on_a_folder_without_results_exits_2(tmp_path, capsys):
     assert report_main([str(tmp_path)]) == 2
     assert "no trials.parquet" in capsys.readouterr().err
+
+
+def test_files_written_before_a_column_was_added_stay_readable(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    old = pa.table({"trial_key": ["a"], "d_score": [0.5], "train_nll": [1.0]})
+    pq.write_table(old, tmp_path / TRIALS_FILE)
+    df = read_results(tmp_path, TRIALS_FILE)
+    assert df.loc[0, "d_score"] == 0.5 and pd.isna(df.loc[0, "mig"])
+    append_rows(tmp_path, TRIALS_FILE, [trial("b", 4.0, "blank_side", 0.2, 80.0)])
+    assert len(read_results(tmp_path, TRIALS_FILE)) == 2

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from analysis.evaluate import evaluate
+from analysis.evaluation import evaluate
 from data_pipeline import get_split, load_procedural
 from models import ModelConfig, Trainer, build, reconstruct
 
@@ -31,10 +31,37 @@ def test_nll_matches_an_independent_numpy_computation(trained):
 
 def test_disentanglement_scores_are_in_range_and_budgets_bound_the_work(trained):
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=50, n_metric=150, seed=3)
+    metrics = evaluate(model, data, split, n_nll=50, n_metric=150, seed=3, metrics=("dci", "d_score"))
     for key in ["dci_disentanglement", "dci_completeness", "dci_informativeness", "d_score"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     # the NLL budget draws the same seeded sample each time, and a different one for another seed
     cheap = dict(n_nll=50, dci_estimator=None)
     assert evaluate(model, data, split, seed=3, **cheap)["train_nll"] == metrics["train_nll"]
     assert evaluate(model, data, split, seed=4, **cheap)["train_nll"] != metrics["train_nll"]
+
+
+def test_every_metric_is_computed_and_in_range(trained):
+    model, data, split = trained
+    # the GBT DCI is tested above; leaving it out here saves ~10 s
+    from analysis.evaluation import METRICS
+    metrics = evaluate(model, data, split, n_nll=50, n_metric=150, seed=1,
+                       metrics=[m for m in METRICS if m != "dci"])
+    for key in ["mig", "sap", "modularity", "explicitness", "transfer_gbt_ood1_a", "transfer_gbt_ood1_b",
+                "transfer_gbt_ood1_c", "transfer_gbt_ood2", "encoder_error_train", "encoder_error_test"]:
+        assert 0.0 <= metrics[key] <= 1.0, key
+    assert metrics["decoder_nll_train"] > 0 and metrics["decoder_nll_test"] > 0
+    # a random subset of dSprites under a held-out split is no factorial grid: not defined
+    assert np.isnan(metrics["beta_vae_score"]) and np.isnan(metrics["factor_vae_score"])
+    assert np.isnan(metrics["transfer_mlp_ood2"])  # the MLP readout is opt-in
+    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    # every key is a column of the results schema, so a sweep can store it
+    from analysis.schema import TRIALS_SCHEMA
+    assert set(metrics) <= set(TRIALS_SCHEMA.names)
+
+
+def test_metrics_can_be_chosen(trained):
+    model, data, split = trained
+    metrics = evaluate(model, data, split, n_nll=20, n_metric=100, metrics=("mig",))
+    assert 0.0 <= metrics["mig"] <= 1.0 and np.isnan(metrics["dci_disentanglement"])
+    with pytest.raises(ValueError, match="unknown metrics"):
+        evaluate(model, data, split, metrics=("nope",))

@@ -1,0 +1,18 @@
+"""Metrics: plain functions over numpy arrays (codes N×K, factors N×F) returning dicts of floats.
+
+One module per metric; import from the module (``from analysis.metrics.mig import mig``) or from
+here. Nothing here imports torch.
+"""
+
+from analysis.metrics.beta_vae_score import beta_vae_score
+from analysis.metrics.dci import dci
+from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
+from analysis.metrics.factor_vae_score import factor_vae_score
+from analysis.metrics.mig import mig
+from analysis.metrics.modularity_explicitness import modularity_explicitness
+from analysis.metrics.reconstruction_nll import reconstruction_nll
+from analysis.metrics.sap import sap
+from analysis.metrics.transfer_score import transfer_score
+
+__all__ = ["beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score", "mig",
+           "modularity_explicitness", "reconstruction_nll", "sap", "transfer_score"]

@@ -1,0 +1,125 @@
+"""Encoder or decoder? Montero et al. (2022)'s question about a failure on held-out combinations.
+
+When a model reconstructs held-out combinations of factor values badly, either
+
+- the **encoder** fails: it does not put the new images where the latent space says they belong.
+  Test: a linear readout from codes to the (normalised) factors is fitted on training codes. If the
+  encoder maps held-out images to the right place, the readout predicts their factors about as
+  well as it predicts those of training images it was not fitted on. A linear readout is used
+  because it extrapolates: a tree readout could not predict values outside its training range
+  whatever the encoder did.
+- or the **decoder** fails: given the codes the held-out images *should* have, it still does not
+  render them. The codes they should have come from the inverse map, a linear map from normalised
+  factors to codes fitted on training codes. Decoding those expected codes and scoring the result
+  against the true images (Bernoulli NLL per image) on held-out and on training images tells how
+  well the decoder renders the combinations it never saw.
+
+The verdict is a rule of thumb: a side "fails" when its held-out error exceeds its training error
+by a factor of ``tolerance`` (1.5) and an absolute margin (0.05 MAE for the encoder, 5% for NLL).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.linear_model import LinearRegression
+from sklearn.model_selection import train_test_split
+
+from analysis.metrics._checks import check_pair, check_test_pair
+from analysis.metrics.reconstruction_nll import bernoulli_nll_per_image
+
+__all__ = ["encoder_decoder_diagnosis"]
+
+
+def encoder_decoder_diagnosis(
+    codes,
+    factors,
+    codes_test,
+    factors_test,
+    *,
+    decode=None,
+    images=None,
+    images_test=None,
+    factor_ranges=None,
+    tolerance=1.5,
+    holdout_fraction=0.25,
+    random_state=0,
+):
+    """Diagnose a failure on held-out combinations.
+
+    ``codes`` (n_train, n_codes), ``factors`` (n_train, n_factors): training images' codes and
+    factor values; ``codes_test``, ``factors_test``: the held-out images'. For the decoder side give
+    ``decode`` (a function from codes (n, n_codes) to pixel probabilities of the images' shape) and
+    ``images``, ``images_test`` (uint8 or [0, 1]) in the same row order as the codes.
+
+    Returns floats: ``encoder_error_train`` / ``encoder_error_test`` (readout MAE on factors in
+    [0, 1], the train value on training images left out of the fit), ``decoder_nll_train`` /
+    ``decoder_nll_test`` (NLL of decoding the expected codes; NaN without ``decode``), and
+    ``encoder_fails`` / ``decoder_fails`` (1.0 or 0.0; NaN when unknown), plus ``"diagnosis"``,
+    which side fails in words: "encoder", "decoder", "both" or "neither".
+    """
+    codes, factors = check_pair(codes, factors, min_samples=8, discrete=False)
+    codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test, discrete=False)
+    if codes_test is None:
+        raise ValueError("codes_test and factors_test are required: the held-out images' codes and factors.")
+    if (decode is None) != (images is None) or (images is None) != (images_test is None):
+        raise ValueError("For the decoder side give decode, images and images_test together.")
+    if images is not None:
+        for name, array, n in (
+            ("images", images, codes.shape[0]),
+            ("images_test", images_test, codes_test.shape[0]),
+        ):
+            if np.shape(array)[0] != n:
+                raise ValueError(
+                    f"{name} must have shape ({n}, ...) to match the codes; got {np.shape(array)}."
+                )
+
+    everything = np.vstack([factors, factors_test])
+    if factor_ranges is None:
+        low, high = everything.min(axis=0), everything.max(axis=0)
+    else:
+        ranges = np.asarray(factor_ranges, dtype=float)
+        low, high = ranges[:, 0], ranges[:, 1]
+    width = np.where(high > low, high - low, 1.0)
+    varying = high > low
+    y, y_test = ((factors - low) / width)[:, varying], ((factors_test - low) / width)[:, varying]
+
+    rows = np.arange(codes.shape[0])
+    fit_rows, check_rows = train_test_split(rows, test_size=holdout_fraction, random_state=random_state)
+    readout = LinearRegression().fit(codes[fit_rows], y[fit_rows])
+    encoder_train = float(np.mean(np.abs(readout.predict(codes[check_rows]) - y[check_rows])))
+    encoder_test = float(np.mean(np.abs(readout.predict(codes_test) - y_test)))
+    encoder_fails = encoder_test > max(tolerance * encoder_train, encoder_train + 0.05)
+
+    out = {
+        "encoder_error_train": encoder_train,
+        "encoder_error_test": encoder_test,
+        "encoder_fails": float(encoder_fails),
+    }
+    if decode is None:
+        out.update(decoder_nll_train=float("nan"), decoder_nll_test=float("nan"), decoder_fails=float("nan"))
+        out["diagnosis"] = (
+            "encoder fails (decoder not tested)"
+            if encoder_fails
+            else "encoder generalises (decoder not tested)"
+        )
+        return out
+
+    inverse = LinearRegression().fit(y[fit_rows], codes[fit_rows])
+    images = np.asarray(images)
+    expected_train = inverse.predict(y[check_rows])
+    expected_test = inverse.predict(y_test)
+    decoder_train = float(
+        bernoulli_nll_per_image(images[check_rows], np.asarray(decode(expected_train))).mean()
+    )
+    decoder_test = float(bernoulli_nll_per_image(images_test, np.asarray(decode(expected_test))).mean())
+    decoder_fails = decoder_test > max(tolerance * decoder_train, 1.05 * decoder_train)
+    out.update(
+        decoder_nll_train=decoder_train, decoder_nll_test=decoder_test, decoder_fails=float(decoder_fails)
+    )
+    out["diagnosis"] = {
+        (True, True): "both",
+        (True, False): "encoder",
+        (False, True): "decoder",
+        (False, False): "neither",
+    }[(bool(encoder_fails), bool(decoder_fails))]
+    return out

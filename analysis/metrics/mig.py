@@ -1,0 +1,84 @@
+"""MIG: the mutual information gap (Chen et al., 2018), as disentanglement_lib computes it.
+
+Each code is discretised into ``n_bins`` (20) equal-width bins over its own range. The mutual
+information ``I(code_i; factor_j)`` between every discretised code and every factor is computed
+with :func:`sklearn.metrics.mutual_info_score`, in nats. For each factor the gap between the
+largest and the second-largest mutual information, divided by the factor's entropy ``H(factor_j)``,
+says how much one code alone captures that factor. MIG is the mean gap over factors.
+
+A factor that takes a single value has zero entropy, so its gap is undefined (disentanglement_lib
+would divide by zero); it is left out of the mean and counted in ``n_factors_scored``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.metrics import mutual_info_score
+
+from analysis.metrics._checks import check_pair, varying_factors
+
+__all__ = ["mig", "discretize", "mutual_information_matrix", "mig_from_mutual_information"]
+
+N_BINS = 20
+
+
+def discretize(codes, n_bins=N_BINS):
+    """Bin each column of ``codes`` (n_samples, n_codes) into ``n_bins`` equal-width bins over
+    its own range; returns integer bin indices 0..n_bins-1 of the same shape."""
+    codes = np.asarray(codes, dtype=float)
+    if not (isinstance(n_bins, (int, np.integer)) and n_bins >= 2):
+        raise ValueError(f"n_bins must be an integer >= 2; got {n_bins!r}.")
+    binned = np.zeros(codes.shape, dtype=np.int64)
+    for i in range(codes.shape[1]):
+        edges = np.histogram_bin_edges(codes[:, i], bins=n_bins)
+        # the inner edges; the last bin is closed on the right, as np.histogram's is
+        binned[:, i] = np.clip(np.digitize(codes[:, i], edges[1:-1]), 0, n_bins - 1)
+    return binned
+
+
+def mutual_information_matrix(discrete_codes, factors):
+    """``I(code_i; factor_j)`` in nats, shape (n_codes, n_factors), from discrete arrays."""
+    n_codes, n_factors = discrete_codes.shape[1], factors.shape[1]
+    matrix = np.zeros((n_codes, n_factors))
+    for i in range(n_codes):
+        for j in range(n_factors):
+            matrix[i, j] = mutual_info_score(factors[:, j], discrete_codes[:, i])
+    return np.maximum(matrix, 0.0)  # mutual_info_score can return -1e-16
+
+
+def mig_from_mutual_information(mutual_information, factor_entropy):
+    """MIG from a (n_codes >= 2, n_factors) mutual-information matrix and each factor's entropy.
+
+    Factors with zero entropy are left out; NaN if none is left.
+    """
+    matrix = np.asarray(mutual_information, dtype=float)
+    entropy = np.asarray(factor_entropy, dtype=float)
+    if matrix.ndim != 2 or matrix.shape[0] < 2:
+        raise ValueError(f"mutual_information must have shape (n_codes >= 2, n_factors); got {matrix.shape}.")
+    if entropy.shape != (matrix.shape[1],):
+        raise ValueError(f"factor_entropy must have shape ({matrix.shape[1]},); got {entropy.shape}.")
+    ordered = np.sort(matrix, axis=0)
+    scored = entropy > 0
+    if not scored.any():
+        return float("nan")
+    gaps = (ordered[-1, scored] - ordered[-2, scored]) / entropy[scored]
+    return float(np.mean(gaps))
+
+
+def mig(codes, factors, *, n_bins=N_BINS):
+    """Mutual information gap of ``codes`` (n_samples, n_codes >= 2) about ``factors``
+    (n_samples, n_factors) of integer class labels.
+
+    Returns a dict with ``"mig"`` (float in [0, 1]), ``"n_factors_scored"`` (float) and
+    ``"mutual_information"`` (the (n_codes, n_factors) matrix in nats).
+    """
+    codes, factors = check_pair(codes, factors, min_codes=2)
+    varying = varying_factors(factors)
+    mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors)
+    entropy = np.array([mutual_info_score(factors[:, j], factors[:, j]) for j in range(factors.shape[1])])
+    entropy[np.setdiff1d(np.arange(factors.shape[1]), varying)] = 0.0
+    return {
+        "mig": mig_from_mutual_information(mutual_information, entropy),
+        "n_factors_scored": float(varying.size),
+        "mutual_information": mutual_information,
+    }

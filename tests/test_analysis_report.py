@@ -1,0 +1,146 @@
+"""Tests for the HTML report: built from results and a real checkpoint, rendered in headless
+Chromium, which must decode every image offline."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.checkpoints import find_checkpoints, load_checkpoint
+from analysis.report import main as report_main
+from analysis.schema import TRIALS_FILE, append_rows
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def trial(key, split, objective, d, nll):
+    return {
+        "experiment": "e",
+        "trial_key": key,
+        "dataset": "dsprites",
+        "split": split,
+        "condition": "extrapolation" if split == "blank_side" else "recombination_to_element",
+        "architecture": "burgess",
+        "objective": objective,
+        "beta": 1.0 + d,
+        "seed": 0,
+        "steps": 2,
+        "train_nll": 50.0 + d,
+        "test_nll": nll,
+        "d_score": d,
+        "dci_disentanglement": d / 2,
+        "mig": d / 3,
+        "transfer_gbt_ood2": 1 - d,
+    }
+
+
+def write_checkpoint(experiment):
+    """A final checkpoint in sweeps/trainable.py's layout, for a model trained for no steps."""
+    from models import ModelConfig, build
+
+    config = {
+        "dataset": "dsprites",
+        "n_images": 400,
+        "data_seed": 0,
+        "split": "blank_side",
+        "seed": 0,
+        "architecture": "burgess",
+        "objective": "beta_vae",
+        "beta": 1.0,
+        "latent_dim": 4,
+        "trial_key": "k0",
+    }
+    model = build(ModelConfig.from_dict({**config, "channels": 1}))
+    folder = experiment / "blank_side-k0" / "checkpoint_000000"
+    folder.mkdir(parents=True)
+    torch.save(
+        {"trainer": {"model": model.state_dict()}, "history": [], "config": config}, folder / "trainer.pt"
+    )
+    return model
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    experiment = tmp_path_factory.mktemp("experiment")
+    rows = [
+        trial(f"k{i}", split, objective, d, nll)
+        for i, (split, objective, d, nll) in enumerate(
+            [
+                ("blank_side", "beta_vae", 0.1, 90),
+                ("blank_side", "ada_gvae", 0.3, 80),
+                ("leave1out", "beta_vae", 0.2, 60),
+                ("leave1out", "ada_gvae", 0.4, 55),
+                ("blank_side", "beta_vae", 0.5, 70),
+            ]
+        )
+    ]
+    append_rows(experiment, TRIALS_FILE, rows)
+    (experiment / "spec.yaml").write_text("preset: default  # <the spec>\n")
+    model = write_checkpoint(experiment)
+    out = experiment / "report"
+    assert report_main([str(experiment), "--out", str(out), "--n-bootstrap", "20", "--max-models", "1"]) == 0
+    return experiment, out, model
+
+
+def test_checkpoint_round_trip(report):
+    experiment, _, model = report
+    (checkpoint,) = find_checkpoints(str(experiment))
+    loaded, config, data = load_checkpoint(checkpoint)
+    assert config["trial_key"] == "k0" and len(data.images) == 400
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_report_is_self_contained_and_holds_tables_figures_and_configuration(report):
+    _, out, _ = report
+    page = (out / "report.html").read_text()
+    assert "<h2>Trials (5)</h2>" in page and "Spearman correlations" in page
+    assert "supervision" in page and "weak" in page  # grouped by supervision
+    assert "&lt;the spec&gt;" in page  # the experiment's spec file, escaped
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert len(sources) >= 8 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r'(href|src)="(https?:)?//', page)  # nothing is fetched
+    for kind in ("reconstructions", "traversal", "hinton"):
+        assert os.path.exists(out / "figures" / f"k0_{kind}.png")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_every_image_loads_in_headless_chromium(report, tmp_path):
+    _, out, _ = report
+    command = [
+        CHROMIUM,
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        (out / "report.html").as_uri(),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    body = re.search(r"<body[^>]*>", result.stdout)
+    assert body, result.stderr[-2000:]
+    total = re.search(r'data-images-total="(\d+)"', body.group(0))
+    ok = re.search(r'data-images-ok="(\d+)"', body.group(0))
+    assert total and ok, body.group(0)
+    assert int(total.group(1)) >= 8 and ok.group(1) == total.group(1)
+
+
+def test_report_without_checkpoints_or_html(tmp_path, capsys):
+    append_rows(tmp_path, TRIALS_FILE, [trial("a", "blank_side", "beta_vae", 0.1, 90.0)])
+    assert report_main([str(tmp_path), "--no-html"]) == 0
+    assert not (tmp_path / "report.html").exists()
+    assert report_main([str(tmp_path), "--n-bootstrap", "5"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "No checkpoints" in page and np.isfinite(len(page))
