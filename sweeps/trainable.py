@@ -67,6 +67,8 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     shown = {"train": np.sort(rng.choice(train_rows, min(N_GRID_IMAGES, len(train_rows)), replace=False)),
              "test": np.sort(rng.choice(test_rows, min(N_GRID_IMAGES, len(test_rows)), replace=False))}
     checkpoint_every = run_info.get("checkpoint_every", 0)
+    # Reconstructions of the same training images about five times during training, then at the end.
+    image_every = max(1, trainer.total_steps // config["report_every"] // 5)
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     started = time.perf_counter()
 
@@ -76,6 +78,9 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
         for name, value in progress.items():
             if name != "step":
                 writer.add_scalar(f"train/{name}", value, step)
+        if len(history) % image_every == 0 and step < trainer.total_steps:  # the last comes below
+            _log_reconstructions(writer, trainer.model, data, shown["train"], "reconstructions/train", step)
+            trainer.model.train()
         saving = checkpoint_every and (step % checkpoint_every == 0) and step < trainer.total_steps
         if saving:
             with tempfile.TemporaryDirectory() as folder:

@@ -103,6 +103,8 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
         assert {"train/loss", "train/kl", "eval/test_nll", "eval/d_score"} <= set(tags["scalars"])
         assert [e.step for e in events.Scalars("train/loss")] == [5, 10, 15, 20]
         assert {"reconstructions/train", "reconstructions/test"} <= set(tags["images"])
+        # reconstructions during training too, not only at the end
+        assert [e.step for e in events.Images("reconstructions/train")] == [5, 10, 15, 20]
 
     # A second run with --resume finds everything finished and re-runs nothing.
     assert main([*argv, "--resume"]) == 0
