@@ -10,6 +10,7 @@ when *every* factor is constant is it an error.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.model_selection import train_test_split
 
 
 def check_codes(codes, name="codes", *, min_samples=2, min_codes=1):
@@ -99,6 +100,16 @@ def check_test_pair(codes, factors, codes_test, factors_test, *, discrete=True, 
             f"got {factors_test.shape}."
         )
     return codes_test, factors_test
+
+
+def hold_out(codes, factors, test_fraction, random_state):
+    """Split samples into (codes, codes_test, factors, factors_test) when no test set was given."""
+    if codes.shape[0] < 4:
+        raise ValueError(
+            f"codes must have at least 4 samples to hold some out, shape (n_samples >= 4, n_codes); "
+            f"got {codes.shape}."
+        )
+    return train_test_split(codes, factors, test_size=test_fraction, random_state=random_state)
 
 
 def varying_factors(factors, name="factors"):

@@ -22,9 +22,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
 
-from analysis.metrics._checks import check_pair, check_test_pair, varying_factors
+from analysis.metrics._checks import check_pair, check_test_pair, hold_out, varying_factors
 from analysis.metrics.mig import N_BINS, discretize, mutual_information_matrix
 
 __all__ = ["modularity_explicitness", "modularity", "explicitness"]
@@ -101,14 +100,7 @@ def modularity_explicitness(
     varying = varying_factors(factors)
     mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors[:, varying])
     if codes_test is None:
-        if codes.shape[0] < 4:
-            raise ValueError(
-                f"codes must have at least 4 samples to hold some out, shape (n_samples >= 4, n_codes); "
-                f"got {codes.shape}."
-            )
-        codes, codes_test, factors, factors_test = train_test_split(
-            codes, factors, test_size=test_fraction, random_state=random_state
-        )
+        codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
     train, test = explicitness(
         codes, factors[:, varying], codes_test, factors_test[:, varying], random_state=random_state
     )

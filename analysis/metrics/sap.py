@@ -21,10 +21,9 @@ import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.model_selection import train_test_split
 from sklearn.svm import LinearSVC
 
-from analysis.metrics._checks import check_pair, check_test_pair, mean_top_two_gap, varying_factors
+from analysis.metrics._checks import check_pair, check_test_pair, hold_out, mean_top_two_gap, varying_factors
 
 __all__ = ["sap", "sap_from_score_matrix"]
 
@@ -62,14 +61,7 @@ def sap(
         score = _r_squared_matrix(codes, factors[:, varying])
     else:
         if codes_test is None:
-            if codes.shape[0] < 4:
-                raise ValueError(
-                    f"codes must have at least 4 samples to hold some out, shape (n_samples >= 4, "
-                    f"n_codes); got {codes.shape}."
-                )
-            codes, codes_test, factors, factors_test = train_test_split(
-                codes, factors, test_size=test_fraction, random_state=random_state
-            )
+            codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
         score = _accuracy_matrix(
             codes, factors[:, varying], codes_test, factors_test[:, varying], random_state
         )
