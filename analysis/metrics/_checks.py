@@ -39,8 +39,9 @@ def check_codes(codes, name="codes", *, min_samples=2, min_codes=1):
     return array
 
 
-def check_factors(factors, n_samples, name="factors", *, discrete=True, codes_name="codes"):
-    """An array of shape (n_samples, n_factors >= 1); integer class labels when ``discrete``."""
+def check_factors(factors, n_samples, name="factors", *, discrete=True, codes_name="codes", hint=""):
+    """An array of shape (n_samples, n_factors >= 1); integer class labels when ``discrete``
+    (``hint`` is added to that error, to say what to do instead)."""
     array = np.asarray(factors)
     if array.ndim != 2:
         raise ValueError(
@@ -62,21 +63,23 @@ def check_factors(factors, n_samples, name="factors", *, discrete=True, codes_na
             if np.any(array != np.round(array)):
                 raise ValueError(
                     f"{name} must hold integer class labels, shape ({n_samples}, n_factors); "
-                    "got non-integer values."
+                    f"got non-integer values.{hint}"
                 )
         return array.astype(np.int64)
     return array.astype(float)
 
 
 def check_pair(
-    codes, factors, *, codes_name="codes", factors_name="factors", min_samples=2, min_codes=1, discrete=True
+    codes, factors, *, codes_name="codes", factors_name="factors", min_samples=2, min_codes=1, discrete=True,
+    hint="",
 ):
     codes = check_codes(codes, codes_name, min_samples=min_samples, min_codes=min_codes)
-    factors = check_factors(factors, codes.shape[0], factors_name, discrete=discrete, codes_name=codes_name)
+    factors = check_factors(factors, codes.shape[0], factors_name, discrete=discrete, codes_name=codes_name,
+                            hint=hint)
     return codes, factors
 
 
-def check_test_pair(codes, factors, codes_test, factors_test, *, discrete=True, min_samples=1):
+def check_test_pair(codes, factors, codes_test, factors_test, *, discrete=True, min_samples=1, hint=""):
     """Check an optional test set against the training arrays; both or neither must be given."""
     if (codes_test is None) != (factors_test is None):
         raise ValueError("Give both codes_test and factors_test, or neither.")
@@ -89,6 +92,7 @@ def check_test_pair(codes, factors, codes_test, factors_test, *, discrete=True, 
         factors_name="factors_test",
         min_samples=min_samples,
         discrete=discrete,
+        hint=hint,
     )
     if codes_test.shape[1] != codes.shape[1]:
         raise ValueError(

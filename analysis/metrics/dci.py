@@ -69,6 +69,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
+from analysis.metrics._checks import check_pair, check_test_pair
+
 __all__ = ["dci", "disentanglement", "completeness", "ESTIMATORS"]
 
 ESTIMATORS = ("gbt", "hist_gbt", "lasso_m21", "lasso_m22")
@@ -194,9 +196,11 @@ def dci(
             f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; got {estimator!r}."
         )
     classify = estimator in ("gbt", "hist_gbt")
-    codes, factors = _check_pair(codes, factors, "codes", "factors", classify)
-    if (codes_test is None) != (factors_test is None):
-        raise ValueError("Give both codes_test and factors_test, or neither.")
+    hint = " The gbt and hist_gbt estimators classify; use a lasso estimator for continuous factors."
+    codes, factors = check_pair(codes, factors, discrete=classify, hint=hint)
+    codes_test, factors_test = check_test_pair(
+        codes, factors, codes_test, factors_test, discrete=classify, min_samples=2, hint=hint
+    )
     rng = check_random_state(random_state)
 
     if codes_test is None:
@@ -206,20 +210,6 @@ def dci(
         codes, codes_test, factors, factors_test = train_test_split(
             codes, factors, test_size=test_fraction, random_state=split_seed
         )
-    else:
-        codes_test, factors_test = _check_pair(
-            codes_test, factors_test, "codes_test", "factors_test", classify
-        )
-        if codes_test.shape[1] != codes.shape[1]:
-            raise ValueError(
-                f"codes_test must have shape (n_test, {codes.shape[1]}) to match codes; "
-                f"got {codes_test.shape}."
-            )
-        if factors_test.shape[1] != factors.shape[1]:
-            raise ValueError(
-                f"factors_test must have shape (n_test, {factors.shape[1]}) to match factors; "
-                f"got {factors_test.shape}."
-            )
     if not classify and codes.shape[0] < _LASSO_MIN_TRAIN:
         raise ValueError(
             f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
@@ -402,53 +392,6 @@ def _split_gain_importance(model, n_codes):
 # --------------------------------------------------------------------------------------------
 # Small helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _check_pair(codes, factors, codes_name, factors_name, classify):
-    codes = np.asarray(codes)
-    factors = np.asarray(factors)
-    if codes.ndim != 2:
-        raise ValueError(
-            f"{codes_name} must be a 2-D array of shape (n_samples, n_codes); got shape {codes.shape}."
-        )
-    if factors.ndim != 2:
-        raise ValueError(
-            f"{factors_name} must be a 2-D array of shape (n_samples, n_factors); got shape {factors.shape}."
-        )
-    if codes.shape[0] != factors.shape[0]:
-        raise ValueError(
-            f"{codes_name} and {factors_name} must have the same number of samples: "
-            f"{codes_name} has shape {codes.shape}, so {factors_name} must have shape "
-            f"({codes.shape[0]}, n_factors); got {factors.shape}."
-        )
-    if codes.shape[0] < 2:
-        raise ValueError(
-            f"{codes_name} must have at least 2 samples, shape (n_samples >= 2, n_codes); "
-            f"got shape {codes.shape}."
-        )
-    if codes.shape[1] == 0 or factors.shape[1] == 0:
-        raise ValueError(
-            f"{codes_name} and {factors_name} need at least one column each; "
-            f"got shapes {codes.shape} and {factors.shape}."
-        )
-    try:
-        codes = codes.astype(float)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{codes_name} must hold numbers; got dtype {codes.dtype}.") from error
-    if not np.all(np.isfinite(codes)):
-        raise ValueError(f"{codes_name} contains NaN or infinite values.")
-    if not (np.issubdtype(factors.dtype, np.number) or factors.dtype == bool):
-        raise ValueError(f"{factors_name} must hold numbers; got dtype {factors.dtype}.")
-    if not np.all(np.isfinite(factors)):
-        raise ValueError(f"{factors_name} contains NaN or infinite values.")
-    if classify and not np.issubdtype(factors.dtype, np.integer):
-        if factors.dtype != bool and np.any(factors != np.round(factors)):
-            raise ValueError(
-                f"{factors_name} must hold integer class labels for the gbt and hist_gbt "
-                "estimators; use a lasso estimator for continuous factors."
-            )
-        factors = factors.astype(np.int64)
-    return codes, factors
 
 
 def _safe_std(array):
