@@ -6,6 +6,8 @@ been measured is shown as such rather than invented.
 
 from __future__ import annotations
 
+import functools
+
 from sweeps.grid import default_seeds, trial_configs
 from sweeps.presets import PRESETS
 
@@ -16,10 +18,18 @@ CPU_IMAGES_PER_SECOND = {"burgess": 390.0}
 GPU_IMAGES_PER_SECOND: dict[str, float | None] = {"burgess": None}
 
 
+@functools.cache
+def _full_grid_train_size(dataset: str, split: str) -> int:
+    """Training images of the whole grid under a split (computed once per dataset and split)."""
+    from data_pipeline import factor_space, get_split
+
+    space = factor_space(dataset)
+    return int((~get_split(dataset, split).test_mask(space.all_classes(), space)).sum())
+
+
 def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     """Trial count and training cost of a preset at a scale. Trials that train by epochs are
     counted at the size of the full grid's training side."""
-    from data_pipeline import factor_space, get_split
     from models import ModelConfig
 
     spec = PRESETS[name]
@@ -28,11 +38,9 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     images, cpu_seconds, gpu_seconds, unmeasured = 0, 0.0, 0.0, False
     for config in configs:
         model = ModelConfig.from_dict(config)
-        n_train = config.get("n_images") or factor_space(config["dataset"]).n_images
-        if model.epochs is not None and not config.get("n_images"):
-            space = factor_space(config["dataset"])
-            mask = get_split(config["dataset"], config["split"]).test_mask(space.all_classes(), space)
-            n_train = int((~mask).sum())
+        n_train = config.get("n_images")
+        if n_train is None:
+            n_train = _full_grid_train_size(config["dataset"], config["split"])
         trial_images = model.total_steps(n_train) * model.batch_size
         images += trial_images
         cpu = CPU_IMAGES_PER_SECOND.get(model.architecture)

@@ -68,8 +68,10 @@ def flatten(config: dict) -> dict:
     flat: dict = {}
     variants: list[dict] = []
     for key, value in config.items():
-        (variants.append(value) if isinstance(value, dict) and key != "by_dataset" else
-         flat.__setitem__(key, value))
+        if isinstance(value, dict) and key != "by_dataset":
+            variants.append(value)
+        else:
+            flat[key] = value
     for variant in variants:
         flat.update(variant)
     by_dataset = flat.pop("by_dataset", None) or {}

@@ -44,7 +44,8 @@ def _connect(args) -> bool:
     if not args.address and _existing_local_cluster():
         args.address = "auto"  # e.g. on a cluster's head node: join it rather than start another
     try:
-        runtime_env = {"env_vars": storage.worker_environment()} if storage.worker_environment() else None
+        environment = storage.worker_environment()
+        runtime_env = {"env_vars": environment} if environment else None
         if args.address:
             ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
         else:
