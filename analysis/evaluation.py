@@ -33,7 +33,7 @@ from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
-from models.evaluation import encode_means, nll_per_image
+from models.evaluation import decode_probabilities, encode_means, nll_per_image
 
 METRICS = ("dci", "d_score", "mig", "sap", "modularity_explicitness", "beta_vae", "factor_vae",
            "transfer", "encoder_decoder")
@@ -149,16 +149,8 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
 
 
 def _decoder(model):
-    """codes (numpy) → pixel probabilities (numpy), in batches, without gradients."""
-    import torch
-
+    """codes (numpy) → pixel probabilities (numpy, float64), in batches, without gradients."""
     def decode(codes):
-        device = next(model.parameters()).device
-        model.eval()
-        with torch.no_grad():
-            chunks = [torch.sigmoid(model.decode(torch.as_tensor(codes[i:i + 512], dtype=torch.float32,
-                                                                 device=device))).cpu().numpy()
-                      for i in range(0, len(codes), 512)]
-        return np.concatenate(chunks).astype(np.float64)
+        return decode_probabilities(model, codes).astype(np.float64)
 
     return decode

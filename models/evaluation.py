@@ -1,6 +1,12 @@
-"""Evaluation hooks that ``analysis`` calls: encode to means, reconstruct, NLL per image."""
+"""Evaluation hooks that ``analysis`` calls: encode to means, reconstruct, NLL per image.
+
+Each runs the model in eval mode and leaves it in the mode it found, so a hook can be called in
+the middle of training.
+"""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import torch
@@ -18,32 +24,51 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-@torch.no_grad()
+@contextlib.contextmanager
+def _evaluating(model):
+    """Eval mode and no gradients for the block; the model's own mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def encode_means(model, images: np.ndarray, indices: np.ndarray, batch_size: int = 512) -> np.ndarray:
     """Posterior means (len(indices), K) of the rows ``indices``, in that order."""
-    model.eval()
     device = _device(model)
-    out = [model.encode(to_float(b, device))[0].cpu() for b in _batches(images, indices, batch_size)]
+    with _evaluating(model):
+        out = [model.encode(to_float(b, device))[0].cpu() for b in _batches(images, indices, batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, model.config.latent_dim), np.float32)
 
 
-@torch.no_grad()
 def reconstruct(model, images: np.ndarray) -> np.ndarray:
     """Reconstructions (pixel probabilities in [0, 1]) of a uint8 batch, decoding the means."""
-    model.eval()
     device = _device(model)
-    mean, _ = model.encode(to_float(images, device))
-    return torch.sigmoid(model.decode(mean)).cpu().numpy()
+    with _evaluating(model):
+        mean, _ = model.encode(to_float(images, device))
+        return torch.sigmoid(model.decode(mean)).cpu().numpy()
 
 
-@torch.no_grad()
+def decode_probabilities(model, codes: np.ndarray, batch_size: int = 512) -> np.ndarray:
+    """Pixel probabilities (N, C, H, W) that an (N, K) array of codes decodes to."""
+    device = _device(model)
+    with _evaluating(model):
+        chunks = [torch.sigmoid(model.decode(torch.as_tensor(codes[i:i + batch_size], dtype=torch.float32,
+                                                             device=device))).cpu().numpy()
+                  for i in range(0, len(codes), batch_size)]
+    return np.concatenate(chunks)
+
+
 def nll_per_image(model, images: np.ndarray, indices: np.ndarray, batch_size: int = 512) -> np.ndarray:
     """Bernoulli NLL (nats, summed over pixels) of each row's reconstruction from its mean code."""
-    model.eval()
     device = _device(model)
     out = []
-    for batch in _batches(images, indices, batch_size):
-        x = to_float(batch, device)
-        mean, _ = model.encode(x)
-        out.append(bernoulli_nll(model.decode(mean), x).cpu())
+    with _evaluating(model):
+        for batch in _batches(images, indices, batch_size):
+            x = to_float(batch, device)
+            mean, _ = model.encode(x)
+            out.append(bernoulli_nll(model.decode(mean), x).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)

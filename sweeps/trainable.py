@@ -34,7 +34,6 @@ def data_key(config: dict) -> tuple:
 
 
 def _log_reconstructions(writer, model, data, rows, tag, step):
-    rows = rows[:N_GRID_IMAGES]
     if len(rows):
         originals = data.images[rows]
         writer.add_image(tag, reconstruction_grid(originals, reconstruct(model, originals)), step)
@@ -80,7 +79,6 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
                 writer.add_scalar(f"train/{name}", value, step)
         if len(history) % image_every == 0 and step < trainer.total_steps:  # the last comes below
             _log_reconstructions(writer, trainer.model, data, shown["train"], "reconstructions/train", step)
-            trainer.model.train()
         saving = checkpoint_every and (step % checkpoint_every == 0) and step < trainer.total_steps
         if saving:
             with tempfile.TemporaryDirectory() as folder:

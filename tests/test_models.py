@@ -479,3 +479,17 @@ def test_composition_net_latent_ops(latent_op):
         optimizer.step()
         losses.append(terms["loss"].item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_evaluation_hooks_leave_the_model_in_the_mode_they_found():
+    from models.evaluation import decode_probabilities
+
+    model = build(ModelConfig())
+    images, rows = np.zeros((4, 1, 64, 64), np.uint8), np.arange(4)
+    for training in (True, False):
+        model.train(training)
+        encode_means(model, images, rows)
+        reconstruct(model, images)
+        nll_per_image(model, images, rows)
+        assert decode_probabilities(model, np.zeros((2, 10))).shape == (2, 1, 64, 64)
+        assert model.training is training
