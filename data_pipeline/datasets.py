@@ -6,6 +6,8 @@ copying, and images become floats only per batch, on the training device.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,12 +33,19 @@ GENERATOR_VERSIONS = {
 
 @dataclass
 class GroundTruthDataset:
-    """Images (N, C, H, W) uint8 in 0..255, and their factor classes (N, n_factors)."""
+    """Images (N, C, H, W) uint8 in 0..255, and their factor classes (N, n_factors).
+
+    ``observe``, where known, gives the stored-format images (M, C, H, W) of any classes of the
+    full factor grid, held here or not: a procedural dataset renders them, a full real grid
+    indexes them. Metrics that sample their own grid points (the BetaVAE and FactorVAE scores)
+    need it, as disentanglement_lib's ``sample_observations_from_factors``.
+    """
 
     name: str
     images: np.ndarray
     classes: np.ndarray
     factor_space: FactorSpace
+    observe: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if self.images.dtype != np.uint8 or self.images.ndim != 4:
@@ -120,7 +129,8 @@ def load_procedural(name: str, n_images: int | None = None, seed: int = 0, *,
     from data_pipeline.cache import cached_images
 
     images = cached_images(name, classes, lambda: _render_stored(name, classes), cache_dir=cache_dir)
-    return GroundTruthDataset(name=name, images=images, classes=classes, factor_space=space)
+    return GroundTruthDataset(name=name, images=images, classes=classes, factor_space=space,
+                              observe=functools.partial(_render_stored, name))
 
 
 def _render_stored(name: str, classes: np.ndarray) -> np.ndarray:
