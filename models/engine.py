@@ -127,24 +127,34 @@ class Trainer:
             rows = np.concatenate([first, second])
         return to_float(self.images[rows], self.device)
 
-    def train_step(self) -> dict[str, torch.Tensor]:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate()
+    def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], Schedule]:
+        """Everything random about the next step, drawn in a fixed order from this model's own
+        generators: the batch (the reconstruction target), the encoder's noisy copy of it, the
+        objective's noise; and the schedule's values. A packed run draws each member's inputs
+        with this same method, so its members see exactly what they would see alone."""
         x = self.next_batch()
         x_in = add_input_noise(x, self.config.input_noise_subpixel_std, self.config.input_noise_greyscale_std,
                                self.noise_rng)
+        noise = self.objective.draw_noise(self.noise_rng, x.shape[0], self.device)
         schedule = Schedule(step=self.step, kl_weight=self.kl_weight(), capacity=self.capacity())
+        return x, x_in, noise, schedule
+
+    def train_step(self) -> dict[str, torch.Tensor]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
+        x, x_in, noise, schedule = self.draw_inputs()
 
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
-            terms = self.objective(self.model, x, x_in, self.noise_rng, schedule)
+            terms = self.objective(self.model, x, x_in, noise, schedule)
+        aux = {name: terms.pop(name) for name in list(terms) if name.startswith("_")}
 
         self.optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         if self.config.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip_norm)
         self.optimizer.step()
-        terms.update(self.objective.after_step(self.noise_rng))
+        terms.update(self.objective.after_step(aux, noise))
         self.step += 1
         return {name: value.detach() for name, value in terms.items()}
 

@@ -7,16 +7,28 @@ where the loss does not use it, so runs can be compared on one column.
 
 The pure functions (``gaussian_kl``, ``permute_dims``, ``mmd_unbiased``, ``ada_gvae_aggregate``,
 ``total_correlation_decomposition``...) hold the mathematics and are tested in closed form. The
-``Objective`` modules wrap them for the training engine: ``forward`` takes the model, the clean
-batch (the reconstruction target), the encoder's input (the same batch, perhaps with input
-noise), a seeded generator and the schedule, and returns the terms. ``after_step`` runs after the
-model's optimiser step; FactorVAE trains its discriminator there with its own optimiser.
+``Objective`` modules wrap them for the training engine. Their contract, which lets the engine
+train one model alone or many packed with ``torch.func.vmap`` (models/packed.py) and get the same
+numbers:
+
+- ``draw_noise(generator, rows, device)`` draws every random number one step needs (the
+  reparameterisation noise, WAE's prior samples, FactorVAE's permutation keys) from the model's
+  seeded generator, in a fixed order, into a dict of tensors.
+- ``forward(model, x, x_in, noise, schedule)`` is a pure function of its inputs: the model, the
+  clean batch (the reconstruction target), the encoder's input (the same batch, perhaps with input
+  noise), that noise dict and the ``Schedule``. It draws nothing and changes nothing; it returns
+  the loss terms, plus any tensors ``after_step`` needs under keys that start with ``_``.
+- Scalar hyperparameters (β, γ, λ…) are buffers, so members of a pack can hold different values.
+- An objective with an optimiser of its own (FactorVAE's discriminator) names the parameters it
+  trains in ``own_parameters`` and their Adam settings in ``own_adam``, and gives the loss to
+  minimise as a pure ``own_loss(aux, noise)``. ``after_step`` takes that optimiser's step after
+  the model's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -55,10 +67,12 @@ def gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, logvar: torch.Tens
     return -0.5 * (math.log(2 * math.pi) + logvar + (z - mean).pow(2) * torch.exp(-logvar))
 
 
-def posterior_sample(mean: torch.Tensor, logvar: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One reparameterised sample of N(mean, exp(logvar)), drawn from ``generator``."""
-    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-    return mean + noise * torch.exp(0.5 * logvar)
+def posterior_sample(mean: torch.Tensor, logvar: torch.Tensor, noise) -> torch.Tensor:
+    """One reparameterised sample of N(mean, exp(logvar)): ``noise`` is standard normal noise of
+    ``mean``'s shape, or a generator to draw it from."""
+    if isinstance(noise, torch.Generator):
+        noise = torch.randn(mean.shape, generator=noise, device=mean.device, dtype=mean.dtype)
+    return mean + noise.to(mean.dtype) * torch.exp(0.5 * logvar)
 
 
 def beta_vae(logits, x, mean, logvar, *, beta: float, kl_weight: float = 1.0,
@@ -82,16 +96,17 @@ def annealed_capacity(logits, x, mean, logvar, *, gamma: float, capacity: float,
     reconstruction = RECONSTRUCTION[likelihood](logits, x).mean()
     kl = gaussian_kl(mean, logvar).sum(1).mean()
     loss = reconstruction + gamma * (kl - capacity).abs()
-    return {"loss": loss, "reconstruction": reconstruction, "kl": kl,
-            "capacity": torch.as_tensor(float(capacity), device=kl.device)}
+    capacity = torch.as_tensor(capacity, dtype=kl.dtype, device=kl.device)
+    return {"loss": loss, "reconstruction": reconstruction, "kl": kl, "capacity": capacity}
 
 
-def permute_dims(z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def permute_dims(z: torch.Tensor, keys) -> torch.Tensor:
     """Kim & Mnih's permutation: each latent dimension shuffled independently across the batch,
-    which samples from the product of the marginals q(z_1)···q(z_K)."""
-    batch, dims = z.shape
-    order = torch.rand((batch, dims), generator=generator, device=z.device).argsort(dim=0)
-    return z.gather(0, order)
+    which samples from the product of the marginals q(z_1)···q(z_K). ``keys`` are uniform random
+    numbers of ``z``'s shape (each column's order is their argsort), or a generator to draw them."""
+    if isinstance(keys, torch.Generator):
+        keys = torch.rand(z.shape, generator=keys, device=z.device)
+    return z.gather(0, keys.argsort(dim=0))
 
 
 def inverse_multiquadric(a: torch.Tensor, b: torch.Tensor, c: float = 10.0,
@@ -162,53 +177,103 @@ def total_correlation_decomposition(z, mean, logvar, dataset_size: int):
 # the objectives the engine trains with
 
 
-@dataclass
-class Schedule:
-    """Where the run is: the step about to be taken, the KL warm-up weight and the capacity."""
+class Schedule(NamedTuple):
+    """Where the run is: the step about to be taken, the KL warm-up weight and the capacity.
+    The weights may be floats or 0-d tensors (one per member, inside a vmapped pack)."""
 
     step: int
-    kl_weight: float = 1.0
-    capacity: float = 0.0
+    kl_weight: float | torch.Tensor = 1.0
+    capacity: float | torch.Tensor = 0.0
 
 
 class Objective(nn.Module):
-    """One image batch → its loss terms. Subclasses override ``forward``."""
+    """One image batch → its loss terms. Subclasses override ``forward`` (see the module's
+    docstring for the contract) and, if they need more randomness, ``draw_noise``."""
 
     needs_pairs = False
+    own_adam: dict | None = None  # Adam settings of the objective's own optimiser, if it has one
 
     def __init__(self, config, dataset_size: int = 1):
         super().__init__()
         self.config = config
         self.dataset_size = dataset_size
         self.likelihood = config.resolved_likelihood
+        self.latent_dim = config.latent_dim
+        self._own_optimizer: torch.optim.Optimizer | None = None
 
-    def encode_sample_decode(self, model, x_in, generator):
+    def hyperparameter(self, name: str, value: float) -> None:
+        """Hold a scalar hyperparameter as a buffer (not saved: it comes from the config)."""
+        self.register_buffer(name, torch.tensor(float(value)), persistent=False)
+
+    def draw_noise(self, generator: torch.Generator, rows: int, device) -> dict[str, torch.Tensor]:
+        """The step's random numbers: here, the reparameterisation noise of ``rows`` codes."""
+        return {"posterior": torch.randn((rows, self.latent_dim), generator=generator, device=device)}
+
+    def encode_sample_decode(self, model, x_in, noise: dict):
         mean, logvar = model.encode(x_in)
         mean, logvar = mean.float(), logvar.float()
-        z = posterior_sample(mean, logvar, generator)
+        z = posterior_sample(mean, logvar, noise["posterior"])
         return model.decode(z).float(), mean, logvar, z
 
-    def after_step(self, generator: torch.Generator) -> dict:
-        """Work after the model's optimiser step (extra optimisers); returns extra terms."""
-        return {}
+    # -- an optimiser of the objective's own ---------------------------------------------------
+
+    def own_parameters(self) -> list[nn.Parameter]:
+        """The parameters the objective trains itself (none by default)."""
+        return []
+
+    def own_loss(self, aux: dict, noise: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def after_step(self, aux: dict, noise: dict) -> dict:
+        """After the model's optimiser step: one step of the objective's own optimiser, if any;
+        returns its loss as an extra term. ``aux`` holds ``forward``'s ``_`` entries."""
+        if self.own_adam is None:
+            return {}
+        if self._own_optimizer is None:
+            self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
+        loss = self.own_loss(aux, noise)
+        self._own_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._own_optimizer.step()
+        return {self.own_loss_name: loss.detach()}
+
+    own_loss_name = "own_loss"
+
+    def get_extra_state(self):
+        if self._own_optimizer is None:
+            return {}
+        return {"own_optimizer": self._own_optimizer.state_dict()}
+
+    def set_extra_state(self, state):
+        saved = state.get("own_optimizer", state.get("discriminator_optimizer"))
+        if saved is not None and self.own_adam is not None:
+            self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
+            self._own_optimizer.load_state_dict(saved)
 
 
 class VAEObjective(Objective):
     """VAE and β-VAE: reconstruction + β·w·KL, w the KL warm-up weight."""
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
-        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, generator)
-        beta = 1.0 if self.config.objective == "vae" else self.config.beta
-        return beta_vae(logits, x, mean, logvar, beta=beta, kl_weight=schedule.kl_weight,
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.hyperparameter("beta", 1.0 if config.objective == "vae" else config.beta)
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
+        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, noise)
+        return beta_vae(logits, x, mean, logvar, beta=self.beta, kl_weight=schedule.kl_weight,
                         likelihood=self.likelihood)
 
 
 class AnnealedCapacityObjective(Objective):
     """CCI-VAE / annealed capacity: reconstruction + γ·|KL − C(step)|."""
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
-        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, generator)
-        return annealed_capacity(logits, x, mean, logvar, gamma=self.config.resolved_gamma,
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.hyperparameter("gamma", config.resolved_gamma)
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
+        logits, mean, logvar, _ = self.encode_sample_decode(model, x_in, noise)
+        return annealed_capacity(logits, x, mean, logvar, gamma=self.gamma,
                                  capacity=schedule.capacity, likelihood=self.likelihood)
 
 
@@ -235,53 +300,59 @@ class FactorVAEObjective(Objective):
     halves of 64).
     """
 
+    own_loss_name = "discriminator"
+
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
+        self.hyperparameter("gamma", config.resolved_gamma)
         self.discriminator = Discriminator(config.latent_dim, config.discriminator_layers,
                                            config.discriminator_width, config.discriminator_negative_slope)
-        self.discriminator_optimizer = torch.optim.Adam(self.discriminator.parameters(),
-                                                        lr=config.discriminator_lr, betas=(0.5, 0.9))
-        self._codes: torch.Tensor | None = None
+        self.own_adam = {"lr": config.discriminator_lr, "betas": (0.5, 0.9)}
+        self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
-        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+    def own_parameters(self) -> list[nn.Parameter]:
+        return list(self.discriminator.parameters())
+
+    def draw_noise(self, generator, rows, device):
+        noise = super().draw_noise(generator, rows, device)
+        noise["permutation"] = torch.rand((rows - rows // 2, self.latent_dim), generator=generator, device=device)
+        return noise
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)
         terms = beta_vae(logits, x, mean, logvar, beta=1.0, kl_weight=schedule.kl_weight,
                          likelihood=self.likelihood)
         odds = self.discriminator(z).float()
         total_correlation = (odds[:, 0] - odds[:, 1]).mean()
-        terms["loss"] = terms["loss"] + self.config.resolved_gamma * total_correlation
+        terms["loss"] = terms["loss"] + self.gamma * total_correlation
         terms["total_correlation"] = total_correlation
-        self._codes = z.detach()
+        terms["_codes"] = z.detach()
         return terms
 
-    def after_step(self, generator: torch.Generator) -> dict:
-        codes, self._codes = self._codes, None
+    def own_loss(self, aux: dict, noise: dict) -> torch.Tensor:
+        codes = aux["_codes"]
         half = codes.shape[0] // 2
-        joint, marginals = codes[:half], permute_dims(codes[half:2 * half], generator)
+        keys = noise["permutation"][:half]
+        joint, marginals = codes[:half], permute_dims(codes[half:2 * half], keys)
         odds = self.discriminator(torch.cat([joint, marginals])).float()
-        labels = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(half, dtype=torch.long)])
-        loss = F.cross_entropy(odds, labels.to(odds.device))
-        self.discriminator_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.discriminator_optimizer.step()
-        return {"discriminator": loss.detach()}
-
-    def get_extra_state(self):
-        return {"discriminator_optimizer": self.discriminator_optimizer.state_dict()}
-
-    def set_extra_state(self, state):
-        self.discriminator_optimizer.load_state_dict(state["discriminator_optimizer"])
+        labels = torch.cat([torch.zeros(half, dtype=torch.long, device=odds.device),
+                            torch.ones(half, dtype=torch.long, device=odds.device)])
+        return F.cross_entropy(odds, labels)
 
 
 class BetaTCVAEObjective(Objective):
     """β-TCVAE (Chen et al. 2018): reconstruction + w·(MI + β·TC + dimension-wise KL), each
     estimated on the batch with minibatch-weighted sampling over the training set's size."""
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
-        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.hyperparameter("beta", config.beta)
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)
         reconstruction = RECONSTRUCTION[self.likelihood](logits, x).mean()
         mi, tc, dwkl = total_correlation_decomposition(z, mean, logvar, self.dataset_size)
-        loss = reconstruction + schedule.kl_weight * (mi + self.config.beta * tc + dwkl)
+        loss = reconstruction + schedule.kl_weight * (mi + self.beta * tc + dwkl)
         return {"loss": loss, "reconstruction": reconstruction, "kl": gaussian_kl(mean, logvar).sum(1).mean(),
                 "mutual_information": mi, "total_correlation": tc, "dimension_wise_kl": dwkl}
 
@@ -290,13 +361,22 @@ class WAEMMDObjective(Objective):
     """WAE-MMD (Tolstikhin et al. 2018), as Montero et al. 2022 ran it: squared error +
     λ1·MMD²(q(z), N(0, I)) (unbiased, inverse multiquadric kernel) + λ2·‖logvar‖₁."""
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule) -> dict:
-        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, generator)
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.hyperparameter("mmd_weight", config.mmd_weight)
+        self.hyperparameter("logvar_l1_weight", config.logvar_l1_weight)
+
+    def draw_noise(self, generator, rows, device):
+        noise = super().draw_noise(generator, rows, device)
+        noise["prior"] = torch.randn((rows, self.latent_dim), generator=generator, device=device)
+        return noise
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
+        logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)
         reconstruction = RECONSTRUCTION[self.likelihood](logits, x).mean()
-        prior = torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
-        mmd = mmd_unbiased(z, prior)
+        mmd = mmd_unbiased(z, noise["prior"].to(z.dtype))
         logvar_l1 = logvar.abs().sum(1).mean()
-        loss = reconstruction + self.config.mmd_weight * mmd + self.config.logvar_l1_weight * logvar_l1
+        loss = reconstruction + self.mmd_weight * mmd + self.logvar_l1_weight * logvar_l1
         return {"loss": loss, "reconstruction": reconstruction, "kl": gaussian_kl(mean, logvar).sum(1).mean(),
                 "mmd": mmd, "logvar_l1": logvar_l1}
 
@@ -310,7 +390,11 @@ class AdaGVAEObjective(Objective):
 
     needs_pairs = True
 
-    def forward(self, model, x, x_in, generator, schedule: Schedule, pairs: bool = True) -> dict:
+    def __init__(self, config, dataset_size: int = 1):
+        super().__init__(config, dataset_size)
+        self.hyperparameter("beta", config.beta)
+
+    def forward(self, model, x, x_in, noise, schedule: Schedule, pairs: bool = True) -> dict:
         if not pairs or x.shape[0] % 2:
             raise ValueError("objective: 'ada_gvae' trains on pairs of images (rows i and B/2 + i); "
                              "it was fed single images")
@@ -319,8 +403,8 @@ class AdaGVAEObjective(Objective):
         lv1, lv2 = logvar.float().chunk(2)
         m1, lv1, m2, lv2, shared = ada_gvae_aggregate(m1, lv1, m2, lv2, self.config.pair_divergence)
         mean, logvar = torch.cat([m1, m2]), torch.cat([lv1, lv2])
-        logits = model.decode(posterior_sample(mean, logvar, generator)).float()
-        terms = beta_vae(logits, x, mean, logvar, beta=self.config.beta, kl_weight=schedule.kl_weight,
+        logits = model.decode(posterior_sample(mean, logvar, noise["posterior"])).float()
+        terms = beta_vae(logits, x, mean, logvar, beta=self.beta, kl_weight=schedule.kl_weight,
                          likelihood=self.likelihood)
         terms["shared_dimensions"] = shared.float().sum(1).mean()
         return terms
