@@ -68,7 +68,8 @@ class Trainer:
     """Trains one model on the rows ``train_indices`` of ``images``.
 
     ``factors`` (N, F), each image's factor values or classes, is needed only by objectives that
-    train on pairs (Ada-GVAE).
+    train on pairs (Ada-GVAE). ``images`` is a uint8 numpy array, or a uint8 tensor already
+    resident on the device (see ``models.packed.resident_images``).
     """
 
     def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
@@ -125,6 +126,9 @@ class Trainer:
         else:
             first, second = self.pairs.sample(self.batch_rng, self.config.batch_size)
             rows = np.concatenate([first, second])
+        if isinstance(self.images, torch.Tensor):  # resident on the device: only the indices cross
+            rows = torch.from_numpy(rows).to(self.images.device, non_blocking=True)
+            return self.images[rows].to(self.device).float().div_(255.0)
         return to_float(self.images[rows], self.device)
 
     def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], Schedule]:

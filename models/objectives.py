@@ -315,7 +315,8 @@ class FactorVAEObjective(Objective):
 
     def draw_noise(self, generator, rows, device):
         noise = super().draw_noise(generator, rows, device)
-        noise["permutation"] = torch.rand((rows - rows // 2, self.latent_dim), generator=generator, device=device)
+        noise["permutation"] = torch.rand((rows - rows // 2, self.latent_dim), generator=generator,
+                                          device=device)
         return noise
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
@@ -429,7 +430,18 @@ LOSS_TERMS = {
     "beta_tcvae": ["reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl"],
     "wae_mmd": ["reconstruction", "kl", "mmd", "logvar_l1"],
     "ada_gvae": ["reconstruction", "kl", "shared_dimensions"],
+    "wae_gan": ["reconstruction", "kl", "adversarial_penalty", "logvar_l1", "adversary"],
+    "cascade_vae": ["reconstruction", "kl", "weighted_kl", "released_dimensions", "duplicate_pairs"],
+    "lie_group_vae": ["reconstruction", "kl", "group_reconstruction", "hessian_penalty",
+                      "commutator_penalty"],
 }
+
+# WAE-GAN, CascadeVAE and LieGroupVAE live in their own modules. Each builds on this module's
+# Objective and adds its objective to OBJECTIVES when imported ("wae_gan", "cascade_vae",
+# "lie_group_vae"), so importing this module imports them, from here rather than from the top.
+import models.cascade_vae  # noqa: E402,F401
+import models.lie_group_vae  # noqa: E402,F401
+import models.wae_gan  # noqa: E402,F401
 
 
 def build_objective(config, dataset_size: int = 1) -> Objective:
