@@ -22,6 +22,9 @@ CONFIG_FIELDS = [
     pa.field("scale", pa.string()),
     pa.field("dataset", pa.string()),
     pa.field("n_images", pa.int64()),
+    # procedural (rendered by disgen's generators) or real (the dataset's real file); null in
+    # files written before the column existed, which were all procedural.
+    pa.field("data_source", pa.string()),
     pa.field("split", pa.string()),
     pa.field("condition", pa.string()),
     pa.field("architecture", pa.string()),
@@ -88,7 +91,9 @@ TRIALS_SCHEMA = pa.schema(CONFIG_FIELDS + METRIC_FIELDS)
 # Loss terms an objective may report; a trial fills the ones its objective has.
 # (models.LOSS_TERMS lists them per objective; a test keeps the two in step.)
 LOSS_TERMS = ["loss", "reconstruction", "kl", "capacity", "total_correlation", "discriminator",
-              "mutual_information", "dimension_wise_kl", "mmd", "logvar_l1", "shared_dimensions"]
+              "mutual_information", "dimension_wise_kl", "mmd", "logvar_l1", "shared_dimensions",
+              "adversarial_penalty", "adversary", "weighted_kl", "released_dimensions", "duplicate_pairs",
+              "group_reconstruction", "hessian_penalty", "commutator_penalty"]
 
 HISTORY_SCHEMA = pa.schema(
     [

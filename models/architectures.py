@@ -12,6 +12,13 @@ C is 1 or 3 and S is 64 or 128 (``IMAGE_SIZES`` says which sizes each architectu
   then 256, 256.
 - kim (Kim & Mnih 2018's FactorVAE network; Montero et al. 2021 on 3DShapes and MPI3D):
   convolutions 32, 32, 64, 64, then 256.
+- mpcnn (Montero et al. 2021, appendix A: "a 3-layer CNN with 32×4×2×1 convolutions and max
+  pooling, followed by a 2-layer MLP with 256 units"): three 4×4 stride-2 convolutions of 32
+  channels, one 2×2 max pooling (64 px: 8×8 → 4×4, so the fully connected layers see the same
+  32×4×4 features as burgess's), then 256, 256; the decoder is the transpose, with a ×2
+  nearest-neighbour upsampling in place of the pooling. Where the pooling goes is our reading of
+  the text (it names the pooling but not its place; pooling after every convolution would shrink a
+  64 px image to 1×1 and discard position).
 - montero, abdi (Montero et al. 2022): convolutions 64, 64, 128, 128, 256 / 32, 32, 64, 128, 256,
   then 256.
 - dittadi (Dittadi et al. 2021): a 5×5 stride-2 convolution to 64 channels, 10 residual blocks of
@@ -48,10 +55,12 @@ from torch import nn
 
 
 class ConvEncoder(nn.Module):
-    """Stride-2 4×4 convolutions of ``conv_widths`` channels, then fully connected ``fc_widths``,
-    then one layer giving the posterior mean and log-variance."""
+    """Stride-2 4×4 convolutions of ``conv_widths`` channels (then, with ``max_pool``, one 2×2 max
+    pooling), then fully connected ``fc_widths``, then one layer giving the posterior mean and
+    log-variance."""
 
-    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths):
+    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths,
+                 max_pool: bool = False):
         super().__init__()
         self.latent_dim = latent_dim
         widths = list(conv_widths)
@@ -61,8 +70,10 @@ class ConvEncoder(nn.Module):
         for width in widths:
             layers += [nn.Conv2d(previous, width, 4, 2, 1), nn.ReLU()]
             previous = width
+        if max_pool:
+            layers.append(nn.MaxPool2d(2))
         self.conv = nn.Sequential(*layers)
-        side = image_size // 2 ** len(widths)
+        side = image_size // 2 ** (len(widths) + max_pool)
         fc, features = [nn.Flatten()], previous * side * side
         for width in fc_widths:
             fc += [nn.Linear(features, width), nn.ReLU()]
@@ -76,15 +87,17 @@ class ConvEncoder(nn.Module):
 
 
 class ConvDecoder(nn.Module):
-    """The transpose of ``ConvEncoder``: fully connected layers, then 4×4 stride-2 transposed
+    """The transpose of ``ConvEncoder``: fully connected layers, then (with ``max_pool``) a ×2
+    nearest-neighbour upsampling where the encoder pooled, then 4×4 stride-2 transposed
     convolutions back to the image."""
 
-    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths):
+    def __init__(self, channels: int, latent_dim: int, image_size: int, conv_widths, fc_widths,
+                 max_pool: bool = False):
         super().__init__()
         widths = list(conv_widths)
         if image_size == 128:
             widths = widths[:1] + widths
-        self.side = image_size // 2 ** len(widths)
+        self.side = image_size // 2 ** (len(widths) + max_pool)
         self.top_width = widths[-1]
         fc, features = [], latent_dim
         for width in list(fc_widths)[::-1] + [self.top_width * self.side * self.side]:
@@ -92,7 +105,7 @@ class ConvDecoder(nn.Module):
             features = width
         self.fc = nn.Sequential(*fc)
         outputs = widths[::-1][1:] + [channels]
-        layers, previous = [], self.top_width
+        layers, previous = ([nn.Upsample(scale_factor=2, mode="nearest")] if max_pool else []), self.top_width
         for i, width in enumerate(outputs):
             layers.append(nn.ConvTranspose2d(previous, width, 4, 2, 1))
             if i < len(outputs) - 1:
@@ -104,12 +117,12 @@ class ConvDecoder(nn.Module):
         return self.deconv(self.fc(z).view(-1, self.top_width, self.side, self.side))
 
 
-def _conv_pair(conv_widths, fc_widths):
+def _conv_pair(conv_widths, fc_widths, max_pool: bool = False):
     def encoder(channels, latent_dim, image_size):
-        return ConvEncoder(channels, latent_dim, image_size, conv_widths, fc_widths)
+        return ConvEncoder(channels, latent_dim, image_size, conv_widths, fc_widths, max_pool)
 
     def decoder(channels, latent_dim, image_size):
-        return ConvDecoder(channels, latent_dim, image_size, conv_widths, fc_widths)
+        return ConvDecoder(channels, latent_dim, image_size, conv_widths, fc_widths, max_pool)
 
     return encoder, decoder
 
@@ -260,6 +273,7 @@ ARCHITECTURES = {
     "burgess": _conv_pair((32, 32, 32, 32), (256, 256)),
     "burgess_v2": _conv_pair((32, 32, 64, 64), (256, 256)),
     "kim": _conv_pair((32, 32, 64, 64), (256,)),
+    "mpcnn": _conv_pair((32, 32, 32), (256, 256), max_pool=True),
     "montero": _conv_pair((64, 64, 128, 128, 256), (256,)),
     "abdi": _conv_pair((32, 32, 64, 128, 256), (256,)),
     "dittadi": (DittadiEncoder, DittadiDecoder),

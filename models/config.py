@@ -13,20 +13,26 @@ IMAGE_SIZES = {
     "burgess": (64, 128),
     "burgess_v2": (64, 128),
     "kim": (64, 128),
+    "mpcnn": (64, 128),
     "montero": (64, 128),
     "abdi": (64, 128),
     "dittadi": (64, 128),
 }
 ARCHITECTURES = tuple(IMAGE_SIZES)
 
-OBJECTIVES = ("vae", "beta_vae", "annealed_vae", "factor_vae", "beta_tcvae", "wae_mmd", "ada_gvae")
+OBJECTIVES = ("vae", "beta_vae", "annealed_vae", "factor_vae", "beta_tcvae", "wae_mmd", "ada_gvae",
+              "wae_gan", "cascade_vae", "lie_group_vae")
 OBJECTIVE_ALIASES = {"cci_vae": "annealed_vae", "betavae": "beta_vae", "factorvae": "factor_vae",
-                     "wae": "wae_mmd", "adagvae": "ada_gvae"}
+                     "wae": "wae_mmd", "adagvae": "ada_gvae", "waegan": "wae_gan",
+                     "infocascade": "cascade_vae", "info_cascade": "cascade_vae", "cascadevae": "cascade_vae",
+                     "lievae": "lie_group_vae", "lie_vae": "lie_group_vae", "liegroupvae": "lie_group_vae"}
 # objectives that train on pairs of images that differ in a few factors (weak supervision)
 OBJECTIVES_ON_PAIRS = ("ada_gvae",)
 # each objective's γ when the config leaves it unset (Kim & Mnih 2018 on dSprites; Burgess et al. 2018)
 DEFAULT_GAMMA = {"factor_vae": 35.0, "annealed_vae": 1000.0}
 LIKELIHOODS = ("bernoulli", "mse")
+# objectives whose reconstruction term is the squared error unless ``likelihood`` says otherwise
+OBJECTIVES_WITH_MSE = ("wae_mmd", "wae_gan", "lie_group_vae")
 PAIR_DIVERGENCES = ("symmetric_kl", "kl")
 
 
@@ -67,7 +73,28 @@ class ModelConfig:
     logvar_l1_weight: float = 1e-3  # WAE-MMD's λ2
     pair_divergence: str = "symmetric_kl"  # Ada-GVAE: D21's symmetrised KL, or "kl": 2·KL(q1‖q2)
     pair_factors_changed: int = 1  # Ada-GVAE: k, the factors a pair may differ in
-    likelihood: str | None = None  # None: the objective's own (mse for WAE-MMD, else bernoulli)
+    # WAE-GAN (Tolstikhin et al. 2018): λ·adversarial penalty from a latent adversary (its own Adam)
+    adversarial_weight: float = 10.0  # λ (Montero et al. 2022's code: 10)
+    adversary_lr: float = 1e-3  # the adversary's Adam lr, betas (0.5, 0.9) (M22's code: 1e-3)
+    adversary_layers: int = 5  # linear layers: 4 hidden ReLU layers and the output (Tolstikhin et al.)
+    adversary_width: int = 512
+    prior_std: float = 1.0  # the prior N(0, prior_std² I) the adversary compares codes with
+    # CascadeVAE / InfoCascade (Jeong & Song 2019; M22: 6 continuous latents, 3 categories, β (2, 10))
+    beta_low: float = 2.0  # a continuous dimension's β once released ...
+    beta_high: float = 10.0  # ... and before: dimension d is released at step (d + 1)·cascade_steps
+    cascade_steps: int = 20_000
+    discrete_categories: int = 3  # categories of the discrete latent (one-hot, after the continuous ones)
+    discrete_warmup_steps: int = 0  # steps with the category code held at zero before inference starts
+    duplicate_penalty: float = 1e-3  # λ: the category matching's cost per pair of batch rows sharing one
+    # LieGroupVAE (Zhu et al. 2021, as M22 ran it: one 10×10 group, 10 latents)
+    lie_matrix_size: int = 10  # group elements are m×m matrices; the decoder reads their m² entries
+    group_reconstruction_weight: float = 0.1  # weight of ‖g_encoder − g_exp‖² (M22: hy_rec 0.1)
+    hessian_weight: float = 40.0  # weight of the Hessian penalty Σ_{i≠j}‖A_i A_j‖² / K² (M22: 40)
+    commutator_weight: float = 0.0  # weight of Σ_{i≠j}‖A_i A_j − A_j A_i‖² / K² (M22: 0)
+    lie_basis_init_std: float = 1e-3  # the Lie-algebra basis starts N(0, std²) (M22: 0.001)
+    encoder_group_probability: float = 0.2  # a training step decodes the encoder's group features (M22: 0.2)
+    # None: the objective's own (mse for WAE-MMD, WAE-GAN and LieGroupVAE, else bernoulli)
+    likelihood: str | None = None
     # input noise (D21), added to the encoder's input only
     input_noise_subpixel_std: float = 0.0
     input_noise_greyscale_std: float = 0.0
@@ -137,6 +164,7 @@ class ModelConfig:
                             f"{', '.join(PAIR_DIVERGENCES)}")
         if self.pair_factors_changed < 1:
             problems.append(f"pair_factors_changed: must be at least 1; got {self.pair_factors_changed}")
+        problems += self._model_specific_problems()
         if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
             problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
                             f"{', '.join(LIKELIHOODS)} "
@@ -146,6 +174,31 @@ class ModelConfig:
                 problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
+
+    def _model_specific_problems(self) -> list[str]:
+        """WAE-GAN's, CascadeVAE's and LieGroupVAE's fields."""
+        problems = []
+        for name in ("adversarial_weight", "beta_low", "duplicate_penalty", "group_reconstruction_weight",
+                     "hessian_weight", "commutator_weight", "lie_basis_init_std"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
+        for name in ("adversary_lr", "prior_std"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name}: must be > 0; got {getattr(self, name)}")
+        for name in ("adversary_layers", "adversary_width", "lie_matrix_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be at least 1; got {getattr(self, name)}")
+        for name in ("cascade_steps", "discrete_warmup_steps"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
+        if not self.beta_high >= self.beta_low:
+            problems.append(f"beta_high: must be >= beta_low ({self.beta_low}); got {self.beta_high}")
+        if self.discrete_categories < 2:
+            problems.append(f"discrete_categories: must be at least 2; got {self.discrete_categories}")
+        if not 0 <= self.encoder_group_probability <= 1:
+            problems.append("encoder_group_probability: must be in [0, 1]; got "
+                            f"{self.encoder_group_probability}")
+        return problems
 
     @property
     def needs_pairs(self) -> bool:
@@ -161,7 +214,7 @@ class ModelConfig:
     def resolved_likelihood(self) -> str:
         if self.likelihood is not None:
             return self.likelihood
-        return "mse" if self.objective == "wae_mmd" else "bernoulli"
+        return "mse" if self.objective in OBJECTIVES_WITH_MSE else "bernoulli"
 
     def total_steps(self, n_train: int) -> int:
         """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""

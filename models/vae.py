@@ -34,10 +34,22 @@ class VAE(nn.Module):
         return self.decode(z), mean, logvar
 
 
-def build(config: ModelConfig | dict) -> VAE:
-    """The model a config names, freshly initialised (seeded by ``config.seed``)."""
+def model_class(objective: str) -> type[nn.Module]:
+    """The model an objective trains: VAE, except CascadeVAE's and LieGroupVAE's own latents."""
+    if objective == "cascade_vae":
+        from models.cascade_vae import CascadeVAE
+        return CascadeVAE
+    if objective == "lie_group_vae":
+        from models.lie_group_vae import LieGroupVAE
+        return LieGroupVAE
+    return VAE
+
+
+def build(config: ModelConfig | dict) -> nn.Module:
+    """The model a config names, freshly initialised (seeded by ``config.seed``): a ``VAE``, or for
+    the cascade_vae and lie_group_vae objectives their own model (the same encode/decode hooks)."""
     if isinstance(config, dict):
         config = ModelConfig.from_dict(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        return VAE(config)
+        return model_class(config.objective)(config)

@@ -257,6 +257,9 @@ OBJECTIVE_SETTINGS = {
     "beta_tcvae": {"beta": 4.0},
     "wae_mmd": {},
     "ada_gvae": {"beta": 2.0},
+    "wae_gan": {"adversary_width": 64},
+    "cascade_vae": {"latent_dim": 6, "cascade_steps": 10, "discrete_categories": 2},
+    "lie_group_vae": {},
 }
 
 
