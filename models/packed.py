@@ -49,6 +49,9 @@ SCALAR_FIELDS = (
     "seed", "beta", "gamma", "lr", "lr_decay", "lr_milestones", "kl_warmup_steps", "grad_clip_norm",
     "capacity_max", "capacity_steps", "discriminator_lr", "mmd_weight", "logvar_l1_weight",
     "input_noise_subpixel_std", "input_noise_greyscale_std",
+    # WAE-GAN and LieGroupVAE (buffers, or used only at initialisation)
+    "adversarial_weight", "adversary_lr", "prior_std", "group_reconstruction_weight", "hessian_weight",
+    "commutator_weight", "lie_basis_init_std", "encoder_group_probability",
 )
 MODES = ("auto", "vmap", "loop")
 
