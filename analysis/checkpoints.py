@@ -24,8 +24,37 @@ def find_checkpoints(experiment_dir: str) -> list[str]:
     return found
 
 
-def load_checkpoint(path: str):
-    """(model, config, dataset) of a ``trainer.pt`` written by ``sweeps/trainable.py``.
+def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
+    """(member config, model weights) of each model a final checkpoint holds.
+
+    sweeps/trainable.py's final checkpoints hold ``models`` (one per member) and ``config`` (a
+    trial's config, or ``{"pack": [member configs]}``); older ones held ``trainer`` or ``model``.
+    """
+    if "config" not in state or not ({"models", "model", "trainer"} & set(state)):
+        raise ValueError(f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
+    configs = state["config"]["pack"] if "pack" in state["config"] else [state["config"]]
+    if "models" in state:
+        weights = state["models"]
+    else:
+        weights = [state["model"] if "model" in state else state["trainer"]["model"]]
+    errors = {int(k) for k in state.get("errors", {})}
+    return [(c, w) for k, (c, w) in enumerate(zip(configs, weights)) if k not in errors]
+
+
+def count_models(path: str) -> int:
+    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint)."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return len(_trained_weights(state, path))
+    except ValueError:
+        return 0
+
+
+def load_checkpoints(path: str) -> list[tuple]:
+    """[(model, config, dataset)] of every trained model in a ``trainer.pt`` written by
+    ``sweeps/trainable.py``: one, or one per member of a pack (members that failed are left out).
 
     The dataset is rebuilt procedurally from the configuration (dataset, n_images, data_seed).
     """
@@ -35,14 +64,22 @@ def load_checkpoint(path: str):
     from models import ModelConfig, build
 
     state = torch.load(path, map_location="cpu", weights_only=False)
-    if "config" not in state or "trainer" not in state:
-        raise ValueError(f"{path}: not a final trial checkpoint (needs 'trainer' and 'config' keys)")
-    config = state["config"]
-    data = load_procedural(config["dataset"], config.get("n_images"), seed=config.get("data_seed", 0))
-    model = build(ModelConfig.from_dict({**config, "channels": data.channels}))
-    model.load_state_dict(state["trainer"]["model"])
-    model.eval()
-    return model, config, data
+    loaded, datasets = [], {}
+    for config, weights in _trained_weights(state, path):
+        key = (config["dataset"], config.get("n_images"), config.get("data_seed", 0))
+        if key not in datasets:
+            datasets[key] = load_procedural(key[0], key[1], seed=key[2])
+        data = datasets[key]
+        model = build(ModelConfig.from_dict({**config, "channels": data.channels}))
+        model.load_state_dict(weights)
+        model.eval()
+        loaded.append((model, config, data))
+    return loaded
+
+
+def load_checkpoint(path: str, member: int = 0):
+    """(model, config, dataset) of one model of a ``trainer.pt`` (``member``: which, in a pack)."""
+    return load_checkpoints(path)[member]
 
 
 def model_figures(
@@ -54,6 +91,7 @@ def model_figures(
     span: float = 2.0,
     n_codes: int = 1000,
     seed: int = 0,
+    member: int = 0,
 ) -> dict[str, str]:
     """Write, for the checkpoint at ``path``, ``<trial_key>_reconstructions.png`` (training and
     held-out images above their reconstructions), ``<trial_key>_traversal.png`` (each code swept
@@ -66,7 +104,7 @@ def model_figures(
     from data_pipeline import get_split
     from models import encode_means, reconstruct
 
-    model, config, data = load_checkpoint(path)
+    model, config, data = load_checkpoint(path, member)
     split = get_split(config["dataset"], config["split"])
     train, test = split.train_test_indices(data.classes, data.factor_space)
     rng = np.random.default_rng(seed)

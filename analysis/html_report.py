@@ -219,20 +219,22 @@ def write_html_report(
 
 def _model_sections(experiment_dirs, figures_dir, max_models) -> list[str]:
     try:
-        from analysis.checkpoints import find_checkpoints, model_figures
+        from analysis.checkpoints import count_models, find_checkpoints, model_figures
     except ImportError as error:  # pragma: no cover - torch or models missing
         return [f'<p class="note">Model figures unavailable: {html.escape(str(error))}</p>']
     checkpoints = [c for d in experiment_dirs for c in find_checkpoints(d)]
     if not checkpoints:
         return ['<p class="note">No checkpoints (<code>*/checkpoint_*/trainer.pt</code>) found.</p>']
+    # one entry per trained model: a pack's checkpoint holds several
+    models = [(c, member) for c in checkpoints for member in range(count_models(c))]
     body = []
-    if len(checkpoints) > max_models:
-        body.append(f"<p>Showing {max_models} of {len(checkpoints)} trained models (--max-models).</p>")
-    for checkpoint in checkpoints[:max_models]:
+    if len(models) > max_models:
+        body.append(f"<p>Showing {max_models} of {len(models)} trained models (--max-models).</p>")
+    for checkpoint, member in models[:max_models]:
         trial = os.path.basename(os.path.dirname(os.path.dirname(checkpoint)))
-        body.append(f"<h3>{html.escape(trial)}</h3>")
+        body.append(f"<h3>{html.escape(trial)}{f' · member {member}' if member else ''}</h3>")
         try:
-            made = model_figures(checkpoint, figures_dir)
+            made = model_figures(checkpoint, figures_dir, member=member)
         except Exception as error:  # one broken checkpoint must not lose the whole report
             body.append(
                 f'<p class="note">Could not draw {html.escape(checkpoint)}: '
