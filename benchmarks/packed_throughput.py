@@ -85,7 +85,8 @@ def step_flops(config: ModelConfig, images, device) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--k", type=int, nargs="+", default=[8], help="pack sizes (default: 8)")
     parser.add_argument("--architecture", default="burgess")
     parser.add_argument("--batch", type=int, default=64)
@@ -102,7 +103,8 @@ def main() -> None:
     device = torch.device(args.device)
     modes = args.modes or (["loop", "vmap"] if device.type == "cpu" else ["vmap"])
     rng = np.random.default_rng(0)
-    images = ((rng.random((4096, args.channels, args.image_size, args.image_size)) > 0.7) * 255).astype(np.uint8)
+    shape = (4096, args.channels, args.image_size, args.image_size)
+    images = ((rng.random(shape) > 0.7) * 255).astype(np.uint8)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"# {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads; "

@@ -8,24 +8,31 @@ Train one model from a Python session::
     model = build(config)
     for progress in train(model, images, np.arange(len(images)), config):
         print(progress)
+
+``ModelConfig.task`` picks what is trained ("vae", "ground_truth_decoder" or "composition");
+``build_trainer(config, images, classes, factor_space, train_indices)`` returns its trainer.
 """
 
 from models.cascade_vae import CascadeVAE
-from models.composition import CompositionNet
-from models.config import ARCHITECTURES, OBJECTIVES, OBJECTIVES_ON_PAIRS, ModelConfig
+from models.composition import CompositionNet, CompositionTrainer, TripletSampler
+from models.config import ARCHITECTURES, LATENT_OPS, OBJECTIVES, OBJECTIVES_ON_PAIRS, TASKS, ModelConfig
 from models.engine import NonFiniteLossError, Trainer, add_input_noise, select_device, train
 from models.evaluation import encode_means, nll_per_image, reconstruct
-from models.ground_truth import GroundTruthDecoder
+from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
 from models.lie_group_vae import LieGroupVAE
 from models.objectives import LOSS_TERMS, build_objective
 from models.pairs import PairSampler
+from models.tasks import TaskTrainer, build_task_model, build_trainer
 from models.vae import VAE, build
 
 __all__ = [
     "ARCHITECTURES",
     "CascadeVAE",
     "CompositionNet",
+    "CompositionTrainer",
     "GroundTruthDecoder",
+    "GroundTruthDecoderTrainer",
+    "LATENT_OPS",
     "LOSS_TERMS",
     "LieGroupVAE",
     "OBJECTIVES",
@@ -33,11 +40,16 @@ __all__ = [
     "ModelConfig",
     "NonFiniteLossError",
     "PairSampler",
+    "TASKS",
+    "TaskTrainer",
     "Trainer",
+    "TripletSampler",
     "VAE",
     "add_input_noise",
     "build",
     "build_objective",
+    "build_task_model",
+    "build_trainer",
     "encode_means",
     "nll_per_image",
     "reconstruct",

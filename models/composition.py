@@ -14,14 +14,14 @@ Latent operations:
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.config import ModelConfig
+from models.config import LATENT_OPS, ModelConfig
 from models.objectives import bernoulli_nll, gaussian_kl, posterior_sample
-
-LATENT_OPS = ("linear", "interpolation", "mlp")
+from models.tasks import TaskTrainer
 
 
 class LinearOp(nn.Module):
@@ -92,10 +92,168 @@ class CompositionNet(nn.Module):
         return self.decoder(self.op(z_reference, z_transform, action)), mean, logvar
 
     def loss_terms(self, reference, transform, action, target, generator: torch.Generator,
-                   beta: float | None = None) -> dict:
-        """Bernoulli NLL of the target + β·KL (the KL of both inputs' posteriors, averaged)."""
+                   beta: float | None = None, kl_weight: float = 1.0) -> dict:
+        """Bernoulli NLL of the target + kl_weight·β·KL (the KL of both inputs' posteriors,
+        averaged)."""
         beta = self.config.beta if beta is None else beta
         logits, mean, logvar = self(reference, transform, action, generator)
         reconstruction = bernoulli_nll(logits, target).mean()
         kl = gaussian_kl(mean, logvar).sum(1).mean()
-        return {"loss": reconstruction + beta * kl, "reconstruction": reconstruction, "kl": kl}
+        return {"loss": reconstruction + kl_weight * beta * kl, "reconstruction": reconstruction, "kl": kl}
+
+
+def _class_keys(classes: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Mixed-radix code of each row of class tuples (equal tuples, equal codes)."""
+    keys = np.zeros(len(classes), np.int64)
+    for column, size in enumerate(sizes):
+        keys = keys * int(size) + classes[:, column]
+    return keys
+
+
+class TripletSampler:
+    """Composition triplets (reference, transform, action, target) over rows of an image array.
+
+    The target is the image whose factor classes are the reference's, except the action's factor,
+    which it takes from the transform. :meth:`sample` draws as ``data_pipeline.samplers.
+    composition_triplets`` does inside ``allowed``: reference and transform uniformly among
+    ``pool`` rows and the action uniformly among the factors that vary over the pool (precisely:
+    in which two pool images differ while agreeing in every other factor); a triplet
+    whose target is not a pool row is drawn again, so no image outside the pool (a held-out image,
+    when the pool is a split's training rows) appears in a triplet. It works on the rows' classes
+    (any labelled dataset, a full grid or not) and costs O(batch·log N) a call. Where several rows
+    share one class tuple, the target is the first of them.
+    """
+
+    def __init__(self, classes: np.ndarray, pool: np.ndarray, max_tries: int = 100):
+        classes = np.asarray(classes, dtype=np.int64)
+        if classes.ndim != 2:
+            raise ValueError(f"classes: expected one row of factor classes per image, (N, F); got shape "
+                             f"{classes.shape}")
+        self.classes, self.pool, self.max_tries = classes, np.asarray(pool, dtype=np.int64), max_tries
+        if len(self.pool) == 0:
+            raise ValueError("train_indices: the training set is empty")
+        self.sizes = classes.max(0) + 1
+        if float(np.prod(self.sizes.astype(float))) >= 2.0 ** 62:
+            raise ValueError(f"classes: {len(self.sizes)} factors of {self.sizes.tolist()} classes are too "
+                             "many combinations to index")
+        self.keys = _class_keys(classes, self.sizes)
+        pool_keys = self.keys[self.pool]
+        order = np.argsort(pool_keys, kind="stable")
+        self._sorted_keys, self._sorted_rows = pool_keys[order], self.pool[order]
+        self.actions = self._movable_factors()
+        if len(self.actions) == 0:
+            raise ValueError(
+                "composition: no two training images differ in one factor only, so every triplet's target "
+                "would be its reference. The composition task needs (most of) a full factor grid: train "
+                "on the whole grid (n_images: null)")
+
+    def _movable_factors(self) -> np.ndarray:
+        """The factors an action may name: those in which some two distinct pool tuples differ
+        and agree in every other factor (on a grid: the factors with more than one class)."""
+        _, first = np.unique(self.keys[self.pool], return_index=True)
+        distinct = self.classes[self.pool[first]]
+        movable = []
+        for factor in range(distinct.shape[1]):
+            rest = np.delete(np.arange(distinct.shape[1]), factor)
+            _, counts = np.unique(_class_keys(distinct[:, rest], self.sizes[rest]), return_counts=True)
+            if (counts > 1).any():
+                movable.append(factor)
+        return np.asarray(movable, dtype=np.int64)
+
+    def row_of(self, classes: np.ndarray) -> np.ndarray:
+        """The pool row with each class tuple, or -1 where the pool has none."""
+        keys = _class_keys(classes, self.sizes)
+        inside = (classes < self.sizes).all(1) & (classes >= 0).all(1)
+        position = np.minimum(np.searchsorted(self._sorted_keys, keys), len(self._sorted_keys) - 1)
+        found = inside & (self._sorted_keys[position] == keys)
+        return np.where(found, self._sorted_rows[position], -1)
+
+    def sample(self, rng: np.random.Generator, n: int):
+        """``n`` triplets as row arrays (reference, transform, target) and the action factor of each."""
+        out = [np.empty(n, np.int64) for _ in range(4)]
+        todo = np.arange(n)
+        for _ in range(self.max_tries):
+            m = len(todo)
+            reference = self.pool[rng.integers(len(self.pool), size=m)]
+            transform = self.pool[rng.integers(len(self.pool), size=m)]
+            action = self.actions[rng.integers(len(self.actions), size=m)]
+            target_classes = self.classes[reference].copy()
+            target_classes[np.arange(m), action] = self.classes[transform, action]
+            target = self.row_of(target_classes)
+            ok = target >= 0
+            for array, value in zip(out, (reference, transform, target, action)):
+                array[todo[ok]] = value[ok]
+            todo = todo[~ok]
+            if len(todo) == 0:
+                return tuple(out)
+        raise ValueError(
+            f"composition: could not draw {len(todo)} of {n} triplets in {self.max_tries} tries: changing "
+            "one factor of a training image rarely gives another training image. The composition task "
+            "needs (most of) a full factor grid: train on the whole grid (n_images: null)")
+
+    def sample_onto(self, targets: np.ndarray, rng: np.random.Generator):
+        """Triplets whose targets are the given rows (which may lie outside the pool): the action
+        uniformly among the factors that vary, the reference the target with the action's factor
+        set to a random pool row's class, the transform a random pool row with the target's class
+        in that factor. Reference and transform are pool rows. Returns (reference, transform,
+        target, action) for the targets that got a triplet within ``max_tries`` draws (all of
+        them on a full grid)."""
+        targets = np.asarray(targets, dtype=np.int64)
+        out = [np.full(len(targets), -1, np.int64) for _ in range(4)]
+        todo = np.arange(len(targets))
+        for _ in range(self.max_tries):
+            m = len(todo)
+            if m == 0:
+                break
+            target = targets[todo]
+            action = self.actions[rng.integers(len(self.actions), size=m)]
+            wanted = self.classes[target]
+            reference_classes = wanted.copy()
+            donor = self.pool[rng.integers(len(self.pool), size=m)]
+            reference_classes[np.arange(m), action] = self.classes[donor, action]
+            transform_classes = self.classes[self.pool[rng.integers(len(self.pool), size=m)]].copy()
+            transform_classes[np.arange(m), action] = wanted[np.arange(m), action]
+            reference, transform = self.row_of(reference_classes), self.row_of(transform_classes)
+            ok = (reference >= 0) & (transform >= 0)
+            for array, value in zip(out, (reference, transform, target, action)):
+                array[todo[ok]] = value[ok]
+            todo = todo[~ok]
+        drawn = out[0] >= 0
+        return tuple(array[drawn] for array in out)
+
+
+class CompositionTrainer(TaskTrainer):
+    """Trains a :class:`CompositionNet` on triplets among the training rows (M21 appendix A).
+
+    Each step draws ``batch_size`` triplets with :class:`TripletSampler` from the training rows
+    only (seeded by the checkpointed ``batch_rng``), so no held-out image is a reference,
+    transform or target; the posterior samples come from ``noise_rng``. The loss is the target's
+    Bernoulli NLL + β·KL (with ``kl_warmup_steps``, the KL weight rises linearly from 0).
+    ``classes`` (N, F) are the images' factor classes; ``factor_space``, if given, must have F
+    factors (one action per factor). ``Trainer``'s interface (see ``models.tasks``).
+    """
+
+    def __init__(self, model: CompositionNet, images: np.ndarray, classes: np.ndarray, factor_space,
+                 train_indices: np.ndarray, config: ModelConfig, device=None):
+        super().__init__(model, images, train_indices, config, device)
+        classes = np.asarray(classes)
+        if classes.ndim != 2 or len(classes) != len(images):
+            raise ValueError(f"classes: expected one row of factor classes per image, ({len(images)}, F); "
+                             f"got shape {classes.shape}")
+        if classes.shape[1] != model.n_actions:
+            raise ValueError(f"classes: the network takes {model.n_actions} actions (one per factor); the "
+                             f"classes have {classes.shape[1]} factors")
+        if factor_space is not None and factor_space.n_factors != classes.shape[1]:
+            raise ValueError(f"factor_space: has {factor_space.n_factors} factors; classes have "
+                             f"{classes.shape[1]}")
+        self.triplets = TripletSampler(classes, self.train_indices)
+
+    def images_per_step(self) -> int:
+        """Reference and transform images encoded per step."""
+        return 2 * self.config.batch_size
+
+    def loss_terms(self) -> dict[str, torch.Tensor]:
+        reference, transform, target, action = self.triplets.sample(self.batch_rng, self.config.batch_size)
+        one_hot = torch.nn.functional.one_hot(torch.from_numpy(action), self.model.n_actions).to(self.device)
+        return self.model.loss_terms(self.batch_images(reference), self.batch_images(transform), one_hot,
+                                     self.batch_images(target), self.noise_rng, kl_weight=self.kl_weight())

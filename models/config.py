@@ -34,6 +34,15 @@ LIKELIHOODS = ("bernoulli", "mse")
 # objectives whose reconstruction term is the squared error unless ``likelihood`` says otherwise
 OBJECTIVES_WITH_MSE = ("wae_mmd", "wae_gan", "lie_group_vae")
 PAIR_DIVERGENCES = ("symmetric_kl", "kl")
+# what a run trains: a VAE on images (every objective above), Montero et al. 2021's ground-truth
+# decoder (the true factor values → the image), or the composition network (M21 §2.3; M22)
+TASKS = ("vae", "ground_truth_decoder", "composition")
+TASK_ALIASES = {"gt_decoder": "ground_truth_decoder", "groundtruth_decoder": "ground_truth_decoder",
+                "composition_net": "composition", "compositionnet": "composition"}
+# the composition network's latent operations (models.composition)
+LATENT_OPS = ("linear", "interpolation", "mlp")
+# the objectives a composition network trains with: reconstruction of the target + β·KL
+COMPOSITION_OBJECTIVES = ("vae", "beta_vae")
 
 
 @dataclass(frozen=True)
@@ -99,10 +108,15 @@ class ModelConfig:
     input_noise_subpixel_std: float = 0.0
     input_noise_greyscale_std: float = 0.0
     bf16: bool = False  # bf16 autocast, on CUDA only
+    # the task (see docs/models.md): "vae" trains ``objective``; the other two ignore it
+    task: str = "vae"
+    latent_op: str = "linear"  # composition: how the two codes and the action combine (M21: linear)
+    normalise_factors: bool = False  # ground-truth decoder: factors scaled to [0, 1] (the authors: raw)
 
     def __post_init__(self) -> None:
         objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
         object.__setattr__(self, "objective", objective)
+        object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
         if isinstance(self.lr_milestones, (list, tuple)):
             object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
         problems = []
@@ -165,6 +179,7 @@ class ModelConfig:
         if self.pair_factors_changed < 1:
             problems.append(f"pair_factors_changed: must be at least 1; got {self.pair_factors_changed}")
         problems += self._model_specific_problems()
+        problems += self._task_problems()
         if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
             problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
                             f"{', '.join(LIKELIHOODS)} "
@@ -200,10 +215,32 @@ class ModelConfig:
                             f"{self.encoder_group_probability}")
         return problems
 
+    def _task_problems(self) -> list[str]:
+        """``task`` and its fields; options only the VAE engine implements are refused elsewhere."""
+        if self.task not in TASKS:
+            return [f"task: unknown {self.task!r}; choose one of {', '.join(TASKS)}"]
+        problems = []
+        if self.latent_op not in LATENT_OPS:
+            problems.append(f"latent_op: unknown {self.latent_op!r}; choose one of {', '.join(LATENT_OPS)}")
+        if self.task == "vae":
+            return problems
+        if self.task == "composition" and self.objective not in COMPOSITION_OBJECTIVES:
+            problems.append(f"objective: task 'composition' trains with the target's reconstruction + "
+                            f"β·KL; choose one of {', '.join(COMPOSITION_OBJECTIVES)}; "
+                            f"got {self.objective!r}")
+        if self.likelihood not in (None, "bernoulli"):
+            problems.append(f"likelihood: task {self.task!r} uses the Bernoulli likelihood; got "
+                            f"{self.likelihood!r}")
+        for name in ("input_noise_subpixel_std", "input_noise_greyscale_std"):
+            if getattr(self, name) != 0:
+                problems.append(f"{name}: only task 'vae' adds input noise; set it to 0 for task "
+                                f"{self.task!r}")
+        return problems
+
     @property
     def needs_pairs(self) -> bool:
         """Whether the objective trains on pairs of images (weak supervision)."""
-        return self.objective in OBJECTIVES_ON_PAIRS
+        return self.task == "vae" and self.objective in OBJECTIVES_ON_PAIRS
 
     @property
     def resolved_gamma(self) -> float:

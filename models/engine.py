@@ -76,6 +76,9 @@ class Trainer:
                  device: str | torch.device | None = None, factors: np.ndarray | None = None):
         if len(train_indices) == 0:
             raise ValueError("train_indices: the training set is empty")
+        if config.task != "vae":
+            raise ValueError(f"task: Trainer trains VAEs; task {config.task!r} has its own trainer: use "
+                             "models.build_trainer(config, images, classes, factor_space, train_indices)")
         if config.needs_pairs and factors is None:
             raise ValueError(f"objective: {config.objective!r} trains on pairs of images that differ in "
                              f"{config.pair_factors_changed} factor(s), but it was fed single images; pass "
@@ -201,9 +204,12 @@ class Trainer:
                 "learning rate or set grad_clip_norm"
             )
         means = dict(zip(names, values.double().mean(0).tolist()))
-        rows_per_step = self.config.batch_size * (2 if self.pairs is not None else 1)
         return {"step": self.step, **means,
-                "images_per_second": len(window) * rows_per_step / max(elapsed, 1e-9)}
+                "images_per_second": len(window) * self.images_per_step() / max(elapsed, 1e-9)}
+
+    def images_per_step(self) -> int:
+        """The input images one step trains on (for ``images_per_second``)."""
+        return self.config.batch_size * (2 if self.pairs is not None else 1)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

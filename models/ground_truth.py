@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.config import IMAGE_SIZES
+from models.config import IMAGE_SIZES, ModelConfig
 from models.engine import to_float
 from models.objectives import bernoulli_nll
+from models.tasks import TaskTrainer
 
 
 class GroundTruthDecoder(nn.Module):
@@ -79,31 +80,43 @@ class GroundTruthDecoder(nn.Module):
         return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
 
+class GroundTruthDecoderTrainer(TaskTrainer):
+    """Trains a :class:`GroundTruthDecoder` on the rows ``train_indices``: each step draws a seeded
+    batch of rows (with replacement, as ``Trainer`` does), feeds their factor values and takes one
+    Adam step on the images' Bernoulli NLL. ``Trainer``'s interface (see ``models.tasks``).
+
+    ``classes`` (N, F) are the images' factor classes and ``factor_space`` turns them into raw
+    values (``raw_values``); with ``factor_space=None``, ``classes`` already holds each image's
+    factor values. The decoder normalises them itself if it was built with ``normalise=True``.
+    """
+
+    def __init__(self, model: GroundTruthDecoder, images: np.ndarray, classes: np.ndarray, factor_space,
+                 train_indices: np.ndarray, config: ModelConfig, device=None):
+        super().__init__(model, images, train_indices, config, device)
+        values = np.asarray(classes if factor_space is None else factor_space.raw_values(classes))
+        if values.ndim != 2 or len(values) != len(images):
+            raise ValueError(f"classes: expected one row of factors per image, ({len(images)}, F); "
+                             f"got shape {values.shape}")
+        if values.shape[1] != model.low.shape[0]:
+            raise ValueError(f"classes: the decoder reads {model.low.shape[0]} factors; "
+                             f"got {values.shape[1]}")
+        self.values = torch.as_tensor(values, dtype=torch.float32)
+
+    def loss_terms(self) -> dict[str, torch.Tensor]:
+        rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.config.batch_size))
+        factors = self.values[torch.from_numpy(rows)].to(self.device)
+        return self.model.loss_terms(factors, self.batch_images(rows))
+
+
 def train_ground_truth_decoder(decoder: GroundTruthDecoder, images: np.ndarray, factors: np.ndarray,
                                train_indices: np.ndarray, *, steps: int, batch_size: int = 64,
-                               lr: float = 1e-3,
-                               seed: int = 0, report_every: int = 50, device=None) -> Iterator[dict]:
-    """Adam on the Bernoulli NLL, yielding {step, loss, reconstruction} every ``report_every`` steps
-    (M21's code: lr 1e-3)."""
-    device = torch.device(device) if device else decoder.low.device
-    decoder.to(device).train()
-    optimizer = torch.optim.Adam(decoder.parameters(), lr=lr)
-    rng = np.random.default_rng(seed)
-    rows_all = np.asarray(train_indices)
-    total = 0.0
-    for step in range(1, steps + 1):
-        rows = np.sort(rng.choice(rows_all, size=batch_size))
-        f = torch.as_tensor(np.asarray(factors[rows], dtype=np.float32), device=device)
-        terms = decoder.loss_terms(f, to_float(images[rows], device))
-        optimizer.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        optimizer.step()
-        total += float(terms["loss"].detach())
-        if step % report_every == 0 or step == steps:
-            count = report_every if step % report_every == 0 else step % report_every
-            mean = total / count
-            if not np.isfinite(mean):
-                raise FloatingPointError(f"step {step}: loss term reconstruction is not finite ({mean})")
-            yield {"step": step, "loss": mean, "reconstruction": mean}
-            total = 0.0
-    decoder.eval()
+                               lr: float = 1e-3, seed: int = 0, report_every: int = 50,
+                               device=None) -> Iterator[dict]:
+    """Adam on the Bernoulli NLL of the images given their factor values ``factors`` (N, F),
+    yielding {step, loss, reconstruction, images_per_second} every ``report_every`` steps
+    (M21's code: lr 1e-3). :class:`GroundTruthDecoderTrainer` with a config of these values."""
+    config = ModelConfig(task="ground_truth_decoder", steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                         channels=images.shape[1], image_size=images.shape[2], architecture="higgins")
+    device = device if device is not None else decoder.low.device
+    trainer = GroundTruthDecoderTrainer(decoder, images, factors, None, train_indices, config, device)
+    yield from trainer.run(report_every=report_every)

@@ -1,0 +1,134 @@
+"""Evaluation of the tasks other than the VAE: the ground-truth decoder and the composition network.
+
+:func:`evaluate_task` returns the keys :func:`analysis.evaluation.evaluate` returns for a VAE, so a
+sweep stores every task in the same table:
+
+- ``train_nll`` / ``test_nll``: mean Bernoulli NLL per image (nats, summed over pixels), on
+  training images and on the split's held-out images;
+- ``n_train_images`` / ``n_test_images``: the split's training and held-out images;
+- every disentanglement, transfer and diagnosis metric: NaN. The ground-truth decoder has no
+  encoder: its code *is* the factor values, perfectly disentangled by construction, so there is
+  nothing to score. The composition network's encoder could be scored like a VAE's, but Montero
+  et al. report only its NLLs here; score its encoder with ``evaluate`` if needed.
+
+**Ground-truth decoder.** The NLL of each row's image decoded from that row's factor values; at
+most ``n_nll`` rows of each side, drawn as ``evaluate`` draws them (same seed, same rows).
+
+**Composition network.** The NLL of the predicted target (posterior means of reference and
+transform, no sampling) on ``n_nll`` triplets per side:
+
+- train: triplets among training images, drawn as in training (``TripletSampler.sample`` on the
+  training rows);
+- test: one triplet for each of at most ``n_nll`` held-out images as the *target*; the action is
+  uniform over the factors, the reference is the target with that factor's class taken from a
+  random image, and the transform a random image with the target's class in that factor. Reference
+  and transform may be training or held-out images (extrapolation needs held-out ones: an unseen
+  posX can only come from an image that has it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import numpy as np
+import torch
+
+from analysis.evaluation import _KEYS as METRIC_KEYS
+from analysis.evaluation import METRICS
+from models.composition import CompositionNet, TripletSampler
+from models.engine import Trainer, to_float
+from models.ground_truth import GroundTruthDecoder
+from models.objectives import bernoulli_nll
+
+_log = logging.getLogger(__name__)
+
+
+def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
+    """At most ``budget`` of ``indices`` without replacement, in order (as ``evaluate`` draws)."""
+    if len(indices) <= budget:
+        return indices
+    return np.sort(rng.choice(indices, size=budget, replace=False))
+
+
+@contextlib.contextmanager
+def _evaluating(model):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def ground_truth_nll(decoder: GroundTruthDecoder, images: np.ndarray, values: np.ndarray, rows: np.ndarray,
+                     batch_size: int = 512) -> np.ndarray:
+    """Bernoulli NLL per image of each row's image decoded from its factor values ``values[row]``."""
+    device = decoder.low.device
+    out = []
+    with _evaluating(decoder):
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
+            factors = torch.as_tensor(np.asarray(values[batch], dtype=np.float32), device=device)
+            out.append(bernoulli_nll(decoder(factors), to_float(images[batch], device)).cpu())
+    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarray, transform: np.ndarray,
+                    target: np.ndarray, action: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """Bernoulli NLL per triplet of the target given reference, transform and action (row arrays),
+    composing the posterior means."""
+    device = next(net.parameters()).device
+    out = []
+    with _evaluating(net):
+        for start in range(0, len(target), batch_size):
+            part = slice(start, start + batch_size)
+            one_hot = torch.nn.functional.one_hot(torch.as_tensor(action[part]), net.n_actions).to(device)
+            logits, _, _ = net(to_float(images[reference[part]], device),
+                               to_float(images[transform[part]], device), one_hot)
+            out.append(bernoulli_nll(logits, to_float(images[target[part]], device)).cpu())
+    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def evaluate_task(trainer_or_model, dataset, split, n_nll: int = 1000, seed: int = 0,
+                  **evaluate_options) -> dict[str, float]:
+    """``evaluate``'s metrics for a trained ground-truth decoder or composition network (see the
+    module docstring), or ``evaluate`` itself for a VAE (``evaluate_options`` go to it).
+
+    ``trainer_or_model``: a trainer from ``models.build_trainer`` or its ``.model``. ``dataset``: a
+    ``GroundTruthDataset`` (images, classes, factor_space); ``split``: the held-out split the
+    model was trained under. At most ``n_nll`` images (or triplets) per side, drawn with ``seed``.
+    """
+    model = trainer_or_model.model if isinstance(trainer_or_model, Trainer) else trainer_or_model
+    if not isinstance(model, (GroundTruthDecoder, CompositionNet)):
+        from analysis.evaluation import evaluate
+
+        return evaluate(model, dataset, split, n_nll=n_nll, seed=seed, **evaluate_options)
+    if n_nll < 1:
+        raise ValueError(f"n_nll: must be at least 1; got {n_nll}")
+    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    rng = np.random.default_rng(seed)
+    out: dict[str, float] = {"n_train_images": int(len(train)), "n_test_images": int(len(test))}
+    if isinstance(model, GroundTruthDecoder):
+        values = dataset.factor_space.raw_values(dataset.classes)
+        out["train_nll"] = _mean(ground_truth_nll(model, dataset.images, values, _sample(train, n_nll, rng)))
+        out["test_nll"] = _mean(ground_truth_nll(model, dataset.images, values, _sample(test, n_nll, rng)))
+    else:
+        train_triplets = TripletSampler(dataset.classes, train).sample(rng, n_nll)
+        everything = np.union1d(train, test)
+        targets = _sample(test, n_nll, rng)
+        test_triplets = TripletSampler(dataset.classes, everything).sample_onto(targets, rng)
+        if len(test_triplets[0]) == 0:
+            _log.info("test_nll is NaN: no held-out image of split %s could be composed from the dataset's "
+                      "images (the composition task needs a full factor grid)", split.name)
+        out["train_nll"] = _mean(composition_nll(model, dataset.images, *train_triplets))
+        out["test_nll"] = _mean(composition_nll(model, dataset.images, *test_triplets))
+    for name in METRICS:
+        for key in METRIC_KEYS[name]:
+            out[key] = float("nan")
+    return out

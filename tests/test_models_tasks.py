@@ -1,0 +1,246 @@
+"""The ground-truth decoder and composition tasks: training, exact resume, held-out hygiene and
+evaluation (models.tasks, models.ground_truth, models.composition, analysis.task_evaluation)."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.evaluation import evaluate
+from analysis.task_evaluation import evaluate_task
+from data_pipeline.datasets import GroundTruthDataset, as_channels_first
+from data_pipeline.spaces import SIMPLE_NAMES, sprite_space
+from data_pipeline.splits.rules import Split
+from data_pipeline.sprites import render_simple
+from models import (
+    CompositionNet,
+    CompositionTrainer,
+    GroundTruthDecoder,
+    GroundTruthDecoderTrainer,
+    ModelConfig,
+    NonFiniteLossError,
+    Trainer,
+    TripletSampler,
+    build_trainer,
+)
+
+# Simple (posX, posY, shape) on a 6 × 6 × 3 grid: 108 images; the split holds out circles
+# (shape 1) on the right half: 9 images, which are made all black so that an NLL on them is
+# recognisable.
+SPACE = sprite_space(SIMPLE_NAMES, (6, 6, 3))
+CLASSES = SPACE.all_classes()
+SPLIT = Split(name="circle_right", dataset="simple", condition="recombination_to_range",
+              test_when={"shape": (1,), "posX": (3, 4, 5)})
+TRAIN, TEST = SPLIT.train_test_indices(CLASSES, SPACE)
+
+
+@pytest.fixture(scope="module")
+def data():
+    images = as_channels_first(render_simple(CLASSES, SPACE))
+    images[TEST] = 0
+    return GroundTruthDataset("simple", images, CLASSES, SPACE)
+
+
+CONFIGS = {
+    # M21 used the higgins MLP decoder; burgess's costs a third as much per step here
+    "ground_truth_decoder": ModelConfig(task="ground_truth_decoder", architecture="burgess", lr=1e-3,
+                                        batch_size=16, steps=40, normalise_factors=True),
+    "composition": ModelConfig(task="composition", latent_dim=6, lr=1e-3, batch_size=16, steps=40),
+}
+
+
+def _trainer(data, task, **changes):
+    config = ModelConfig(**{**CONFIGS[task].to_dict(), **changes})
+    return build_trainer(config, data.images, data.classes, data.factor_space, TRAIN, device="cpu")
+
+
+def _copy(state):
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Two threads on a busy 2-core machine run ~10× slower than one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    """Each task trained for 40 steps without interruption: the trainer, its reports, and a copy
+    of its checkpoint taken at step 20 in the middle of the run."""
+    out = {}
+    for task in CONFIGS:
+        trainer = _trainer(data, task)
+        reports, middle = [], None
+        for report in trainer.run(report_every=10):
+            reports.append(report)
+            if report["step"] == 20:
+                middle = _copy(trainer.state_dict())
+        out[task] = (trainer, reports, middle)
+    return out
+
+
+@pytest.mark.parametrize("task", list(CONFIGS))
+def test_loss_falls_within_a_few_dozen_steps(trained, task):
+    trainer, reports, _ = trained[task]
+    assert [r["step"] for r in reports] == [10, 20, 30, 40] and trainer.step == trainer.total_steps == 40
+    assert reports[-1]["loss"] < 0.5 * reports[0]["loss"]
+    assert reports[-1]["reconstruction"] < 0.5 * reports[0]["reconstruction"]
+    assert all(r["images_per_second"] > 0 for r in reports)
+    if task == "composition":
+        assert "kl" in reports[0] and isinstance(trainer, CompositionTrainer)
+    else:
+        assert isinstance(trainer, GroundTruthDecoderTrainer)
+        assert isinstance(trainer.model, GroundTruthDecoder)
+
+
+@pytest.mark.parametrize("task", list(CONFIGS))
+def test_resume_follows_the_same_trajectory(data, trained, task):
+    whole, reports, middle = trained[task]
+    resumed = _trainer(data, task)
+    resumed.load_state_dict(middle)
+    assert resumed.step == 20
+    later = list(resumed.run(report_every=10))
+    assert [r["loss"] for r in later] == [r["loss"] for r in reports[2:]]
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_a_training_triplet_never_holds_a_held_out_image(data):
+    trainer = _trainer(data, "composition", steps=6, batch_size=64)
+    seen = []
+    fetch = trainer.batch_images
+    trainer.batch_images = lambda rows: seen.append(np.asarray(rows)) or fetch(rows)
+    list(trainer.run(report_every=6))
+    seen = np.concatenate(seen)
+    assert len(seen) == 6 * 3 * 64 and np.isin(seen, TRAIN).all()
+    # the triplets themselves: the target is the reference with the action's factor from the transform
+    sampler = TripletSampler(CLASSES, TRAIN)
+    reference, transform, target, action = sampler.sample(np.random.default_rng(0), 4000)
+    expected = CLASSES[reference].copy()
+    expected[np.arange(4000), action] = CLASSES[transform, action]
+    assert np.array_equal(CLASSES[target], expected)
+    assert np.isin(np.concatenate([reference, transform, target]), TRAIN).all()
+    assert set(action.tolist()) == {0, 1, 2}
+    # onto held-out targets: the same relation, every target served
+    reference, transform, target, action = TripletSampler(CLASSES, np.arange(len(CLASSES))).sample_onto(
+        np.repeat(TEST, 20), np.random.default_rng(1))
+    assert len(target) == 20 * len(TEST) and np.isin(target, TEST).all()
+    composed = CLASSES[reference].copy()
+    composed[np.arange(len(target)), action] = CLASSES[transform, action]
+    assert np.array_equal(composed, CLASSES[target])
+
+
+def test_triplets_need_a_grid_and_say_so():
+    diagonal = np.array([[0, 0], [1, 1], [2, 2], [3, 3]])  # no two rows differ in one factor only
+    with pytest.raises(ValueError, match="full factor grid"):
+        TripletSampler(diagonal, np.arange(4))
+    # one pair differs in factor 1 only: that is the only action, and all else is redrawn
+    sampler = TripletSampler(np.vstack([diagonal, [[0, 5]]]), np.arange(5))
+    assert sampler.actions.tolist() == [1]
+    # a constant factor is never an action
+    assert TripletSampler(np.c_[np.zeros(len(CLASSES), int), CLASSES], TRAIN).actions.tolist() == [1, 2, 3]
+
+
+def _bernoulli_nll(logits, x):
+    """Independent numpy Bernoulli NLL per image, summed over pixels."""
+    logits, x = logits.astype(np.float64), x.astype(np.float64)
+    return (np.logaddexp(0, logits) - x * logits).reshape(len(x), -1).sum(1)
+
+
+def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
+    trainer, _, _ = trained["ground_truth_decoder"]
+    metrics = evaluate_task(trainer, data, SPLIT, n_nll=1000, seed=0)
+    assert metrics["n_train_images"] == len(TRAIN) and metrics["n_test_images"] == len(TEST)
+    values = SPACE.raw_values(CLASSES)
+    with torch.no_grad():
+        logits = trainer.model(torch.as_tensor(values, dtype=torch.float32)).numpy()
+    x = data.images.astype(np.float64) / 255
+    assert metrics["train_nll"] == pytest.approx(_bernoulli_nll(logits[TRAIN], x[TRAIN]).mean(), rel=1e-5)
+    # the held-out images are black: their NLL is Σ softplus(logit), which no training image has
+    black = np.logaddexp(0, logits[TEST].astype(np.float64)).reshape(len(TEST), -1).sum(1).mean()
+    assert metrics["test_nll"] == pytest.approx(black, rel=1e-5)
+    assert np.isfinite(metrics["train_nll"]) and metrics["train_nll"] != pytest.approx(metrics["test_nll"])
+    # the code is the factors: no disentanglement metric; the budget bounds and seeds the sample
+    assert np.isnan(metrics["d_score"]) and np.isnan(metrics["dci_disentanglement"])
+    small = evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=3)
+    assert small["train_nll"] == evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=3)["train_nll"]
+    assert small["train_nll"] != evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=4)["train_nll"]
+
+
+def test_composition_evaluation_scores_held_out_targets(data, trained):
+    trainer, _, _ = trained["composition"]
+    metrics = evaluate_task(trainer, data, SPLIT, n_nll=200, seed=0)
+    assert np.isfinite(metrics["train_nll"]) and np.isfinite(metrics["test_nll"])
+    # a decoder that ignores its code and says logit b for every pixel: an all-black target costs
+    # exactly P·softplus(b); a training target with k pixels on costs k·softplus(-b) + (P-k)·softplus(b)
+    net = CompositionNet(CONFIGS["composition"], n_actions=3)
+    last = [m for m in net.decoder.modules() if isinstance(m, (torch.nn.ConvTranspose2d, torch.nn.Conv2d,
+                                                                torch.nn.Linear))][-1]
+    b = -3.0
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(b)
+    constant = evaluate_task(net, data, SPLIT, n_nll=200, seed=0)
+    pixels = 64 * 64
+    assert constant["test_nll"] == pytest.approx(pixels * np.logaddexp(0, b), rel=1e-5)
+    on = (data.images[TRAIN] > 0).reshape(len(TRAIN), -1).sum(1)
+    per_image = on * np.logaddexp(0, -b) + (pixels - on) * np.logaddexp(0, b)
+    assert per_image.min() - 1e-3 <= constant["train_nll"] <= per_image.max() + 1e-3
+    assert constant["train_nll"] > constant["test_nll"] + 10
+
+
+def test_evaluate_task_returns_evaluates_keys(data):
+    config = ModelConfig(latent_dim=4, steps=1, batch_size=4)
+    vae = build_trainer(config, data.images, data.classes, data.factor_space, TRAIN, device="cpu")
+    assert type(vae) is Trainer
+    expected = evaluate(vae.model, data, SPLIT, n_nll=10, dci_estimator=None)
+    got = evaluate_task(vae, data, SPLIT, n_nll=10, dci_estimator=None)
+    assert got == pytest.approx(expected, nan_ok=True)
+    for task in CONFIGS:
+        model = _trainer(data, task).model
+        assert set(evaluate_task(model, data, SPLIT, n_nll=10)) == set(expected)
+
+
+def test_task_settings_are_checked_and_named():
+    with pytest.raises(ValueError, match="task: unknown 'decoder'"):
+        ModelConfig(task="decoder")
+    with pytest.raises(ValueError, match="latent_op: unknown 'sum'"):
+        ModelConfig(task="composition", latent_op="sum")
+    with pytest.raises(ValueError, match="objective: task 'composition'"):
+        ModelConfig(task="composition", objective="factor_vae")
+    with pytest.raises(ValueError, match="input_noise_subpixel_std: only task 'vae'"):
+        ModelConfig(task="ground_truth_decoder", input_noise_subpixel_std=0.1)
+    assert ModelConfig(task="gt_decoder").task == "ground_truth_decoder"
+    # the VAE engine refuses the other tasks rather than train a VAE in their place
+    with pytest.raises(ValueError, match="task: Trainer trains VAEs"):
+        Trainer(torch.nn.Linear(1, 1), np.zeros((4, 1, 64, 64), np.uint8), np.arange(4),
+                ModelConfig(task="composition"), "cpu")
+    assert not ModelConfig(task="composition", objective="vae").needs_pairs
+
+
+@pytest.mark.parametrize("latent_op", ["linear", "interpolation", "mlp"])
+def test_config_builds_each_latent_op_and_the_factor_scaling(data, latent_op):
+    trainer = _trainer(data, "composition", latent_op=latent_op, steps=1)
+    assert trainer.model.latent_op == latent_op and trainer.model.n_actions == 3
+    decoder = _trainer(data, "ground_truth_decoder").model
+    values = SPACE.raw_values(CLASSES)[TRAIN]
+    assert decoder.normalise and torch.allclose(decoder.low, torch.tensor(values.min(0), dtype=torch.float32))
+    raw = _trainer(data, "ground_truth_decoder", normalise_factors=False).model
+    f = torch.tensor([[0.2, 0.4, 2.0]])
+    assert torch.equal(raw.inputs(f), f)
+    assert torch.allclose(decoder.inputs(f), torch.tensor([[0.2, 0.4, 1.0]]))
+
+
+def test_a_non_finite_loss_names_the_step_and_term(data):
+    trainer = _trainer(data, "ground_truth_decoder", steps=3)
+    trainer.values[:] = float("nan")
+    with pytest.raises(NonFiniteLossError, match="step 1: loss term loss, reconstruction is not finite"):
+        list(trainer.run(report_every=3))
