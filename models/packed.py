@@ -324,13 +324,14 @@ class PackedTrainer:
     """Trains ``configs`` together on the rows ``train_indices`` of ``images``.
 
     ``mode`` is "vmap", "loop", or "auto" (vmap on CUDA, loop elsewhere). Objectives that cannot
-    run under vmap (``packable = False``) always loop. ``members[k]`` is member k's ``Trainer``;
+    run under vmap (``packable = False``) and the ground-truth decoder and composition tasks
+    (``factor_space`` needed) always loop. ``members[k]`` is member k's ``Trainer``;
     after ``run`` its model is trained, as if it had been trained alone.
     """
 
     def __init__(self, configs: Sequence[ModelConfig | dict], images: np.ndarray, train_indices: np.ndarray,
                  device: str | torch.device | None = None, factors: np.ndarray | None = None,
-                 mode: str = "auto"):
+                 mode: str = "auto", factor_space=None):
         if mode not in MODES:
             raise ValueError(f"mode: unknown {mode!r}; choose one of {', '.join(MODES)}")
         configs = [ModelConfig.from_dict(c) if isinstance(c, dict) else c for c in configs]
@@ -339,15 +340,24 @@ class PackedTrainer:
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.mode = ("vmap" if self.device.type == "cuda" else "loop") if mode == "auto" else mode
         data = resident_images(images, self.device)
-        self.members = [Trainer(build(c), data, train_indices, c, self.device, factors=factors)
-                        for c in configs]
+        self.members = [self._member(c, data, train_indices, factors, factor_space) for c in configs]
         self.errors: dict[int, str] = {}
         self.groups: list[list[int]] = split_into_packs(configs)
         self._vmapped: dict[int, _VmapGroup] = {}
         if self.mode == "vmap":
             for index, group in enumerate(self.groups):
-                if getattr(type(self.members[group[0]].objective), "packable", True):
+                member = self.members[group[0]]
+                if member.config.task == "vae" and getattr(type(member.objective), "packable", True):
                     self._vmapped[index] = _VmapGroup([self.members[k] for k in group])
+
+    def _member(self, config: ModelConfig, images, train_indices, factors, factor_space) -> Trainer:
+        if config.task == "vae":
+            return Trainer(build(config), images, train_indices, config, self.device, factors=factors)
+        if factors is None or factor_space is None:
+            raise ValueError(f"task: {config.task!r} needs factors= (each image's classes) and factor_space=")
+        from models.tasks import build_trainer
+
+        return build_trainer(config, images, factors, factor_space, train_indices, self.device)
 
     def __len__(self) -> int:
         return len(self.members)
