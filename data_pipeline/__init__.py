@@ -5,6 +5,7 @@ No Ray here except in :mod:`data_pipeline.prepare`; no torch.
 
 from data_pipeline.datasets import GroundTruthDataset, factor_space, load_procedural, render
 from data_pipeline.factors import FactorSpace
+from data_pipeline.labelled import load_labelled
 from data_pipeline.spaces import DATASETS
 from data_pipeline.splits import (
     CONDITIONS,
@@ -30,6 +31,7 @@ __all__ = [
     "factor_space",
     "get_modifier",
     "get_split",
+    "load_labelled",
     "load_procedural",
     "render",
 ]

@@ -244,9 +244,23 @@ def load_circles(path, dataset: str = "circles") -> GroundTruthDataset:
 
 
 def load_real(dataset: str, data_dir=None, **options) -> GroundTruthDataset:
-    """Load a dataset's real file by name from ``data_dir`` or ``$DISGEN_DATA``."""
+    """Load a dataset's real file by name from ``data_dir`` or ``$DISGEN_DATA``.
+
+    ``"labelled"`` loads a generic labelled dataset (:func:`data_pipeline.labelled.load_labelled`)
+    from ``path=`` (or ``labelled.npz``/``labelled.h5`` in the data folder); ``bins=`` passes on.
+    """
     from data_pipeline.spaces import canonical_name
 
+    if str(dataset).lower() == "labelled":
+        from data_pipeline.labelled import load_labelled
+
+        path = options.pop("path", None)
+        if path is None:
+            try:
+                path = data_path("labelled.npz", data_dir)
+            except FileNotFoundError:
+                path = data_path("labelled.h5", data_dir)
+        return load_labelled(path, **options)
     dataset = canonical_name(dataset)
     if dataset == "dsprites":
         try:

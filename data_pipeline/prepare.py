@@ -1,7 +1,7 @@
 """Prepare a dataset as sharded files with a manifest, rendering in parallel Ray Data blocks.
 
 Run ``python -m data_pipeline.prepare DATASET --out DIR [--n-images N] [--reduced]
-[--rows-per-shard 4096] [--num-cpus 2]``. ``DIR`` is a local path or any URI pyarrow's file
+[--rows-per-shard 4096] [--num-cpus 2] [--address local]``. ``DIR`` is a local path or any URI pyarrow's file
 systems understand (``s3://bucket/prefix``). Ray Data shows its progress bar while blocks render.
 
 Each shard ``shard-<first index>.npz`` holds ``images`` (n, C, H, W) uint8 0..255 and ``index``
@@ -89,10 +89,13 @@ def _write_manifest(dataset: str, out: str, shards: list[dict], seconds: float, 
 
 
 def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool = False,
-            rows_per_shard: int = 4096, seed: int = 0, num_cpus: int | None = None) -> dict:
+            rows_per_shard: int = 4096, seed: int = 0, num_cpus: int | None = None,
+            address: str | None = None) -> dict:
     """Render ``dataset`` in parallel Ray Data blocks into shards under ``out``; the manifest.
 
-    Starts a local Ray (``num_cpus``) unless one is already running.
+    Unless this process is already connected to Ray, it calls ``ray.init(address)``: None joins
+    the machine's running cluster if there is one, else starts one with ``num_cpus``; ``"local"``
+    always starts a fresh one.
     """
     import ray
 
@@ -101,17 +104,20 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
         raise ValueError(f"rows_per_shard must be at least 1; got {rows_per_shard}")
     index = _grid_index(dataset, n_images, reduced, seed)
     if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     start = time.perf_counter()
-    n_blocks = max(1, int(np.ceil(len(index) / rows_per_shard)))
-    blocks = ray.data.from_numpy(index).repartition(n_blocks)
+    # One block per shard holding only its start row; the grid indices go to the object store
+    # once and each task reads its slice zero-copy. (Moving the index array through Ray Data and
+    # repartitioning it cost an all-to-all step and block conversions.)
+    index_ref = ray.put(index)
+    firsts = list(range(0, len(index), rows_per_shard))
+    shards_to_write = ray.data.from_items([{"start": f} for f in firsts], override_num_blocks=len(firsts))
 
-    def render_block(batch: dict) -> dict:
-        row = write_shard(dataset, batch["data"], out)
-        return {key: np.array([value]) for key, value in row.items()}
+    def render_shard(row: dict) -> dict:
+        first = int(row["start"])
+        return write_shard(dataset, ray.get(index_ref)[first:first + rows_per_shard], out)
 
-    rows = blocks.map_batches(render_block, batch_size=None, batch_format="numpy").take_all()
-    shards = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
+    shards = shards_to_write.map(render_shard).take_all()
     return _write_manifest(dataset, out, shards, time.perf_counter() - start, "ray.data")
 
 
@@ -159,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows-per-shard", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-cpus", type=int, default=None)
+    parser.add_argument("--address", default=None,
+                        help="Ray address: a cluster's, or 'local' for a fresh local Ray "
+                             "(default: the running cluster if any, else a new local one)")
     parser.add_argument("--single-process", action="store_true", help="no Ray: one process")
     args = parser.parse_args(argv)
     options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_shard=args.rows_per_shard,
@@ -166,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.single_process:
         manifest = prepare_single_process(args.dataset, args.out, **options)
     else:
-        manifest = prepare(args.dataset, args.out, num_cpus=args.num_cpus, **options)
+        manifest = prepare(args.dataset, args.out, num_cpus=args.num_cpus, address=args.address, **options)
     print(f"{manifest['n_images']:,} images in {len(manifest['shards'])} shards under {args.out} "
           f"({manifest['seconds']:.1f} s, {manifest['built_by']})")
 

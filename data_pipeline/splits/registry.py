@@ -8,7 +8,9 @@ split holds out and the authors' name stays as an alias.
 
 from __future__ import annotations
 
-from data_pipeline.spaces import canonical_name
+from data_pipeline.factors import FactorSpace
+from data_pipeline.spaces import DATASET_ALIASES, DATASETS, canonical_name, factor_space
+from data_pipeline.splits.generic import NAME_FORMS, generic_split
 from data_pipeline.splits.rules import CONDITION_ALIASES, Modifier, Range, Split
 
 
@@ -246,13 +248,19 @@ def get_modifier(dataset: str, name: str) -> Modifier:
     return found[0]
 
 
-def get_split(dataset: str, name: str, condition: str | None = None) -> Split:
+def get_split(dataset: str, name: str, condition: str | None = None,
+              space: FactorSpace | None = None) -> Split:
     """The registered split ``name`` of ``dataset``; ``+modifier`` suffixes AND modifiers on.
 
     ``name`` may be disgen's name or an author's alias. ``condition`` (ours or M22's spelling)
     picks between entries that share an alias, e.g. M22's two ``shape2ohue`` splits on 3DShapes.
-    The error lists the known names.
+    A name that is not registered may be a generic split (:mod:`data_pipeline.splits.generic`:
+    ``<factor>_gt050``, ``random_combinations``…), built on ``space`` (default: the dataset's).
+    A dataset that is not registered, such as a generic labelled dataset, needs ``space`` and
+    has only the generic splits. The error lists the known names.
     """
+    if space is not None and str(dataset).lower() not in DATASETS + tuple(DATASET_ALIASES):
+        return generic_split(str(dataset), space, str(name))
     dataset = canonical_name(dataset)
     name = str(name)
     base, modifier_names = name, []
@@ -263,9 +271,15 @@ def get_split(dataset: str, name: str, condition: str | None = None) -> Split:
         wanted = CONDITION_ALIASES.get(condition, condition)
         found = [s for s in found if s.condition == wanted] or [
             s for s in _SPLITS if s.dataset == dataset and base in s.aliases and s.condition == wanted]
+    if not found and condition is None:
+        try:
+            found = [generic_split(dataset, space or factor_space(dataset), base)]
+        except KeyError:
+            pass
     if not found:
         known = sorted(s.name for s in _SPLITS if s.dataset == dataset)
-        raise KeyError(f"no split {name!r} for dataset {dataset!r}; known: {', '.join(known) or 'none'}")
+        raise KeyError(f"no split {name!r} for dataset {dataset!r}; known: {', '.join(known) or 'none'}; "
+                       f"generic: {NAME_FORMS}")
     split = found[0]
     if modifier_names:
         split = split.with_modifiers(*(get_modifier(dataset, m) for m in modifier_names))

@@ -8,7 +8,8 @@ A rule is one *clause* or a tuple of clauses (an image matches when any clause m
 is a dict ``{factor: allowed}``; an image matches it when, for every factor named, its class is
 allowed. ``allowed`` is either a tuple of class numbers or a :class:`Range` over the factor's
 normalised grid position ``class / (size - 1)``, resolved to classes in exact rational arithmetic
-(used by the Circles-family splits, whose grid sizes come from the user's file).
+(used by the Circles-family splits, whose grid sizes come from the user's file). A rule may
+instead be a :class:`RandomCombinations`: a seeded share of the factor-class combinations.
 
 A :class:`Modifier` keeps only some images and ANDs onto both sides of a split: an image outside
 it is in neither the training nor the test set (M22's ``sparse_posX``, ``four_shapes``…).
@@ -76,9 +77,51 @@ class Range:
         return tuple(chosen)
 
 
+@dataclass(frozen=True)
+class RandomCombinations:
+    """A rule holding out a seeded pseudo-random share of factor-class combinations.
+
+    Each combination of the classes of ``factors`` (all factors when empty) is held out with
+    probability ``fraction``, decided by a hash of the combination and ``seed`` (splitmix64), so the
+    decision depends only on the combination: every image of a held-out combination is test-only,
+    on any subset of rows and any dataset with these factors. Fits any factor space, including a
+    generic labelled dataset's, where the grid need not be full.
+    """
+
+    fraction: float
+    seed: int = 0
+    factors: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fraction < 1:
+            raise ValueError(f"RandomCombinations: fraction must be strictly between 0 and 1; "
+                             f"got {self.fraction}")
+        if self.seed < 0:
+            raise ValueError(f"RandomCombinations: seed must be a non-negative integer; got {self.seed}")
+
+    def mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
+        """True for rows whose combination is held out."""
+        columns = [space.position(f) for f in self.factors] or range(space.n_factors)
+        with np.errstate(over="ignore"):
+            state = _splitmix64(np.full(len(classes), self.seed, dtype=np.uint64))
+            for col in columns:
+                state = _splitmix64(state ^ classes[:, col].astype(np.uint64))
+        uniform = (state >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        return uniform < self.fraction
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 mixing function on a uint64 array (wrapping arithmetic)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 Allowed = Union[tuple, Range]  # noqa: UP007 (a runtime alias on Python 3.10)
 Clause = dict  # factor name -> Allowed
-Rule = Union[Clause, tuple]  # noqa: UP007  one clause, or a tuple of clauses (any may match)
+# one clause, a tuple of clauses (any may match), or a RandomCombinations rule
+Rule = Union[Clause, tuple, RandomCombinations]  # noqa: UP007
 
 
 def _clauses(rule: Rule) -> tuple[Clause, ...]:
@@ -89,6 +132,8 @@ def _clauses(rule: Rule) -> tuple[Clause, ...]:
 
 def rule_mask(rule: Rule, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
     """True for rows of ``classes`` that match ``rule`` (any clause; all terms of a clause)."""
+    if isinstance(rule, RandomCombinations):
+        return rule.mask(classes, space)
     mask = np.zeros(len(classes), dtype=bool)
     for clause in _clauses(rule):
         part = np.ones(len(classes), dtype=bool)
@@ -102,6 +147,8 @@ def rule_mask(rule: Rule, classes: np.ndarray, space: FactorSpace) -> np.ndarray
 
 
 def _check_rule(owner: str, rule: Rule) -> None:
+    if isinstance(rule, RandomCombinations):
+        return
     clauses = _clauses(rule)
     if not clauses:
         raise ValueError(f"{owner}: a rule needs at least one clause")

@@ -1,0 +1,232 @@
+"""A generic labelled dataset: a user's images with per-image factor values (SPEC §1).
+
+D21's robot dataset is not a full factorial grid: its factors are correlated, some combinations
+are infeasible and only a sample of states is imaged. Data of that kind loads through here, from
+an ``.npz`` or an HDF5 file (``.h5``/``.hdf5``) holding
+
+=================  ==========================================================================
+key                content
+=================  ==========================================================================
+``images``         (N, H, W) or (N, H, W, C) with C = 1 or 3; uint8 0..255 (or bool 0/1)
+``factors``        (N, F) numbers: each image's factor values, in the user's own units
+``factor_names``   optional (F,) strings (default ``factor_0`` … ``factor_{F-1}``)
+``factor_bins``    optional (F,) integers: 0 keeps a factor's distinct values as its classes;
+                   k ≥ 1 cuts its range into k equal-width bins
+=================  ==========================================================================
+
+Every split and metric of disgen works on factor *classes*, so each factor is discretised:
+
+- a factor with ``factor_bins`` 0 (or, with no ``factor_bins``, at most
+  :data:`MAX_DISTINCT_CLASSES` distinct values) has one class per distinct value, in increasing
+  order; the class's value is that value;
+- otherwise its range [min, max] is cut into k equal-width bins (k from ``factor_bins``, else
+  :data:`DEFAULT_BINS`); the maximum falls in the last bin; a class's value is its bin's centre.
+  Bins may be empty.
+
+The result is a :class:`GroundTruthDataset` whose ``observe`` is None: the data is not a grid, so
+the BetaVAE and FactorVAE scores cannot sample full-grid points (``analysis.evaluation`` reports
+them as NaN with the reason unless the rows form a full grid). Splits for any factor space are in
+:mod:`data_pipeline.splits.generic`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from data_pipeline.datasets import GroundTruthDataset, as_channels_first
+from data_pipeline.factors import FactorSpace
+
+NAME = "labelled"
+REQUIRED_KEYS = ("images", "factors")
+OPTIONAL_KEYS = ("factor_names", "factor_bins")
+MAX_DISTINCT_CLASSES = 64  # with no factor_bins, a factor with more distinct values is binned
+DEFAULT_BINS = 20  # equal-width bins for such a factor (disentanglement_lib's histogram default)
+NPZ_SUFFIXES = (".npz",)
+HDF5_SUFFIXES = (".h5", ".hdf5")
+
+
+def discretise(values: np.ndarray, bins: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(classes (N,) int64, class values (K,)) of one factor's values.
+
+    ``bins`` 0 keeps the distinct values as classes; k ≥ 1 cuts [min, max] into k equal-width bins
+    whose values are their centres; None chooses: distinct values if there are at most
+    :data:`MAX_DISTINCT_CLASSES`, else :data:`DEFAULT_BINS` bins. A constant factor has one class.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    distinct, inverse = np.unique(values, return_inverse=True)
+    if bins is None:
+        bins = 0 if len(distinct) <= MAX_DISTINCT_CLASSES else DEFAULT_BINS
+    if bins < 0:
+        raise ValueError(f"bins must be 0 (distinct values) or a positive number of bins; got {bins}")
+    if bins == 0 or len(distinct) == 1:
+        return inverse.reshape(-1).astype(np.int64), distinct
+    low, high = distinct[0], distinct[-1]
+    width = (high - low) / bins
+    classes = np.clip(np.floor((values - low) / width), 0, bins - 1).astype(np.int64)
+    return classes, low + (np.arange(bins) + 0.5) * width
+
+
+def _bins_per_factor(bins, names: Sequence[str], stored: np.ndarray | None) -> list[int | None]:
+    """One bin count (or None: choose) per factor, from the ``bins`` argument or the file."""
+    if bins is None:
+        return [None] * len(names) if stored is None else [int(b) for b in stored]
+    if isinstance(bins, (int, np.integer)):
+        return [int(bins)] * len(names)
+    if isinstance(bins, Mapping):
+        unknown = sorted(set(bins) - set(names))
+        if unknown:
+            raise ValueError(f"bins: no factor {', '.join(map(repr, unknown))}; the factors are "
+                             f"{', '.join(names)}")
+        default = [None] * len(names) if stored is None else [int(b) for b in stored]
+        return [int(bins[n]) if n in bins else d for n, d in zip(names, default)]
+    bins = list(bins)
+    if len(bins) != len(names):
+        raise ValueError(f"bins: expected one entry per factor ({len(names)}); got {len(bins)}")
+    return [None if b is None else int(b) for b in bins]
+
+
+def labelled_dataset(images: np.ndarray, factors: np.ndarray, factor_names: Sequence[str] | None = None,
+                     bins=None, name: str = NAME, source: str = "labelled data") -> GroundTruthDataset:
+    """A :class:`GroundTruthDataset` from arrays in the file layout (see the module docstring).
+
+    ``bins`` overrides the file's ``factor_bins``: one int for every factor, a sequence (one per
+    factor, None to choose) or a dict ``{factor name: bins}``.
+    """
+    images, factors = np.asarray(images), np.asarray(factors)
+    _check_images(images, source)
+    if factors.ndim != 2 or factors.shape[1] < 1:
+        raise ValueError(f"{source}: factors: expected shape (N, F) with F ≥ 1 factor columns; "
+                         f"got {factors.shape}")
+    if not (np.issubdtype(factors.dtype, np.integer) or np.issubdtype(factors.dtype, np.floating)
+            or factors.dtype == bool):
+        raise ValueError(f"{source}: factors: expected numbers (int or float); got dtype {factors.dtype}")
+    if len(factors) != len(images):
+        raise ValueError(f"{source}: factors: expected one row per image ({len(images)}); "
+                         f"got {len(factors)}")
+    factors = factors.astype(np.float64)
+    if not np.isfinite(factors).all():
+        row, col = np.argwhere(~np.isfinite(factors))[0]
+        raise ValueError(f"{source}: factors: expected finite values; row {row}, column {col} "
+                         f"is {factors[row, col]}")
+    n_factors = factors.shape[1]
+    names = _factor_names(factor_names, n_factors, source)
+    classes, values = [], []
+    for col, (factor, k) in enumerate(zip(names, _bins_per_factor(bins, names, None))):
+        try:
+            c, v = discretise(factors[:, col], k)
+        except ValueError as error:
+            raise ValueError(f"{source}: factor {factor!r}: {error}") from None
+        classes.append(c)
+        values.append(v)
+    space = FactorSpace(names=names, sizes=tuple(len(v) for v in values), values=tuple(values))
+    if images.dtype == bool:
+        images = images.astype(np.uint8) * np.uint8(255)
+    if images.ndim == 4 and images.shape[3] == 1:
+        images = images[..., 0]
+    return GroundTruthDataset(name, as_channels_first(images), np.stack(classes, axis=1), space)
+
+
+def _check_images(images: np.ndarray, source) -> None:
+    if images.dtype not in (np.uint8, np.bool_):
+        raise ValueError(f"{source}: images: expected dtype uint8 (0..255) or bool; got {images.dtype}")
+    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[3] in (1, 3))):
+        raise ValueError(f"{source}: images: expected shape (N, H, W) or (N, H, W, C) with C = 1 or 3 "
+                         f"(channels last, as the real files store them); got {images.shape}")
+    if len(images) == 0:
+        raise ValueError(f"{source}: images: expected at least one image; got none")
+
+
+def _factor_names(factor_names, n_factors: int, source) -> tuple[str, ...]:
+    if factor_names is None:
+        return tuple(f"factor_{i}" for i in range(n_factors))
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in np.asarray(factor_names).reshape(-1)]
+    if len(names) != n_factors:
+        raise ValueError(f"{source}: factor_names: expected {n_factors} names (one per factors column); "
+                         f"got {len(names)}")
+    if len(set(names)) != len(names) or not all(names):
+        raise ValueError(f"{source}: factor_names: expected distinct, non-empty names; got {names}")
+    return tuple(names)
+
+
+def _read(path: Path) -> dict:
+    """The file's arrays by key (optional keys only if present)."""
+    suffix = path.suffix.lower()
+    if suffix in NPZ_SUFFIXES:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                keys = list(data.files)
+                return {k: data[k] for k in (*REQUIRED_KEYS, *OPTIONAL_KEYS) if k in keys} | {"_keys": keys}
+        except ValueError as error:
+            if "allow_pickle" in str(error):
+                raise ValueError(f"{path}: holds a pickled (object) array; store factor_names as a "
+                                 "string array, e.g. np.array(names, dtype=str)") from None
+            raise
+    if suffix in HDF5_SUFFIXES:
+        import h5py
+
+        with h5py.File(path, "r") as data:
+            keys = list(data.keys())
+            return {k: data[k][()] for k in (*REQUIRED_KEYS, *OPTIONAL_KEYS) if k in keys} | {"_keys": keys}
+    raise ValueError(f"{path}: expected a .npz, .h5 or .hdf5 file; got suffix {path.suffix!r}")
+
+
+def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
+    """Load a labelled dataset file (.npz, .h5 or .hdf5; keys in the module docstring).
+
+    ``bins`` overrides the file's ``factor_bins`` (an int, a sequence or a dict by factor name).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (a labelled dataset: .npz or .h5 with keys "
+                                f"{', '.join(REQUIRED_KEYS)})")
+    arrays = _read(path)
+    missing = [k for k in REQUIRED_KEYS if k not in arrays]
+    if missing:
+        raise ValueError(f"{path}: expected keys {', '.join(REQUIRED_KEYS)} (optional: "
+                         f"{', '.join(OPTIONAL_KEYS)}); missing {', '.join(missing)}; the file holds "
+                         f"{', '.join(arrays['_keys']) or 'nothing'}")
+    names = _factor_names(arrays.get("factor_names"), np.asarray(arrays["factors"]).shape[-1], path) \
+        if np.asarray(arrays["factors"]).ndim == 2 else None
+    stored = arrays.get("factor_bins")
+    if stored is not None:
+        stored = np.asarray(stored)
+        if stored.ndim != 1 or not np.issubdtype(stored.dtype, np.integer):
+            raise ValueError(f"{path}: factor_bins: expected an integer array (F,); got {stored.dtype} "
+                             f"{stored.shape}")
+        if names is not None and len(stored) != len(names):
+            raise ValueError(f"{path}: factor_bins: expected {len(names)} entries (one per factor); "
+                             f"got {len(stored)}")
+    per_factor = None if names is None else _bins_per_factor(bins, names, stored)
+    return labelled_dataset(arrays["images"], arrays["factors"], names, bins=per_factor, name=name,
+                            source=str(path))
+
+
+def write_labelled(path, images: np.ndarray, factors: np.ndarray,
+                   factor_names: Sequence[str] | None = None,
+                   factor_bins: Sequence[int] | None = None) -> Path:
+    """Write arrays in the labelled-dataset format (.npz, or .h5/.hdf5 with h5py); the path.
+
+    The arrays are checked first with the same rules as :func:`load_labelled`.
+    """
+    path = Path(path)
+    labelled_dataset(images, factors, factor_names, bins=None if factor_bins is None else list(factor_bins),
+                     source=str(path))
+    arrays = {"images": np.asarray(images), "factors": np.asarray(factors)}
+    if factor_names is not None:
+        arrays["factor_names"] = np.asarray([str(n) for n in factor_names], dtype=str)
+    if factor_bins is not None:
+        arrays["factor_bins"] = np.asarray(factor_bins, dtype=np.int64)
+    if path.suffix.lower() in NPZ_SUFFIXES:
+        np.savez(path, **arrays)
+    elif path.suffix.lower() in HDF5_SUFFIXES:
+        import h5py
+
+        with h5py.File(path, "w") as out:
+            for key, value in arrays.items():
+                out.create_dataset(key, data=value.astype("S") if key == "factor_names" else value)
+    else:
+        raise ValueError(f"{path}: expected a .npz, .h5 or .hdf5 file name; got suffix {path.suffix!r}")
+    return path
