@@ -27,6 +27,8 @@ DATA_AND_EVALUATION_KEYS = {
     "dataset": "dataset name",
     "n_images": "grid points to render (null: the full grid)",
     "data_seed": "seed of the image subset",
+    "data_source": "procedural (rendered by disgen's generators, the default) or real (the dataset's "
+                   "real file from --data-dir or $DISGEN_DATA)",
     "split": "held-out split name",
     "report_every": "steps between progress reports",
     "n_nll": "images per side for the NLL",
@@ -47,6 +49,8 @@ def model_keys() -> set[str]:
 def trial_key(config: dict) -> str:
     """A short, stable identifier: a hash of everything that decides the trial's results."""
     content = {k: v for k, v in sorted(config.items()) if k not in NOT_IN_KEY and k != "trial_key"}
+    if content.get("data_source") == "procedural":  # the default: keys from before the setting stay
+        del content["data_source"]
     digest = hashlib.sha1(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
     return digest[:10]
 
@@ -82,6 +86,7 @@ def flatten(config: dict) -> dict:
 def complete_config(config: dict) -> dict:
     """A trial's flat config with what follows from it: the split's condition type and the key."""
     config = {k: v for k, v in flatten(config).items() if k not in ("condition", "trial_key")}
+    config.setdefault("data_source", "procedural")
     config["condition"] = get_split(config["dataset"], config["split"]).condition
     config["trial_key"] = trial_key(config)
     return config
@@ -148,6 +153,18 @@ def check_spec(spec: dict, source: str) -> None:
                 raise UsageError(f"{source}: scales.{scale}.axes.{axis} must be a non-empty list")
 
 
+def pin_setting(spec: dict, key: str, value) -> dict:
+    """The spec with ``key`` set to ``value`` for every trial, whatever its fixed settings, axes
+    and scales said (a command-line option such as ``--data-source`` wins over the grid)."""
+    scales = {scale: {k: v for k, v in settings.items() if k != key}
+              for scale, settings in spec.get("scales", {}).items()}
+    for settings in scales.values():
+        if isinstance(settings.get("axes"), dict):
+            settings["axes"] = {k: v for k, v in settings["axes"].items() if k != key}
+    return {**spec, "fixed": {**spec.get("fixed", {}), key: value}, "scales": scales,
+            "axes": {k: v for k, v in spec.get("axes", {}).items() if k != key}}
+
+
 def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
     """(fixed settings, axes): what every trial shares, and the values each axis takes.
 
@@ -180,6 +197,9 @@ def check_trial(config: dict, source: str) -> None:
         get_split(config["dataset"], config["split"])
     except KeyError as error:
         raise UsageError(f"{source}: {error.args[0]}") from None
+    if config.get("data_source", "procedural") not in ("procedural", "real"):
+        raise UsageError(f"{source}: data_source: unknown {config['data_source']!r}; "
+                         "choose one of procedural, real")
     if config.get("dci_estimator", "gbt") not in ("gbt", "hist_gbt", "none"):
         raise UsageError(f"{source}: dci_estimator: unknown {config['dci_estimator']!r}; "
                          "choose one of gbt, hist_gbt, none")

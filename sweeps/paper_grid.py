@@ -21,6 +21,7 @@ from sweeps.grid import (
     get_spec,
     load_grid_file,
     parse_seeds,
+    pin_setting,
     trial_configs,
 )
 from sweeps.presets import PRESETS, SCALES
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "trials are kept, unfinished ones resume from their last checkpoint")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                         help="join this Ray cluster (host:port, or 'auto') instead of starting a "
-                             "local one; defaults to $RAY_ADDRESS")
+                             "local one ('local': always a fresh private one); defaults to $RAY_ADDRESS")
     parser.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs reserved per trial")
     parser.add_argument("--gpus-per-trial", type=float, default=None,
                         help="GPUs reserved per trial, fractions allowed (default: 1 if the "
@@ -78,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scheduler", choices=["none", "asha"], default="none",
                         help="asha: stop poorly training trials early (ASHA on the training loss); "
                              "stopped trials get no row in trials.parquet")
+    parser.add_argument("--data-source", choices=["procedural", "real"], default=None,
+                        help="procedural: images rendered by disgen's generators; real: the datasets' "
+                             "real files from --data-dir (default: the grid's data_source setting, "
+                             "else procedural; real when --data-dir is given)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="folder holding the real files (dsprites_ndarray_…npz, 3dshapes.h5, "
+                             "mpi3d_toy.npz, circles.npz…); default: $DISGEN_DATA")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
     return parser
@@ -122,6 +130,13 @@ def plan(args) -> dict:
         spec, preset = load_grid_file(args.grid), os.path.splitext(os.path.basename(args.grid))[0]
     else:
         spec, preset = get_spec(args.preset), args.preset
+    data_source = args.data_source or ("real" if args.data_dir else None)
+    if data_source:
+        spec = pin_setting(spec, "data_source", data_source)
+    data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
+    if args.data_dir and not os.path.isdir(args.data_dir):
+        raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
+                         "the real data files")
     seeds = parse_seeds(args.seeds) if args.seeds else list(range(default_seeds(spec, args.scale)))
     configs = trial_configs(spec, preset, args.scale, seeds)
     if args.search == "optuna":
@@ -145,8 +160,13 @@ def plan(args) -> dict:
                          "it, or --name NEW for a new experiment")
     if args.resume and not exists:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
+    from sweeps.data import load_datasets
+
+    # Rendered or loaded here, on the driver, so that a missing or malformed real file stops the
+    # run before Ray starts.
+    datasets = load_datasets(configs, data_dir)
     return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "configs": configs}
+            "preset": preset, "seeds": seeds, "configs": configs, "datasets": datasets}
 
 
 def print_commands(experiment_dir: str, argv: list[str]) -> None:

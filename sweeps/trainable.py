@@ -22,15 +22,11 @@ from analysis.evaluation import evaluate
 from analysis.figures import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import ModelConfig, Trainer, build, reconstruct
+from sweeps.data import data_key
 from sweeps.grid import complete_config, trial_dirname
 
 CHECKPOINT_FILE = "trainer.pt"
 N_GRID_IMAGES = 8
-
-
-def data_key(config: dict) -> tuple:
-    """Trials that share this key share one dataset array."""
-    return (config["dataset"], config["n_images"], config["data_seed"])
 
 
 def _log_reconstructions(writer, model, data, rows, tag, step):
@@ -44,6 +40,10 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     ``run_info`` holds the experiment folder and the CPUs per trial."""
     torch.set_num_threads(max(1, int(run_info["cpus_per_trial"])))
     config = complete_config(config)
+    if data_key(config) not in datasets:
+        raise RuntimeError(f"trial {config['trial_key']} needs {config['data_source']} "
+                           f"{config['dataset']} data that the driver did not load; resume with the "
+                           "same --data-source/--data-dir options the experiment started with")
     data = datasets[data_key(config)]
     split = get_split(config["dataset"], config["split"])
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
@@ -56,7 +56,11 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             state = torch.load(os.path.join(folder, CHECKPOINT_FILE), weights_only=False)
-        trainer.load_state_dict(state["trainer"])
+        if state.get("final"):  # training had finished: evaluate and report again, train nothing
+            trainer.model.load_state_dict(state["model"])
+            trainer.step = state["step"]
+        else:
+            trainer.load_state_dict(state["trainer"])
         history = state["history"]
 
     root = run_info["tensorboard_root"]
@@ -107,9 +111,11 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
                        global_step=trainer.step)
     writer.close()
 
+    # The final checkpoint holds the trained weights only (a third of the size with Adam's state):
+    # nothing resumes training from it; a trial restored from it is evaluated again, not retrained.
     with tempfile.TemporaryDirectory() as folder:
-        torch.save({"trainer": trainer.state_dict(), "history": history, "config": config},
-                   os.path.join(folder, CHECKPOINT_FILE))
+        torch.save({"model": trainer.model.state_dict(), "step": trainer.step, "history": history,
+                    "config": config, "final": True}, os.path.join(folder, CHECKPOINT_FILE))
         tune.report({"step": trainer.step, **metrics, "history": history, "done": True,
                      "node_id": node_id, "device": str(trainer.device)},
                     checkpoint=tune.Checkpoint.from_directory(folder))

@@ -15,12 +15,11 @@ import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
-from data_pipeline import load_procedural  # noqa: E402
 from sweeps import storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
 from sweeps.results import ResultsWriter, read_trials  # noqa: E402
-from sweeps.trainable import data_key, train_trial  # noqa: E402
+from sweeps.trainable import train_trial  # noqa: E402
 
 
 def _dirname(trial) -> str:
@@ -46,7 +45,10 @@ def _connect(args) -> bool:
     try:
         environment = storage.worker_environment()
         runtime_env = {"env_vars": environment} if environment else None
-        if args.address:
+        if args.address == "local":  # a fresh private instance, even where another Ray runs
+            ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
+                     runtime_env=runtime_env)
+        elif args.address:
             ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
         else:
             ray.init(num_cpus=args.num_cpus, include_dashboard=False, runtime_env=runtime_env)
@@ -97,14 +99,7 @@ def run_sweep(args, plan: dict) -> dict:
                                  "use --gpus-per-trial 0, or join a GPU cluster with --address")
             print(f"warning: --gpus-per-trial {gpus:g} but the cluster has no GPUs yet; trials wait "
                   "until the autoscaler adds GPU nodes", flush=True)
-        datasets = {}
-        for config in configs:
-            key = data_key(config)
-            if key not in datasets:
-                print(f"Rendering {config['dataset']} ({config['n_images'] or 'full grid'} images)…",
-                      flush=True)
-                datasets[key] = load_procedural(config["dataset"], config["n_images"],
-                                                seed=config["data_seed"])
+        datasets = plan["datasets"]
         steps = configs[0]["steps"]
         checkpoint_every = args.checkpoint_every or max(config["report_every"] for config in configs)
         if args.checkpoint_every is None:

@@ -40,10 +40,15 @@ def test_a_python_grid_file_works_the_same(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (("objective: beta_vae", "objective: gan"), "objective: unknown 'gan'"),
+    (("objective: beta_vae", "objective: gan"), "objective: unknown 'gan'; choose one of vae, beta_vae"),
     (("architecture: burgess", "architecture: resnet"), "architecture: unknown 'resnet'"),
     (("beta: [1.0, 2.0, 8.0]", "beta: [1.0, -2.0]"), "beta: must be >= 0; got -2.0"),
-    (("split: [blank_side, shape2tx]", "split: [blank_side, nope]"), "no split .nope. for dataset"),
+    (("objective: beta_vae", "objective: factor_vae, gamma: -5.0"), "gamma: must be >= 0 or None; got -5.0"),
+    (("split: [blank_side, shape2tx]", "split: [blank_side, nope]"),
+     "no split 'nope' for dataset 'dsprites'; known: blank_side, "),
+    (("split: [blank_side, shape2tx]", "split: [fhue_gt50]"), "no split 'fhue_gt50' for dataset 'dsprites'"),
+    (("data_seed: 0", "data_seed: 0, data_source: disk"),
+     "data_source: unknown 'disk'; choose one of procedural, real"),
     (("beta: [1.0, 2.0, 8.0]", "beta: []"), "axis 'beta' is empty, so the grid has zero trials"),
     (("n_images: 2000", "n_imgs: 2000"), "unknown setting 'n_imgs'"),
     (("scales:", "scalez:"), "unknown key 'scalez'"),
@@ -61,6 +66,8 @@ def test_the_command_line_reports_a_bad_grid_in_one_line(tmp_path, capsys):
     assert len(err) == 1 and "beta: must be >= 0" in err[0]
     assert main(["--grid", str(tmp_path / "missing.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert main(["--grid", write(tmp_path, GOOD), "--scale", "tiny", "--seeds", "0"]) == 2  # zero trials
+    assert "--seeds '0': need at least one seed" in capsys.readouterr().err
 
 
 def test_gpus_on_a_machine_without_gpus_is_refused_before_any_trial(ray_session, tmp_path, capsys):

@@ -1,0 +1,128 @@
+"""Sweeps on the real data files: loading, subsampling, observing, bad files, and a tiny sweep."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_pipeline import get_split, render
+from data_pipeline.spaces import sprite_space
+from sweeps.data import load_datasets
+from sweeps.errors import UsageError
+from sweeps.paper_grid import build_parser, main, plan
+
+SIZES = (6, 6)  # a 6 × 6 Circles grid: 36 images, of which midpos holds out the 2 × 2 centre
+GRID = """
+description: Circles from its real file
+fixed: {dataset: circles, architecture: burgess, objective: beta_vae, n_images: null, data_seed: 0,
+        batch_size: 8, report_every: 2, n_nll: 16, n_metric: 32, dci_estimator: none}
+axes:
+  beta: [1.0]
+  split: [midpos]
+scales:
+  tiny: {steps: 4, lr: 0.001}
+"""
+
+
+def write_circles(folder, order_seed=0):
+    """circles.npz in M22's format, its rows shuffled (a real file need not be in grid order)."""
+    space = sprite_space(("posX", "posY"), SIZES)
+    classes = space.all_classes()[np.random.default_rng(order_seed).permutation(space.n_images)]
+    images = render("circles", classes, space)
+    np.savez(folder / "circles.npz", images=images // 255, factor_values=space.raw_values(classes),
+             factor_sizes=np.array(SIZES))
+    return space, classes
+
+
+def config(**settings):
+    return {"dataset": "circles", "n_images": None, "data_seed": 0, "split": "midpos",
+            "data_source": "real", **settings}
+
+
+def test_a_whole_real_grid_observes_any_grid_point_and_subsets_follow_the_seeded_draw(tmp_path):
+    space, _ = write_circles(tmp_path)
+    datasets = load_datasets([config(), config(n_images=10, data_seed=3)], str(tmp_path))
+    whole = datasets[("real", "circles", None, 0)]
+    asked = np.array([[5, 0], [0, 0], [2, 3], [2, 3]])
+    assert np.array_equal(whole.observe(asked)[:, 0], render("circles", asked, space))
+    subset = datasets[("real", "circles", 10, 3)]
+    drawn = space.classes_of(np.sort(np.random.default_rng(3).choice(36, 10, replace=False)))
+    assert np.array_equal(subset.classes, drawn)  # the grid points load_procedural draws
+    assert np.array_equal(subset.images[:, 0], render("circles", drawn, space))
+    assert subset.observe is None
+
+
+def test_a_partial_real_file_is_subsampled_by_rows_and_too_many_images_is_refused(tmp_path):
+    _, classes = write_circles(tmp_path)
+    with np.load(tmp_path / "circles.npz") as data:
+        kept = {key: data[key][:20] if key != "factor_sizes" else data[key] for key in data.files}
+    np.savez(tmp_path / "circles.npz", **kept)
+    data = load_datasets([config(n_images=5)], str(tmp_path))[("real", "circles", 5, 0)]
+    rows = np.sort(np.random.default_rng(0).choice(20, 5, replace=False))
+    assert np.array_equal(data.classes, classes[:20][rows])
+    assert data.observe is None  # not the whole grid: nothing to index unseen points from
+    with pytest.raises(UsageError, match="holds only 20 images"):
+        load_datasets([config(n_images=30)], str(tmp_path))
+
+
+def test_data_dir_makes_every_trial_real_and_rows_record_it(tmp_path):
+    write_circles(tmp_path)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(textwrap.dedent(GRID))
+    args = build_parser().parse_args(["--grid", str(grid), "--scale", "tiny", "--data-dir", str(tmp_path),
+                                      "--storage-path", str(tmp_path / "out")])
+    run_plan = plan(args)
+    assert {c["data_source"] for c in run_plan["configs"]} == {"real"}
+    assert list(run_plan["datasets"]) == [("real", "circles", None, 0)]
+
+
+def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    np.savez(tmp_path / "bad" / "circles.npz", imgs=np.zeros((4, 64, 64), np.uint8))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(textwrap.dedent(GRID))
+    cases = {
+        "no such folder": ["--data-dir", str(tmp_path / "nope")],
+        "circles.npz not found": ["--data-dir", str(tmp_path / "empty")],
+        "expected key 'images'": ["--data-dir", str(tmp_path / "bad")],
+        "no data directory": ["--data-source", "real"],
+    }
+    script = (
+        "import json, sys\n"
+        "from sweeps.paper_grid import main\n"
+        f"cases = {json.dumps(cases)}\n"
+        f"base = ['--grid', {str(grid)!r}, '--scale', 'tiny', '--storage-path', {str(tmp_path / 'out')!r}]\n"
+        "codes = [main(base + argv) for argv in cases.values()]\n"
+        "print(json.dumps({'codes': codes, 'ray_imported': 'ray' in sys.modules}))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DISGEN_DATA"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=env)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"codes": [2] * len(cases), "ray_imported": False}
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == len(cases)
+    for line, expected in zip(errors, cases):
+        assert line.startswith("error: ") and expected in line, line
+
+
+def test_a_sweep_trains_on_the_real_file_next_to_the_generator(ray_session, tmp_path, monkeypatch, capsys):
+    space, _ = write_circles(tmp_path)
+    monkeypatch.setenv("DISGEN_DATA", str(tmp_path))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", "axes:\n  data_source: [procedural, real]\n"))
+    argv = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
+    assert main(argv) == 0
+    assert "2 of 2 trials finished" in capsys.readouterr().out
+    trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet").set_index("data_source")
+    assert sorted(trials.index) == ["procedural", "real"]
+    train, test = get_split("circles", "midpos").train_test_indices(space.all_classes(), space)
+    assert (trials.loc["real", "n_train_images"], trials.loc["real", "n_test_images"]) == (len(train), 4)
+    assert trials.loc["procedural", "n_train_images"] == 924  # the generator's 32 × 32 grid
+    assert json.loads(trials.loc["real", "config"])["data_source"] == "real"
+    assert np.isfinite(trials["test_nll"]).all() and trials["trial_key"].is_unique
