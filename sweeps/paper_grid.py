@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "mpi3d_toy.npz, circles.npz…); default: $DISGEN_DATA")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
+    parser.add_argument("--pack-size", default="auto", metavar="N|auto",
+                        help="train up to N models that share data, split and shape in one trial "
+                             "(models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as "
+                             "fit in the GPU share's memory, up to 64. Each model still gets its own "
+                             "row, TensorBoard folder and metrics")
     return parser
 
 
@@ -147,6 +152,12 @@ def plan(args) -> dict:
         value = getattr(args, option)
         if value is not None and value < 0:
             raise UsageError(f"--{option.replace('_', '-')} must be >= 0; got {value}")
+    if args.pack_size != "auto":
+        if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
+            raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
+        if int(args.pack_size) > 1 and (args.search == "optuna" or args.scheduler == "asha"):
+            raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler "
+                             "asha, which decide trial by trial; use --pack-size 1")
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UsageError("--max-concurrent-trials must be at least 1")
     name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")

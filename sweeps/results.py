@@ -24,6 +24,7 @@ from analysis.schema import (
 )
 from sweeps import storage
 from sweeps.grid import complete_config
+from sweeps.packing import is_pack
 
 ERRORS_FILE = "errors.jsonl"
 
@@ -68,16 +69,31 @@ class ResultsWriter(tune.Callback):
         result = trial.last_result or {}
         if not result.get("done"):
             return
-        config = complete_config(trial.config)
-        history = history_rows(self.experiment, config, result.get("history", []))
-        self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
-        row = trial_row(self.experiment, config, result)
-        self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, [row]))
+        if "members" in result:  # a pack: one row per model, with the model's own config
+            shared = {k: result[k] for k in ("node_id", "device") if k in result}
+            finished = [(complete_config(m["config"]), {**m, **shared}) for m in result["members"]
+                        if "error" not in m]
+            failed = [m for m in result["members"] if "error" in m]
+        else:
+            finished, failed = [(complete_config(trial.config), result)], []
+        history = [row for config, member in finished
+                   for row in history_rows(self.experiment, config, member.get("history", []))]
+        rows = [trial_row(self.experiment, config, member) for config, member in finished]
+        if rows:
+            self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
+            self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, rows))
+        for member in failed:  # a pack member whose loss diverged: its error, as a failed trial's
+            self._error({"trial_key": complete_config(member["config"])["trial_key"],
+                         "trial_id": trial.trial_id, "error": member["error"]})
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        record = {"trial_key": complete_config(trial.config)["trial_key"], "trial_id": trial.trial_id,
-                  "error_file": getattr(trial, "error_file", None),
-                  "at": dt.datetime.now(dt.timezone.utc).isoformat()}
+        members = trial.config["pack"] if is_pack(trial.config) else [trial.config]
+        for member in members:
+            self._error({"trial_key": complete_config(member)["trial_key"], "trial_id": trial.trial_id,
+                         "error_file": getattr(trial, "error_file", None)})
+
+    def _error(self, record: dict) -> None:
+        record["at"] = dt.datetime.now(dt.timezone.utc).isoformat()
 
         def add_line(folder):
             with open(os.path.join(folder, ERRORS_FILE), "a") as f:

@@ -18,12 +18,38 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 from sweeps import storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
+from sweeps.packing import is_pack, make_packs, pack_dirname, resolve_pack_size  # noqa: E402
 from sweeps.results import ResultsWriter, read_trials  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
 def _dirname(trial) -> str:
+    if is_pack(trial.config):
+        return pack_dirname(trial.config["pack"])
     return trial_dirname(complete_config(trial.config))
+
+
+def _gpu_free_bytes(gpus: float) -> int | None:
+    """Free memory of the GPU a trial gets, asked of a GPU node (None if none answers soon)."""
+
+    @ray.remote(num_gpus=gpus)
+    def free_bytes() -> int:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+
+    try:
+        return ray.get(free_bytes.remote(), timeout=120)
+    except Exception:  # no GPU node up yet (an autoscaling cluster): the caller assumes a size
+        return None
+
+
+def _pack_size(args, configs: list[dict], gpus: float, cluster_gpus: float) -> int:
+    requested = getattr(args, "pack_size", "auto")
+    if args.search == "optuna" or args.scheduler == "asha":
+        return 1  # both decide per trial (checked in plan() for an explicit size)
+    free = _gpu_free_bytes(gpus) if gpus > 0 and cluster_gpus > 0 else None
+    return resolve_pack_size(requested, configs, gpus, free)
 
 
 def _existing_local_cluster() -> bool:
@@ -130,7 +156,15 @@ def run_sweep(args, plan: dict) -> dict:
                 search_alg = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
                 num_samples = args.num_samples
             else:
-                param_space = {**fixed, **{name: tune.grid_search(values) for name, values in axes.items()}}
+                pack_size = _pack_size(args, configs, gpus, cluster_gpus)
+                if pack_size > 1:
+                    packs = make_packs(configs, pack_size)
+                    print(f"Packing {len(configs)} trials into {len(packs)} packs of up to {pack_size} "
+                          "models (one Tune trial each; one row per model)", flush=True)
+                    param_space = {"pack": tune.grid_search(packs)}
+                else:
+                    param_space = {**fixed, **{name: tune.grid_search(values)
+                                               for name, values in axes.items()}}
             scheduler = None
             if args.scheduler == "asha":
                 scheduler = tune.schedulers.ASHAScheduler(
