@@ -28,6 +28,8 @@ CONFIG_FIELDS = [
     pa.field("split", pa.string()),
     pa.field("condition", pa.string()),
     pa.field("architecture", pa.string()),
+    # vae, ground_truth_decoder or composition; null in files from before the column (all vae)
+    pa.field("task", pa.string()),
     pa.field("objective", pa.string()),
     pa.field("beta", pa.float64()),
     pa.field("latent_dim", pa.int64()),

@@ -1,7 +1,16 @@
-"""What a preset costs: trial counts and compute estimates from measured throughput.
+"""What a preset costs: trial counts and compute estimates, each from a measured figure.
 
-The throughput figures are measurements (benchmarks/README.md), not guesses; a figure that has not
-been measured is shown as such rather than invented.
+- **CPU-core-hours.** One measured figure: a burgess β-VAE trains at 390 images/s on one core of
+  the project's 2-core x86_64 machine (benchmarks/default_study.py). Other networks are scaled by
+  their training FLOPs per image (counted by ``torch.utils.flop_counter`` on PyTorch's meta
+  device), which is how a CPU, compute-bound at these sizes, behaves to first order.
+- **GPU-hours.** No GPU has been lent to this project yet, so there is no disgen GPU measurement.
+  The one published figure is Dittadi et al. 2021's: 1,080 residual-network models (128 px, 400k
+  steps at batch 64) took about 2.8 V100-years, i.e. an effective 313 images/s per model and GPU,
+  or about 6.0 TFLOP/s of training. GPU-hours here are training FLOPs at that effective rate, in
+  V100-equivalent hours. For the small networks of Montero et al. this is a lower bound for one
+  model per GPU (a lone small model is bound by kernel launches, not FLOPs); packing many models
+  per GPU (``--pack-size``) is how disgen aims to get near it.
 """
 
 from __future__ import annotations
@@ -14,8 +23,36 @@ from sweeps.presets import PRESETS
 # Training images per second of one burgess β-VAE trial at batch 64 on one CPU core, two trials
 # sharing a 2-core x86_64 machine (benchmarks/default_study.py, 2026-11-21).
 CPU_IMAGES_PER_SECOND = {"burgess": 390.0}
-# Training images per second of one trial on one GPU. None: not measured yet (no GPU was lent).
-GPU_IMAGES_PER_SECOND: dict[str, float | None] = {"burgess": None}
+# Dittadi et al. 2021: 1,080 models × 400k steps × 64 images in about 2.8 GPU-years (V100).
+D21_IMAGES = 1080 * 400_000 * 64
+D21_GPU_SECONDS = 2.8 * 365.25 * 24 * 3600
+BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the forward)
+
+
+@functools.cache
+def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int) -> float:
+    """Forward and backward FLOPs of one image through the VAE's encoder and decoder, counted on
+    the meta device (nothing is allocated or computed)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from models import ModelConfig
+    from models.vae import VAE
+
+    config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
+                         latent_dim=latent_dim)
+    with torch.device("meta"):
+        model = VAE(config)
+        batch = torch.empty(4, channels, image_size, image_size)
+    with FlopCounterMode(display=False) as counter:
+        mean, _ = model.encode(batch)
+        model.decode(mean)
+    return BACKWARD_FACTOR * counter.get_total_flops() / 4
+
+
+def gpu_flops_per_second() -> float:
+    """D21's effective training rate on a V100: their images × FLOPs per image / their GPU-seconds."""
+    return D21_IMAGES * training_flops_per_image("dittadi", 128, 3, 10) / D21_GPU_SECONDS
 
 
 @functools.cache
@@ -31,41 +68,46 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     """Trial count and training cost of a preset at a scale. Trials that train by epochs are
     counted at the size of the full grid's training side."""
     from models import ModelConfig
+    from sweeps.packing import _channels
 
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
     configs = trial_configs(spec, name, scale, list(range(seeds)))
-    images, cpu_seconds, gpu_seconds, unmeasured = 0, 0.0, 0.0, False
+    reference = training_flops_per_image("burgess", 64, 1, 10)
+    gpu_rate = gpu_flops_per_second()
+    images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
     for config in configs:
-        model = ModelConfig.from_dict(config)
+        model = ModelConfig.from_dict({**config, "channels": _channels(config["dataset"])})
         n_train = config.get("n_images")
         if n_train is None:
             n_train = _full_grid_train_size(config["dataset"], config["split"])
         trial_images = model.total_steps(n_train) * model.batch_size
         images += trial_images
-        cpu = CPU_IMAGES_PER_SECOND.get(model.architecture)
-        gpu = GPU_IMAGES_PER_SECOND.get(model.architecture)
-        unmeasured |= cpu is None
-        cpu_seconds += trial_images / cpu if cpu else 0.0
-        gpu_seconds += trial_images / gpu if gpu else 0.0
+        flops = training_flops_per_image(model.architecture, model.image_size, model.channels,
+                                         model.latent_dim)
+        cpu_seconds += trial_images / (CPU_IMAGES_PER_SECOND["burgess"] * reference / flops)
+        gpu_seconds += trial_images * flops / gpu_rate
     return {"preset": name, "scale": scale, "trials": len(configs), "seeds": seeds, "images": images,
-            "cpu_core_hours": None if unmeasured else cpu_seconds / 3600,
-            "gpu_hours": gpu_seconds / 3600 if gpu_seconds else None}
+            "cpu_core_hours": cpu_seconds / 3600, "gpu_hours": gpu_seconds / 3600}
 
 
 def presets_table() -> str:
     def hours(value):
-        return "not measured" if value is None else f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+        return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
     lines = [f"{'preset':<12} {'scale':<6} {'seeds':>5} {'trials':>6} {'training images':>16} "
-             f"{'CPU-core-h':>12} {'GPU-h':>12}"]
+             f"{'CPU-core-h':>12} {'GPU-h (V100)':>13}"]
     for name in sorted(PRESETS):
         for scale in PRESETS[name]["scales"]:
             cost = preset_cost(name, scale)
             lines.append(f"{name:<12} {scale:<6} {cost['seeds']:>5} {cost['trials']:>6} "
                          f"{cost['images']:>16,} {hours(cost['cpu_core_hours']):>12} "
-                         f"{hours(cost['gpu_hours']):>12}")
+                         f"{hours(cost['gpu_hours']):>13}")
         lines.append(f"  {name}: {PRESETS[name]['description']}")
-    lines.append("CPU figures: measured burgess throughput on a 2-core x86_64 machine "
-                 "(benchmarks/README.md). GPU figures: not measured yet.")
+    lines.append(
+        "CPU-core-h: measured burgess throughput (390 img/s per core, 2-core x86_64), other networks "
+        "scaled by FLOPs.\nGPU-h: V100-equivalent hours at the effective training rate of Dittadi et "
+        f"al. 2021's published cost (2.8 GPU-years for 1,080 models: {gpu_flops_per_second() / 1e12:.1f} "
+        "TFLOP/s); no disgen GPU measurement exists yet. For small networks this is a lower bound "
+        "unless models are packed per GPU (--pack-size).")
     return "\n".join(lines)

@@ -31,7 +31,14 @@ def test_dittadi2021_full_is_1080_models_over_the_papers_axes():
 
 def test_montero2021_full_follows_the_paper():
     configs = pd.DataFrame(trial_configs(get_spec("montero2021"), "montero2021", "full", [0, 1, 2]))
-    assert len(configs) == 6 * 6 * 3
+    assert len(configs) == 8 * 6 * 3  # 6 VAEs, the ground-truth decoder, composition; 6 splits; 3 seeds
+    tasks = configs.get("task", pd.Series(index=configs.index, dtype=object)).fillna("vae")
+    assert tasks.value_counts().to_dict() == {"vae": 6 * 18, "ground_truth_decoder": 18, "composition": 18}
+    # the VAEs run M21's networks (burgess_v2 on dSprites, kim on 3DShapes); the GT decoder its MLP
+    vaes = configs[tasks == "vae"]
+    assert vaes.groupby("dataset")["architecture"].unique().map(list).to_dict() == {
+        "dsprites": ["burgess_v2"], "shapes3d": ["kim"]}
+    assert set(configs.loc[tasks == "ground_truth_decoder", "architecture"]) == {"higgins"}
     epochs = configs.groupby("dataset")["epochs"].unique().map(list).to_dict()
     assert epochs == {"dsprites": [100], "shapes3d": [65]}
     factor = configs[configs["objective"] == "factor_vae"]
