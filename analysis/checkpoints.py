@@ -38,7 +38,9 @@ def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
     else:
         weights = [state["model"] if "model" in state else state["trainer"]["model"]]
     errors = {int(k) for k in state.get("errors", {})}
-    return [(c, w) for k, (c, w) in enumerate(zip(configs, weights)) if k not in errors]
+    # the figures here need an encoder: the ground-truth decoder and composition tasks are left out
+    return [(c, w) for k, (c, w) in enumerate(zip(configs, weights))
+            if k not in errors and c.get("task", "vae") == "vae"]
 
 
 def count_models(path: str) -> int:
@@ -54,7 +56,8 @@ def count_models(path: str) -> int:
 
 def load_checkpoints(path: str) -> list[tuple]:
     """[(model, config, dataset)] of every trained model in a ``trainer.pt`` written by
-    ``sweeps/trainable.py``: one, or one per member of a pack (members that failed are left out).
+    ``sweeps/trainable.py``: one, or one per member of a pack (members that failed, and models of
+    the ground-truth decoder and composition tasks, are left out).
 
     The dataset is rebuilt procedurally from the configuration (dataset, n_images, data_seed).
     """
