@@ -13,27 +13,47 @@ Metrics and what they write (all floats; NaN where a metric is not configured or
 ``"mig"``            mig
 ``"sap"``            sap (discrete factors, LinearSVC)
 ``"modularity_explicitness"``  modularity, explicitness
-``"beta_vae"``       beta_vae_score   (NaN unless the training images form a full factorial grid:
-``"factor_vae"``     factor_vae_score  a random subset or a held-out split never does)
+``"beta_vae"``       beta_vae_score   (eval accuracies, sampled on the full factor grid; see below)
+``"factor_vae"``     factor_vae_score
 ``"transfer"``       transfer_<regressor>_ood1_a/b/c and _ood2 for each of ``transfer_regressors``
 ``"encoder_decoder"``  encoder_error_train/test, decoder_nll_train/test
 
 ``train_nll``, ``test_nll``, ``n_train_images`` and ``n_test_images`` are always computed.
+
+**BetaVAE and FactorVAE scores.** Both need pairs or batches of images that share one factor's
+value and vary at random in the others. The training rows of a random subset or of a held-out
+split are no factorial grid, and on such rows the scores are ill-defined (Dittadi et al. 2021).
+So, as disentanglement_lib does, evaluate() samples factor classes on the *full* grid, renders
+them with ``dataset.observe`` and encodes them with the model. The scores then describe the
+encoder on the whole grid, held-out combinations included; they do not depend on the split.
+To bound the cost, ``n_grid`` grid points (default ``min(10_000, 4 * n_metric)``) are drawn
+uniformly, rendered and encoded once, and both scores draw their pairs and batches from that
+pool (``analysis.metrics.grid_pool``: each pair or batch has disentanglement_lib's distribution;
+they are not independent of each other). Batch 64 as in SPEC §5; BetaVAE points and FactorVAE
+votes: ``min(10_000, n_metric)`` to train, ``min(5_000, n_metric // 2)`` to evaluate; the
+FactorVAE variances come from the whole pool. Where ``dataset.observe`` is None (images read
+from a file that is not a full grid), the scores are computed on the encoded training rows,
+which gives NaN unless they form a full factorial grid; the reason is logged.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
-from analysis.metrics.beta_vae_score import beta_vae_score
+from analysis.metrics._grid import grid_pool
+from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
 from analysis.metrics.dci import dci
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
-from analysis.metrics.factor_vae_score import factor_vae_score
+from analysis.metrics.factor_vae_score import factor_vae_score, sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
+
+_log = logging.getLogger(__name__)
 
 METRICS = ("dci", "d_score", "mig", "sap", "modularity_explicitness", "beta_vae", "factor_vae",
            "transfer", "encoder_decoder")
@@ -72,9 +92,17 @@ def transfer_factor_of(factor_space, split=None) -> int:
     return min(candidates)[1]
 
 
+def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
+    """The sample sizes of the BetaVAE and FactorVAE scores under evaluate's budget ``n_metric``:
+    SPEC §5's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances) as upper limits."""
+    return {"n_grid": min(10_000, 4 * n_metric) if n_grid is None else n_grid, "batch_size": 64,
+            "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2))}
+
+
 def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, seed: int = 0,
              n_jobs: int | None = 1, dci_estimator: str | None = "gbt", metrics=DEFAULT_METRICS,
-             transfer_regressors=("gbt",), transfer_factor: str | None = None) -> dict[str, float]:
+             transfer_regressors=("gbt",), transfer_factor: str | None = None,
+             n_grid: int | None = None) -> dict[str, float]:
     """Metrics of ``model`` on ``dataset`` under the held-out ``split``.
 
     Returns ``train_nll`` and ``test_nll`` (mean Bernoulli NLL per image, nats) and the metrics
@@ -84,6 +112,8 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
     disentanglement metric, as before (they are then NaN). The standard GBT costs about 10 s on
     dSprites' 113 factor classes whatever the sample size, since it grows 100 trees per class.
     ``transfer_factor`` names the OOD1 factor (default: :func:`transfer_factor_of`).
+    ``n_grid`` is the number of full-grid points rendered and encoded for the BetaVAE and
+    FactorVAE scores (default and sample sizes: :func:`grid_score_sizes`).
     """
     unknown = set(metrics) - set(METRICS)
     if unknown:
@@ -122,10 +152,8 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
     if "modularity_explicitness" in metrics:
         result = modularity_explicitness(codes, factors, random_state=seed)
         out["modularity"], out["explicitness"] = result["modularity"], result["explicitness_test"]
-    if "beta_vae" in metrics:
-        out["beta_vae_score"] = beta_vae_score(codes, factors, random_state=seed)["beta_vae_eval"]
-    if "factor_vae" in metrics:
-        out["factor_vae_score"] = factor_vae_score(codes, factors, random_state=seed)["factor_vae_eval"]
+    if {"beta_vae", "factor_vae"} & set(metrics):
+        out.update(_grid_scores(model, dataset, codes, factors, metrics, n_metric, n_grid, seed))
 
     need_test = {"transfer", "encoder_decoder"} & set(metrics)
     codes_test = encode_means(model, dataset.images, test_rows) if need_test else None
@@ -145,6 +173,40 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
             images=dataset.images[rows], images_test=dataset.images[test_rows], factor_ranges=ranges,
             random_state=seed)
         out.update({k: result[k] for k in _KEYS["encoder_decoder"]})
+    return out
+
+
+def _grid_scores(model, dataset, codes, factors, metrics, n_metric, n_grid, seed):
+    """beta_vae_score and factor_vae_score, on a pool of full-grid points where the dataset can
+    render them, else on the encoded training rows (NaN unless they are a full grid)."""
+    sizes = grid_score_sizes(n_metric, n_grid)
+    batch = dict(batch_size=sizes["batch_size"], n_train=sizes["n_train"], n_eval=sizes["n_eval"])
+    out = {}
+    if dataset.observe is not None:
+        def represent(classes):
+            images = dataset.observe(classes)
+            return encode_means(model, images, np.arange(len(images)))
+
+        # a stream of its own for the pool, apart from the scores' (seeded by ``seed``)
+        source = grid_pool(represent, dataset.factor_space.sizes, sizes["n_grid"], random_state=[seed, 1])
+        if "beta_vae" in metrics:
+            result = sampled_beta_vae_score(source, **batch, random_state=seed)
+            out["beta_vae_score"] = result["beta_vae_eval"]
+        if "factor_vae" in metrics:
+            result = sampled_factor_vae_score(source, **batch, n_variance=sizes["n_grid"], random_state=seed)
+            out["factor_vae_score"] = result["factor_vae_eval"]
+        return out
+    results = {}
+    if "beta_vae" in metrics:
+        results["beta_vae_score"] = beta_vae_score(codes, factors, **batch, random_state=seed)
+        out["beta_vae_score"] = results["beta_vae_score"]["beta_vae_eval"]
+    if "factor_vae" in metrics:
+        results["factor_vae_score"] = factor_vae_score(
+            codes, factors, **batch, n_variance=max(2, min(10_000, len(codes))), random_state=seed)
+        out["factor_vae_score"] = results["factor_vae_score"]["factor_vae_eval"]
+    for key, result in results.items():
+        if result["reason"]:
+            _log.info("%s is NaN: %s (dataset %s has no observe)", key, result["reason"], dataset.name)
     return out
 
 

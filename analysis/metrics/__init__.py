@@ -1,18 +1,24 @@
 """Metrics: plain functions over numpy arrays (codes N×K, factors N×F) returning dicts of floats.
 
 One module per metric; import from the module (``from analysis.metrics.mig import mig``) or from
-here. Nothing here imports torch.
+here. Nothing here imports torch. The BetaVAE and FactorVAE scores also take a representation
+function ``represent(classes) -> codes`` instead of arrays (``sampled_beta_vae_score``,
+``sampled_factor_vae_score``), to sample the full factor grid as disentanglement_lib does, or
+a ``GridPool`` of grid points encoded once (``grid_pool``) to draw the same pairs and batches
+from far fewer encodings.
 """
 
-from analysis.metrics.beta_vae_score import beta_vae_score
+from analysis.metrics._grid import GridPool, grid_pool
+from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
 from analysis.metrics.dci import dci
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
-from analysis.metrics.factor_vae_score import factor_vae_score
+from analysis.metrics.factor_vae_score import factor_vae_score, sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
 from analysis.metrics.reconstruction_nll import reconstruction_nll
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 
-__all__ = ["beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score", "mig",
-           "modularity_explicitness", "reconstruction_nll", "sap", "transfer_score"]
+__all__ = ["GridPool", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score", "grid_pool",
+           "mig", "modularity_explicitness", "reconstruction_nll", "sampled_beta_vae_score",
+           "sampled_factor_vae_score", "sap", "transfer_score"]

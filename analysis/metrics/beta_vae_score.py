@@ -1,13 +1,24 @@
 """The BetaVAE score (Higgins et al., 2017), as disentanglement_lib computes it.
 
-One training point: pick a factor ``k`` at random, draw ``batch_size`` pairs of samples that share
-the value of factor ``k`` and differ at random in the others, and average ``|z_1 − z_2|`` over the
-pairs. A logistic regression (scikit-learn's defaults) learns to tell ``k`` from that vector. The
-score is its accuracy on ``n_train`` training points and on ``n_eval`` fresh points.
+One training point: pick a factor ``k`` at random, draw ``batch_size`` pairs of grid points that
+share the value of factor ``k`` and differ at random in the others, and average ``|z_1 − z_2|`` over
+the pairs. A logistic regression (scikit-learn's defaults) learns to tell ``k`` from that vector.
+The score is its accuracy on ``n_train`` training points and on ``n_eval`` fresh points.
+disentanglement_lib's sizes (SPEC §5) are the defaults: batch 64, 10,000 / 5,000 points.
 
-The pairs are drawn from the given samples, so the samples must form a full factorial grid (see
-``analysis.metrics._grid``); otherwise the score is NaN and ``"reason"`` says why. Only factors
-that take more than one value are picked as ``k``.
+Two entry points:
+
+:func:`sampled_beta_vae_score`
+    takes a representation function ``represent(classes) -> codes`` and the factor sizes, and
+    draws the pairs anywhere on the full grid, as disentanglement_lib does. Evaluating a model
+    this way uses grid points outside its training split too: the score describes the encoder
+    on the whole grid.
+:func:`beta_vae_score`
+    takes arrays of codes and factors and draws the pairs from those samples, so they must form
+    a full factorial grid (see ``analysis.metrics._grid``); otherwise the score is NaN and
+    ``"reason"`` says why.
+
+Only factors that take more than one value are picked as ``k``.
 """
 
 from __future__ import annotations
@@ -19,9 +30,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from analysis.metrics._checks import check_pair, varying_factors
-from analysis.metrics._grid import factorial_grid
+from analysis.metrics._grid import ArrayGrid, factorial_grid, sampler_of
 
-__all__ = ["beta_vae_score"]
+__all__ = ["beta_vae_score", "sampled_beta_vae_score"]
 
 
 def beta_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_000, random_state=0):
@@ -32,15 +43,44 @@ def beta_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_00
     """
     codes, factors = check_pair(codes, factors)
     varying_factors(factors)
-    for name, value, least in (("batch_size", batch_size, 1), ("n_train", n_train, 2), ("n_eval", n_eval, 1)):
-        if not (isinstance(value, (int, np.integer)) and value >= least):
-            raise ValueError(f"{name} must be an integer >= {least}; got {value!r}.")
+    _check_budget(batch_size, n_train, n_eval)
     grid = factorial_grid(factors)
     if isinstance(grid, str):
         return {"beta_vae_train": float("nan"), "beta_vae_eval": float("nan"), "reason": grid}
     rng = np.random.default_rng(random_state)
-    x_train, y_train = _points(codes, grid, n_train, batch_size, rng)
-    x_eval, y_eval = _points(codes, grid, n_eval, batch_size, rng)
+    return _score(ArrayGrid(codes, grid), batch_size, n_train, n_eval, rng, random_state)
+
+
+def sampled_beta_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
+                           random_state=0):
+    """BetaVAE score of a representation over the full grid of ``factor_sizes``.
+
+    ``represent`` is either
+    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
+      (M, n_codes), called on at most 8,192 points at a time and ``2 * batch_size * (n_train +
+      n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes`` the number of
+      classes of each factor (or a FactorSpace); or
+    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
+      (``analysis.metrics.grid_pool``), from which the pairs are drawn (``factor_sizes`` may be
+      left out): far fewer encodings for the same number of points.
+
+    Returns the same dict as :func:`beta_vae_score`, with an empty ``"reason"``.
+    """
+    sampler = sampler_of(represent, factor_sizes)
+    _check_budget(batch_size, n_train, n_eval)
+    rng = np.random.default_rng(random_state)
+    return _score(sampler, batch_size, n_train, n_eval, rng, random_state)
+
+
+def _check_budget(batch_size, n_train, n_eval):
+    for name, value, least in (("batch_size", batch_size, 1), ("n_train", n_train, 2), ("n_eval", n_eval, 1)):
+        if not (isinstance(value, (int, np.integer)) and value >= least):
+            raise ValueError(f"{name} must be an integer >= {least}; got {value!r}.")
+
+
+def _score(grid, batch_size, n_train, n_eval, rng, random_state):
+    x_train, y_train = _points(grid, n_train, batch_size, rng)
+    x_eval, y_eval = _points(grid, n_eval, batch_size, rng)
     if np.unique(y_train).size < 2:
         # a single varying factor: every point has the same label, which is always right
         return {"beta_vae_train": 1.0, "beta_vae_eval": 1.0, "reason": ""}
@@ -55,12 +95,8 @@ def beta_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_00
     }
 
 
-def _points(codes, grid, n_points, batch_size, rng):
-    fixed = rng.choice(grid.varying, size=n_points)
-    first = grid.sample_classes(n_points * batch_size, rng)
-    second = grid.sample_classes(n_points * batch_size, rng)
-    column = np.repeat(fixed, batch_size)
-    rows = np.arange(n_points * batch_size)
-    second[rows, column] = first[rows, column]
-    difference = np.abs(codes[grid.rows_of(first, rng)] - codes[grid.rows_of(second, rng)])
-    return difference.reshape(n_points, batch_size, -1).mean(axis=1), fixed
+def _points(sampler, n_points, batch_size, rng):
+    """``n_points`` feature vectors (mean |z_1 − z_2| over a batch of pairs) and their factors."""
+    fixed = rng.choice(sampler.varying, size=n_points)
+    first, second = sampler.pairs(np.repeat(fixed, batch_size), rng)
+    return np.abs(first - second).reshape(n_points, batch_size, -1).mean(axis=1), fixed

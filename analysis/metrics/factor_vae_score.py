@@ -7,8 +7,14 @@ active code's variance within the batch by its global variance, and let the code
 ratio vote for ``k``. The majority-vote classifier maps each code to the factor it voted for most;
 its accuracy over the votes is the score, computed on ``n_train`` votes and on ``n_eval`` fresh ones.
 
-As for the BetaVAE score, the samples must form a full factorial grid; otherwise the score is NaN
-and ``"reason"`` says why. With no active code the score is 0 (as in disentanglement_lib).
+disentanglement_lib's sizes (SPEC §5) are the defaults: batch 64, 10,000 / 5,000 votes, 10,000
+samples for the variances. With no active code the score is 0 (as in disentanglement_lib).
+
+As for the BetaVAE score there are two entry points: :func:`sampled_factor_vae_score` takes a
+representation function ``represent(classes) -> codes`` and the factor sizes and samples the whole
+grid, as disentanglement_lib does (for a trained model, that includes grid points outside its
+training split); :func:`factor_vae_score` takes arrays of codes and factors, which must form a
+full factorial grid, and otherwise returns NaN with the reason in ``"reason"``.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.metrics._checks import check_pair, varying_factors
-from analysis.metrics._grid import factorial_grid
+from analysis.metrics._grid import ArrayGrid, factorial_grid, sampler_of
 
-__all__ = ["factor_vae_score", "majority_vote_accuracy"]
+__all__ = ["factor_vae_score", "majority_vote_accuracy", "sampled_factor_vae_score"]
 
 
 def majority_vote_accuracy(votes):
@@ -51,6 +57,46 @@ def factor_vae_score(
     """
     codes, factors = check_pair(codes, factors)
     varying_factors(factors)
+    _check_budget(batch_size, n_train, n_eval, n_variance)
+    grid = factorial_grid(factors)
+    nan = float("nan")
+    if isinstance(grid, str):
+        return {"factor_vae_train": nan, "factor_vae_eval": nan, "n_active_codes": nan, "reason": grid}
+    rng = np.random.default_rng(random_state)
+    return _score(ArrayGrid(codes, grid), batch_size, n_train, n_eval, n_variance, prune_threshold, rng)
+
+
+def sampled_factor_vae_score(
+    represent,
+    factor_sizes=None,
+    *,
+    batch_size=64,
+    n_train=10_000,
+    n_eval=5_000,
+    n_variance=10_000,
+    prune_threshold=0.05,
+    random_state=0,
+):
+    """FactorVAE score of a representation over the full grid of ``factor_sizes``.
+
+    ``represent`` is either
+    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
+      (M, n_codes), called on at most 8,192 points at a time and ``n_variance + batch_size *
+      (n_train + n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes``
+      the number of classes of each factor (or a FactorSpace); or
+    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
+      (``analysis.metrics.grid_pool``), from which the variance sample and the batches are drawn
+      (``factor_sizes`` may be left out).
+
+    Returns the same dict as :func:`factor_vae_score`, with an empty ``"reason"``.
+    """
+    sampler = sampler_of(represent, factor_sizes)
+    _check_budget(batch_size, n_train, n_eval, n_variance)
+    rng = np.random.default_rng(random_state)
+    return _score(sampler, batch_size, n_train, n_eval, n_variance, prune_threshold, rng)
+
+
+def _check_budget(batch_size, n_train, n_eval, n_variance):
     for name, value, least in (
         ("batch_size", batch_size, 2),
         ("n_train", n_train, 1),
@@ -59,20 +105,18 @@ def factor_vae_score(
     ):
         if not (isinstance(value, (int, np.integer)) and value >= least):
             raise ValueError(f"{name} must be an integer >= {least}; got {value!r}.")
-    grid = factorial_grid(factors)
-    nan = float("nan")
-    if isinstance(grid, str):
-        return {"factor_vae_train": nan, "factor_vae_eval": nan, "n_active_codes": nan, "reason": grid}
-    rng = np.random.default_rng(random_state)
-    sample = codes[grid.rows_of(grid.sample_classes(n_variance, rng), rng)]
+
+
+def _score(grid, batch_size, n_train, n_eval, n_variance, prune_threshold, rng):
+    sample = grid.sample(n_variance, rng)
     global_variance = sample.var(axis=0, ddof=1)
     active = np.flatnonzero(global_variance >= prune_threshold)
     if active.size == 0:
         return {"factor_vae_train": 0.0, "factor_vae_eval": 0.0, "n_active_codes": 0.0, "reason": ""}
-    train_votes = _votes(codes, grid, active, global_variance, n_train, batch_size, rng)
-    eval_votes = _votes(codes, grid, active, global_variance, n_eval, batch_size, rng)
+    train_votes = _votes(grid, active, global_variance, n_train, batch_size, rng)
+    eval_votes = _votes(grid, active, global_variance, n_eval, batch_size, rng)
     classifier = train_votes.argmax(axis=1)  # the factor each code votes for most
-    rows = np.arange(codes.shape[1])
+    rows = np.arange(global_variance.size)
     return {
         "factor_vae_train": majority_vote_accuracy(train_votes),
         "factor_vae_eval": float(eval_votes[rows, classifier].sum() / eval_votes.sum()),
@@ -81,14 +125,11 @@ def factor_vae_score(
     }
 
 
-def _votes(codes, grid, active, global_variance, n_votes, batch_size, rng):
-    votes = np.zeros((codes.shape[1], grid.sizes.size))
-    fixed = rng.choice(grid.varying, size=n_votes)
-    classes = grid.sample_classes(n_votes * batch_size, rng).reshape(n_votes, batch_size, -1)
-    classes[np.arange(n_votes), :, fixed] = classes[np.arange(n_votes), 0, fixed][:, None]
-    batch = codes[grid.rows_of(classes.reshape(n_votes * batch_size, -1), rng)].reshape(
-        n_votes, batch_size, -1
-    )
+def _votes(sampler, active, global_variance, n_votes, batch_size, rng):
+    """Vote counts (n_codes, n_factors) of ``n_votes`` batches that each fix one factor."""
+    votes = np.zeros((global_variance.size, sampler.sizes.size))
+    fixed = rng.choice(sampler.varying, size=n_votes)
+    batch = sampler.batches(fixed, batch_size, rng)
     ratio = batch[:, :, active].var(axis=1, ddof=1) / global_variance[active]
     np.add.at(votes, (active[ratio.argmin(axis=1)], fixed), 1)
     return votes
