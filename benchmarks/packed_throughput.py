@@ -37,7 +37,7 @@ PEAK_FLOPS = {"H200": (67e12, 989e12), "H100": (67e12, 989e12), "A100": (19.5e12
 def configs(k: int, args) -> list[ModelConfig]:
     betas = (1.0, 2.0, 4.0, 8.0)
     return [ModelConfig(architecture=args.architecture, objective="beta_vae", beta=betas[i % len(betas)],
-                        seed=i, batch_size=args.batch, steps=args.steps, image_size=args.image_size,
+                        seed=i, batch_size=args.batch, steps=args.steps + 1, image_size=args.image_size,
                         channels=args.channels) for i in range(k)]
 
 
@@ -47,7 +47,8 @@ def synchronise(device: torch.device) -> None:
 
 
 def time_separate(members: list[ModelConfig], images, device) -> float:
-    """Seconds to train each config alone, one after another (the first step of each untimed)."""
+    """Seconds to train each config alone, one after another (the first step of each untimed, so
+    ``steps - 1`` timed steps each)."""
     total = 0.0
     for config in members:
         trainer = Trainer(build(config), images, np.arange(len(images)), config, device)
@@ -63,9 +64,8 @@ def time_separate(members: list[ModelConfig], images, device) -> float:
 
 def time_packed(members: list[ModelConfig], images, device, mode: str) -> float:
     trainer = PackedTrainer(members, images, np.arange(len(images)), device=device, mode=mode)
-    step = trainer._step_group  # warm-up: one step of every group, untimed
-    for index, group in enumerate(trainer.groups):
-        step(index, group)
+    for index, group in enumerate(trainer.groups):  # warm-up: one step of every member, untimed
+        trainer._advance_group(index, group, report_every=1)
     synchronise(trainer.device)
     started = time.perf_counter()
     for _ in trainer.run(report_every=members[0].steps):
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--architecture", default="burgess")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30, help="timed steps per model")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians reported")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--device", default="cpu")
@@ -118,13 +119,23 @@ def main() -> None:
         images_trained = k * args.steps * args.batch
         # one model per process is the baseline on a GPU; K after one another on a CPU
         baseline_members = members[:1] if device.type == "cuda" else members
-        baseline = time_separate(baseline_members, images, device)
-        baseline_rate = len(baseline_members) * args.steps * args.batch / baseline
-        print(f"K={k:<4} separate{'(1 model)' if device.type == 'cuda' else ''}: {baseline_rate:8.0f} img/s")
+        # rounds interleave the runs, so a slow spell of a shared machine hits them alike
+        rates: dict[str, list[float]] = {"separate": [], **{mode: [] for mode in modes}}
+        seconds_of: dict[str, list[float]] = {mode: [] for mode in modes}
+        for _ in range(args.rounds):
+            baseline = time_separate(baseline_members, images, device)
+            rates["separate"].append(len(baseline_members) * args.steps * args.batch / baseline)
+            for mode in modes:
+                seconds_of[mode].append(time_packed(members, images, device, mode))
+                rates[mode].append(images_trained / seconds_of[mode][-1])
+        baseline_rate = float(np.median(rates["separate"]))
+        print(f"K={k:<4} separate{'(1 model)' if device.type == 'cuda' else ''}: {baseline_rate:8.0f} img/s "
+              f"(rounds: {', '.join(f'{r:.0f}' for r in rates['separate'])})")
         for mode in modes:
-            seconds = time_packed(members, images, device, mode)
-            rate = images_trained / seconds
-            line = f"K={k:<4} packed-{mode:<5}: {rate:8.0f} img/s   ratio {rate / baseline_rate:5.2f}"
+            rate = float(np.median(rates[mode]))
+            seconds = float(np.median(seconds_of[mode]))
+            line = (f"K={k:<4} packed-{mode:<5}: {rate:8.0f} img/s   ratio {rate / baseline_rate:5.2f} "
+                    f"(rounds: {', '.join(f'{r:.0f}' for r in rates[mode])})")
             if flops and peak:
                 achieved = flops * k * args.steps / seconds
                 line += (f"   {achieved / 1e12:6.1f} TFLOP/s, MFU {achieved / peak[0]:.1%} of fp32 peak, "

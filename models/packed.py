@@ -369,15 +369,31 @@ class PackedTrainer:
     def _active(self, k: int) -> bool:
         return k not in self.errors and self.members[k].step < self.members[k].total_steps
 
-    def _step_group(self, index: int, group: list[int]) -> dict[int, dict]:
-        """One step of every active member of a group: member index → its terms."""
+    def _advance_group(self, index: int, group: list[int], report_every: int) -> dict[int, list[dict]]:
+        """Step every active member of a group to its next report: member index → its terms.
+
+        A looped group runs one member's steps after the other's (each member's weights and
+        optimiser state stay in cache for the whole stretch); a vmapped group steps all at once."""
+        def boundary(k: int) -> int:
+            member = self.members[k]
+            return min(member.total_steps, (member.step // report_every + 1) * report_every)
+
         active = [k for k in group if self._active(k)]
+        if not active:
+            return {}
         if index in self._vmapped:
-            if not active:
-                return {}
+            stack, taken = self._vmapped[index], {k: [] for k in active}
             # failed members keep computing inside the stack (their numbers are ignored)
-            return {k: terms for k, terms in zip(group, self._vmapped[index].train_step()) if k in active}
-        return {k: self.members[k].train_step() for k in active}
+            for _ in range(boundary(active[0]) - self.members[active[0]].step):
+                for k, terms in zip(group, stack.train_step()):
+                    if k in taken:
+                        taken[k].append(terms)
+            return taken
+        taken = {}
+        for k in active:
+            member, until = self.members[k], boundary(k)
+            taken[k] = [member.train_step() for _ in range(until - member.step)]
+        return taken
 
     def run(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
         """Train every member to its run's length. Every ``report_every`` steps (and at each
@@ -389,8 +405,8 @@ class PackedTrainer:
         started = time.perf_counter()
         while any(self._active(k) for k in range(len(self.members))):
             for index, group in enumerate(self.groups):
-                for k, terms in self._step_group(index, group).items():
-                    windows[k].append(terms)
+                for k, terms in self._advance_group(index, group, report_every).items():
+                    windows[k].extend(terms)
             reports = {}
             for k, member in enumerate(self.members):
                 due = member.step % report_every == 0 or member.step == member.total_steps
