@@ -28,7 +28,6 @@ transform, no sampling) on ``n_nll`` triplets per side:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import numpy as np
@@ -38,6 +37,7 @@ from analysis.evaluation import _KEYS as METRIC_KEYS
 from analysis.evaluation import METRICS
 from models.composition import CompositionNet, TripletSampler
 from models.engine import Trainer, to_float
+from models.evaluation import evaluating
 from models.ground_truth import GroundTruthDecoder
 from models.objectives import bernoulli_nll
 
@@ -51,23 +51,12 @@ def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.nd
     return np.sort(rng.choice(indices, size=budget, replace=False))
 
 
-@contextlib.contextmanager
-def _evaluating(model):
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
 def ground_truth_nll(decoder: GroundTruthDecoder, images: np.ndarray, values: np.ndarray, rows: np.ndarray,
                      batch_size: int = 512) -> np.ndarray:
     """Bernoulli NLL per image of each row's image decoded from its factor values ``values[row]``."""
     device = decoder.low.device
     out = []
-    with _evaluating(decoder):
+    with evaluating(decoder):
         for start in range(0, len(rows), batch_size):
             batch = rows[start:start + batch_size]
             factors = torch.as_tensor(np.asarray(values[batch], dtype=np.float32), device=device)
@@ -81,7 +70,7 @@ def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarr
     composing the posterior means."""
     device = next(net.parameters()).device
     out = []
-    with _evaluating(net):
+    with evaluating(net):
         for start in range(0, len(target), batch_size):
             part = slice(start, start + batch_size)
             one_hot = torch.nn.functional.one_hot(torch.as_tensor(action[part]), net.n_actions).to(device)

@@ -83,15 +83,23 @@ class Trainer:
             raise ValueError(f"objective: {config.objective!r} trains on pairs of images that differ in "
                              f"{config.pair_factors_changed} factor(s), but it was fed single images; pass "
                              "factors= (each image's factor values) so pairs can be drawn")
+        self.set_up(model, images, train_indices, config, device)
+        self.objective = build_objective(config, dataset_size=len(self.train_indices)).to(self.device)
+        self.pairs = PairSampler(factors, self.train_indices, config.pair_factors_changed) \
+            if config.needs_pairs else None
+
+    def set_up(self, model, images, train_indices: np.ndarray, config: ModelConfig, device) -> None:
+        """What every trainer has: the device, the model on it, the data, the run's length, Adam,
+        the step counter and the seeded generators (batches from ``seed``, noise from ``seed + 1``)."""
+        if len(train_indices) == 0:
+            raise ValueError("train_indices: the training set is empty")
         self.config = config
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.model = model.to(self.device)
         self.images = images
         self.train_indices = np.asarray(train_indices, dtype=np.int64)
         self.total_steps = config.total_steps(len(self.train_indices))
-        self.objective = build_objective(config, dataset_size=len(self.train_indices)).to(self.device)
-        self.pairs = PairSampler(factors, self.train_indices, config.pair_factors_changed) \
-            if config.needs_pairs else None
+        self.objective, self.pairs = None, None
         # foreach: one fused update over all parameters (the default on CUDA; on CPU it saves ~1 ms a step)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
         self.step = 0
@@ -100,7 +108,7 @@ class Trainer:
         self.bf16 = config.bf16 and self.device.type == "cuda"
         if config.bf16 and not self.bf16:
             warnings.warn(f"bf16: autocast is used on CUDA only; training in float32 on {self.device}",
-                          stacklevel=2)
+                          stacklevel=3)
 
     # -- schedules: each a function of the step ------------------------------------------------
 
@@ -129,9 +137,13 @@ class Trainer:
         else:
             first, second = self.pairs.sample(self.batch_rng, self.config.batch_size)
             rows = np.concatenate([first, second])
+        return self.batch_images(rows)
+
+    def batch_images(self, rows: np.ndarray) -> torch.Tensor:
+        """Rows of the image array as floats in [0, 1] on the device."""
         if isinstance(self.images, torch.Tensor):  # resident on the device: only the indices cross
-            rows = torch.from_numpy(rows).to(self.images.device, non_blocking=True)
-            return self.images[rows].to(self.device).float().div_(255.0)
+            index = torch.from_numpy(np.asarray(rows)).to(self.images.device, non_blocking=True)
+            return self.images[index].to(self.device).float().div_(255.0)
         return to_float(self.images[rows], self.device)
 
     def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], Schedule]:
@@ -219,7 +231,7 @@ class Trainer:
             "step": self.step,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "objective": self.objective.state_dict(),
+            **({"objective": self.objective.state_dict()} if self.objective is not None else {}),
             "batch_rng": self.batch_rng.bit_generator.state,
             "noise_rng": self.noise_rng.get_state(),
         }
@@ -228,7 +240,7 @@ class Trainer:
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if "objective" in state:
+        if "objective" in state and self.objective is not None:
             self.objective.load_state_dict(state["objective"])
         self.batch_rng.bit_generator.state = state["batch_rng"]
         self.noise_rng.set_state(state["noise_rng"])

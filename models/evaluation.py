@@ -25,7 +25,7 @@ def _device(model) -> torch.device:
 
 
 @contextlib.contextmanager
-def _evaluating(model):
+def evaluating(model):
     """Eval mode and no gradients for the block; the model's own mode afterwards."""
     was_training = model.training
     model.eval()
@@ -39,7 +39,7 @@ def _evaluating(model):
 def encode_means(model, images: np.ndarray, indices: np.ndarray, batch_size: int = 512) -> np.ndarray:
     """Posterior means (len(indices), K) of the rows ``indices``, in that order."""
     device = _device(model)
-    with _evaluating(model):
+    with evaluating(model):
         out = [model.encode(to_float(b, device))[0].cpu() for b in _batches(images, indices, batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, model.config.latent_dim), np.float32)
 
@@ -47,7 +47,7 @@ def encode_means(model, images: np.ndarray, indices: np.ndarray, batch_size: int
 def reconstruct(model, images: np.ndarray) -> np.ndarray:
     """Reconstructions (pixel probabilities in [0, 1]) of a uint8 batch, decoding the means."""
     device = _device(model)
-    with _evaluating(model):
+    with evaluating(model):
         mean, _ = model.encode(to_float(images, device))
         return torch.sigmoid(model.decode(mean)).cpu().numpy()
 
@@ -55,7 +55,7 @@ def reconstruct(model, images: np.ndarray) -> np.ndarray:
 def decode_probabilities(model, codes: np.ndarray, batch_size: int = 512) -> np.ndarray:
     """Pixel probabilities (N, C, H, W) that an (N, K) array of codes decodes to."""
     device = _device(model)
-    with _evaluating(model):
+    with evaluating(model):
         chunks = [torch.sigmoid(model.decode(torch.as_tensor(codes[i:i + batch_size], dtype=torch.float32,
                                                              device=device))).cpu().numpy()
                   for i in range(0, len(codes), batch_size)]
@@ -66,7 +66,7 @@ def nll_per_image(model, images: np.ndarray, indices: np.ndarray, batch_size: in
     """Bernoulli NLL (nats, summed over pixels) of each row's reconstruction from its mean code."""
     device = _device(model)
     out = []
-    with _evaluating(model):
+    with evaluating(model):
         for batch in _batches(images, indices, batch_size):
             x = to_float(batch, device)
             mean, _ = model.encode(x)

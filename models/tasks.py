@@ -15,13 +15,12 @@ raises ``NonFiniteLossError`` naming the step and the term.
 from __future__ import annotations
 
 import contextlib
-import warnings
 
 import numpy as np
 import torch
 
 from models.config import ModelConfig
-from models.engine import Trainer, select_device, to_float
+from models.engine import Trainer
 
 
 class TaskTrainer(Trainer):
@@ -32,30 +31,7 @@ class TaskTrainer(Trainer):
 
     def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
                  device: str | torch.device | None = None):
-        if len(train_indices) == 0:
-            raise ValueError("train_indices: the training set is empty")
-        self.config = config
-        self.device = select_device(device) if not isinstance(device, torch.device) else device
-        self.model = model.to(self.device)
-        self.images = images
-        self.train_indices = np.asarray(train_indices, dtype=np.int64)
-        self.total_steps = config.total_steps(len(self.train_indices))
-        self.pairs = None
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
-        self.step = 0
-        self.batch_rng = np.random.default_rng(config.seed)
-        self.noise_rng = torch.Generator(device=self.device).manual_seed(config.seed + 1)
-        self.bf16 = config.bf16 and self.device.type == "cuda"
-        if config.bf16 and not self.bf16:
-            warnings.warn(f"bf16: autocast is used on CUDA only; training in float32 on {self.device}",
-                          stacklevel=3)
-
-    def batch_images(self, rows: np.ndarray) -> torch.Tensor:
-        """Rows of the image array as floats in [0, 1] on the device."""
-        if isinstance(self.images, torch.Tensor):  # resident on the device: only the indices cross
-            index = torch.from_numpy(np.asarray(rows)).to(self.images.device, non_blocking=True)
-            return self.images[index].to(self.device).float().div_(255.0)
-        return to_float(self.images[rows], self.device)
+        self.set_up(model, images, train_indices, config, device)
 
     def loss_terms(self) -> dict[str, torch.Tensor]:
         """The next step's loss terms ("loss" is minimised); the subclass draws its own inputs."""
@@ -74,23 +50,6 @@ class TaskTrainer(Trainer):
         self.optimizer.step()
         self.step += 1
         return {name: value.detach() for name, value in terms.items()}
-
-    def state_dict(self) -> dict:
-        """Everything needed to resume exactly."""
-        return {
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "batch_rng": self.batch_rng.bit_generator.state,
-            "noise_rng": self.noise_rng.get_state(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = state["step"]
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.batch_rng.bit_generator.state = state["batch_rng"]
-        self.noise_rng.set_state(state["noise_rng"])
 
 
 def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, train_indices: np.ndarray):

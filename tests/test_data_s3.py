@@ -4,10 +4,8 @@ server (moto's server mode) on loopback, read back with the shard loader."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,42 +16,7 @@ pytest.importorskip("moto.server", reason="moto[server] is in the test extra")  
 from data_pipeline import load_procedural  # noqa: E402
 from data_pipeline.prepare import read_shards  # noqa: E402
 
-BUCKET = "disgen-data-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_server(monkeypatch):
-    """A moto S3 server on loopback with one bucket; its environment set for this process."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.2)
-        environment = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
-                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-        for name, value in environment.items():
-            monkeypatch.setenv(name, value)
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        yield environment
-    finally:
-        server.terminate()
-        server.wait()
+BUCKET = "disgen-test"  # conftest's s3_server creates it
 
 
 @pytest.mark.slow

@@ -1,49 +1,13 @@
 """Object storage: a whole sweep against a real S3-compatible server (moto) on loopback."""
 
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
 pytest.importorskip("moto.server", reason="moto[server] is in the test extra")  # 5.2.1 breaks pyarrow uploads
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_server(monkeypatch):
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.2)
-        environment = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
-                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-        for name, value in environment.items():
-            monkeypatch.setenv(name, value)
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="disgen-test")
-        yield environment
-    finally:
-        server.terminate()
-        server.wait()
 
 
 @pytest.mark.slow
