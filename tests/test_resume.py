@@ -24,10 +24,24 @@ def finished_rows(experiment):
     return len(pd.read_parquet(path)) if path.exists() else 0
 
 
+FOUR_TRIAL_GRID = """
+description: the default study's four tiny trials with one cheap metric
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 3000, data_seed: 0,
+        batch_size: 32, report_every: 5, n_nll: 200, n_metric: 300, metrics: [d_score], lr: 0.001}
+axes:
+  beta: [1.0, 4.0]
+  split: [leave1out, blank_side]
+scales:
+  tiny: {steps: 20}
+"""
+
+
 @pytest.mark.slow
 def test_killed_driver_resumes_and_every_trial_lands_exactly_once(ray_session, tmp_path):
-    argv = [sys.executable, "-m", "sweeps.paper_grid", "--scale", "tiny", "--storage-path", str(tmp_path),
-            "--name", "exp", "--max-concurrent-trials", "1"]
+    grid = tmp_path / "four.yaml"
+    grid.write_text(FOUR_TRIAL_GRID)
+    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+            "--storage-path", str(tmp_path), "--name", "exp", "--max-concurrent-trials", "1"]
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     experiment = tmp_path / "exp"
     log = open(tmp_path / "driver.log", "w")
