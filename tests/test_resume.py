@@ -122,3 +122,43 @@ def test_a_killed_trial_worker_resumes_from_its_checkpoint(ray_session, tmp_path
         if "train/loss" in events.Tags()["scalars"]:
             first_steps.append(events.Scalars("train/loss")[0].step)
     assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
+
+
+@pytest.mark.slow
+def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(ray_session, tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    grid = tmp_path / "two.yaml"
+    two_trials = ONE_TRIAL_GRID.replace("beta: 1.0,", "").replace(
+        "scales:", "axes:\n  beta: [1.0, 4.0]\nscales:")
+    grid.write_text(two_trials)
+    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+            "--storage-path", str(tmp_path), "--name", "exp", "--checkpoint-every", "20", "--pack-size", "2"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    experiment = tmp_path / "exp"
+    wait_for(lambda: list(experiment.glob("pack2-*/checkpoint_*")), 240, "the pack's first checkpoint")
+    workers = trial_workers()
+    assert len(workers) == 1  # one Tune trial trains both models
+    workers[0].kill()
+    out, _ = driver.communicate(timeout=300)
+    assert driver.returncode == 0, out[-3000:]
+    assert "Packing 2 trials into 1 packs" in out
+
+    trials = pd.read_parquet(experiment / "trials.parquet")
+    assert len(trials) == 2 and sorted(trials["beta"]) == [1.0, 4.0]
+    history = pd.read_parquet(experiment / "history.parquet")
+    for _, steps in history.groupby("trial_key")["step"]:
+        assert steps.tolist() == list(range(5, 121, 5))  # each member's reports once, none lost
+    # Each member's TensorBoard folder got a second event file, from the restarted worker, whose
+    # first step is past the checkpoint: the pack resumed, both members together, not from step 0.
+    member_dirs = [p for p in experiment.iterdir() if p.is_dir() and not p.name.startswith("pack")]
+    assert len(member_dirs) == 2
+    for member_dir in member_dirs:
+        first_steps = []
+        for events_file in sorted(member_dir.glob("events.out.tfevents.*")):
+            events = event_accumulator.EventAccumulator(str(events_file))
+            events.Reload()
+            if "train/loss" in events.Tags()["scalars"]:
+                first_steps.append(events.Scalars("train/loss")[0].step)
+        assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
