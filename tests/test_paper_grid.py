@@ -46,7 +46,8 @@ def test_help_documents_every_option():
                           text=True, timeout=60)
     assert done.returncode == 0
     for option in ["--preset", "--scale", "--storage-path", "--name", "--seeds", "--resume",
-                   "--address", "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent-trials"]:
+                   "--address", "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent-trials",
+                   "--pack-size", "--data-dir", "--data-source", "--search", "--scheduler", "--list"]:
         assert option in done.stdout
 
 
