@@ -68,7 +68,7 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     """Trial count and training cost of a preset at a scale. Trials that train by epochs are
     counted at the size of the full grid's training side."""
     from models import ModelConfig
-    from sweeps.packing import _channels
+    from sweeps.packing import dataset_channels
 
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
@@ -77,7 +77,7 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     gpu_rate = gpu_flops_per_second()
     images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
     for config in configs:
-        model = ModelConfig.from_dict({**config, "channels": _channels(config["dataset"])})
+        model = ModelConfig.from_dict({**config, "channels": dataset_channels(config["dataset"])})
         n_train = config.get("n_images")
         if n_train is None:
             n_train = _full_grid_train_size(config["dataset"], config["split"])

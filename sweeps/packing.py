@@ -65,7 +65,7 @@ def pack_dirname(members: list[dict]) -> str:
 
 
 @functools.cache
-def _channels(dataset: str) -> int:
+def dataset_channels(dataset: str) -> int:
     """Image channels of a dataset (1 or 3), from one rendered grid point."""
     from data_pipeline import factor_space, load_procedural
 
@@ -78,7 +78,7 @@ def member_model(config: dict):
     from models import ModelConfig
 
     config = complete_config(config)
-    return ModelConfig.from_dict({**config, "channels": _channels(config["dataset"])})
+    return ModelConfig.from_dict({**config, "channels": dataset_channels(config["dataset"])})
 
 
 def resolve_pack_size(requested: str | int | None, configs: list[dict], gpus_per_trial: float,

@@ -169,6 +169,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
             results.append({"config": config_k, "error": trainer.errors[k], "history": log.history})
             continue
         metrics = _evaluate(member, data, split, config_k, run_info)
+        # members of a pack train together: each is credited an equal share of the pack's time
         metrics["train_seconds"] = train_seconds / len(members)
         log.final(member.model, member.step, metrics)
         results.append({"config": config_k, **metrics, "history": log.history, "step": member.step})
