@@ -191,7 +191,9 @@ class Objective(nn.Module):
     docstring for the contract) and, if they need more randomness, ``draw_noise``."""
 
     needs_pairs = False
+    draws_prior = False  # whether each step also draws N(0, I) prior samples (WAE-MMD, WAE-GAN)
     own_adam: dict | None = None  # Adam settings of the objective's own optimiser, if it has one
+    own_module: str | None = None  # the attribute holding the module it trains
 
     def __init__(self, config, dataset_size: int = 1):
         super().__init__()
@@ -206,8 +208,12 @@ class Objective(nn.Module):
         self.register_buffer(name, torch.tensor(float(value)), persistent=False)
 
     def draw_noise(self, generator: torch.Generator, rows: int, device) -> dict[str, torch.Tensor]:
-        """The step's random numbers: here, the reparameterisation noise of ``rows`` codes."""
-        return {"posterior": torch.randn((rows, self.latent_dim), generator=generator, device=device)}
+        """The step's random numbers: the reparameterisation noise of ``rows`` codes, and prior
+        samples for the objectives that compare codes with the prior."""
+        noise = {"posterior": torch.randn((rows, self.latent_dim), generator=generator, device=device)}
+        if self.draws_prior:
+            noise["prior"] = torch.randn((rows, self.latent_dim), generator=generator, device=device)
+        return noise
 
     def encode_sample_decode(self, model, x_in, noise: dict):
         mean, logvar = model.encode(x_in)
@@ -217,9 +223,17 @@ class Objective(nn.Module):
 
     # -- an optimiser of the objective's own ---------------------------------------------------
 
+    def train_own(self, attribute: str, module: nn.Module, lr: float, betas=(0.5, 0.9)) -> None:
+        """Hold ``module`` (a discriminator, an adversary) as ``attribute`` and give it an Adam of
+        the objective's own, stepped by ``after_step`` on ``own_loss``."""
+        setattr(self, attribute, module)
+        self.own_module = attribute
+        self.own_adam = {"lr": lr, "betas": betas}
+        self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
+
     def own_parameters(self) -> list[nn.Parameter]:
         """The parameters the objective trains itself (none by default)."""
-        return []
+        return [] if self.own_module is None else list(getattr(self, self.own_module).parameters())
 
     def own_loss(self, aux: dict, noise: dict) -> torch.Tensor:
         raise NotImplementedError
@@ -305,13 +319,10 @@ class FactorVAEObjective(Objective):
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("gamma", config.resolved_gamma)
-        self.discriminator = Discriminator(config.latent_dim, config.discriminator_layers,
-                                           config.discriminator_width, config.discriminator_negative_slope)
-        self.own_adam = {"lr": config.discriminator_lr, "betas": (0.5, 0.9)}
-        self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
-
-    def own_parameters(self) -> list[nn.Parameter]:
-        return list(self.discriminator.parameters())
+        self.train_own("discriminator", Discriminator(config.latent_dim, config.discriminator_layers,
+                                                      config.discriminator_width,
+                                                      config.discriminator_negative_slope),
+                       lr=config.discriminator_lr)
 
     def draw_noise(self, generator, rows, device):
         noise = super().draw_noise(generator, rows, device)
@@ -362,15 +373,12 @@ class WAEMMDObjective(Objective):
     """WAE-MMD (Tolstikhin et al. 2018), as Montero et al. 2022 ran it: squared error +
     λ1·MMD²(q(z), N(0, I)) (unbiased, inverse multiquadric kernel) + λ2·‖logvar‖₁."""
 
+    draws_prior = True
+
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("mmd_weight", config.mmd_weight)
         self.hyperparameter("logvar_l1_weight", config.logvar_l1_weight)
-
-    def draw_noise(self, generator, rows, device):
-        noise = super().draw_noise(generator, rows, device)
-        noise["prior"] = torch.randn((rows, self.latent_dim), generator=generator, device=device)
-        return noise
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
         logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)

@@ -61,23 +61,15 @@ class WAEGANObjective(Objective):
     own Adam after each model step (see the module docstring)."""
 
     own_loss_name = "adversary"
+    draws_prior = True
 
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("adversarial_weight", config.adversarial_weight)
         self.hyperparameter("logvar_l1_weight", config.logvar_l1_weight)
         self.hyperparameter("prior_std", config.prior_std)
-        self.adversary = Adversary(config.latent_dim, config.adversary_layers, config.adversary_width)
-        self.own_adam = {"lr": config.adversary_lr, "betas": (0.5, 0.9)}
-        self._own_optimizer = torch.optim.Adam(self.own_parameters(), **self.own_adam)
-
-    def own_parameters(self) -> list[nn.Parameter]:
-        return list(self.adversary.parameters())
-
-    def draw_noise(self, generator, rows, device):
-        noise = super().draw_noise(generator, rows, device)
-        noise["prior"] = torch.randn((rows, self.latent_dim), generator=generator, device=device)
-        return noise
+        self.train_own("adversary", Adversary(config.latent_dim, config.adversary_layers,
+                                              config.adversary_width), lr=config.adversary_lr)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
         logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)
