@@ -79,6 +79,20 @@ scales:
 """
 
 
+def first_loss_steps(folder):
+    """The first ``train/loss`` step of each TensorBoard event file in ``folder``, in file order:
+    a worker that restarts from a checkpoint writes a new file that starts past it."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    steps = []
+    for events_file in sorted(folder.glob("events.out.tfevents.*")):
+        events = event_accumulator.EventAccumulator(str(events_file))
+        events.Reload()
+        if "train/loss" in events.Tags()["scalars"]:
+            steps.append(events.Scalars("train/loss")[0].step)
+    return steps
+
+
 def trial_workers():
     import psutil
 
@@ -92,8 +106,6 @@ def trial_workers():
 
 @pytest.mark.slow
 def test_a_killed_trial_worker_resumes_from_its_checkpoint(ray_session, tmp_path):
-    from tensorboard.backend.event_processing import event_accumulator
-
     grid = tmp_path / "one.yaml"
     grid.write_text(ONE_TRIAL_GRID)
     argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
@@ -115,19 +127,12 @@ def test_a_killed_trial_worker_resumes_from_its_checkpoint(ray_session, tmp_path
     # The restarted worker wrote a second event file whose first step is past the checkpoint:
     # it resumed from the checkpoint rather than from step 0.
     (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir()]
-    first_steps = []
-    for events_file in sorted(trial_dir.glob("events.out.tfevents.*")):
-        events = event_accumulator.EventAccumulator(str(events_file))
-        events.Reload()
-        if "train/loss" in events.Tags()["scalars"]:
-            first_steps.append(events.Scalars("train/loss")[0].step)
+    first_steps = first_loss_steps(trial_dir)
     assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
 
 
 @pytest.mark.slow
 def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(ray_session, tmp_path):
-    from tensorboard.backend.event_processing import event_accumulator
-
     grid = tmp_path / "two.yaml"
     two_trials = ONE_TRIAL_GRID.replace("beta: 1.0,", "").replace(
         "scales:", "axes:\n  beta: [1.0, 4.0]\nscales:")
@@ -155,10 +160,5 @@ def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(ray
     member_dirs = [p for p in experiment.iterdir() if p.is_dir() and not p.name.startswith("pack")]
     assert len(member_dirs) == 2
     for member_dir in member_dirs:
-        first_steps = []
-        for events_file in sorted(member_dir.glob("events.out.tfevents.*")):
-            events = event_accumulator.EventAccumulator(str(events_file))
-            events.Reload()
-            if "train/loss" in events.Tags()["scalars"]:
-                first_steps.append(events.Scalars("train/loss")[0].step)
+        first_steps = first_loss_steps(member_dir)
         assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
