@@ -139,3 +139,10 @@ def _render_stored(name: str, classes: np.ndarray) -> np.ndarray:
     if name in BINARY_DATASETS:
         images = images * np.uint8(255)
     return images
+
+
+@functools.cache
+def dataset_channels(name: str) -> int:
+    """Image channels of a dataset (1 or 3), from one rendered grid point."""
+    space = factor_space(name)
+    return load_procedural(name, classes=space.classes_of([0])).channels

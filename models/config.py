@@ -6,6 +6,7 @@ come from its class in ``models.registry``, the one table of objectives.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from models.registry import ALIASES, OBJECTIVES, objective_class
@@ -107,6 +108,9 @@ class ModelConfig:
     normalise_factors: bool = False  # ground-truth decoder: factors scaled to [0, 1] (the authors: raw)
 
     def __post_init__(self) -> None:
+        problems = self._type_problems()
+        if problems:
+            raise TypeError("invalid model config: " + "; ".join(problems))
         objective = ALIASES.get(self.objective, self.objective)
         object.__setattr__(self, "objective", objective)
         object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
@@ -182,6 +186,29 @@ class ModelConfig:
                 problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
+
+    def _type_problems(self) -> list[str]:
+        """Each field against its declared type: whole numbers, finite numbers, strings, flags."""
+        problems = []
+        for field in fields(self):
+            value, kind = getattr(self, field.name), str(field.type)
+            if value is None and "None" in kind:
+                continue
+            if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                problems.append(f"{field.name}: expected a whole number; got {value!r}")
+            elif kind.startswith("float") and (isinstance(value, bool)
+                                               or not isinstance(value, (int, float))):
+                problems.append(f"{field.name}: expected a number; got {value!r}")
+            elif kind.startswith("float") and not math.isfinite(value):
+                problems.append(f"{field.name}: must be a finite number; got {value!r}")
+            elif kind.startswith("str") and not isinstance(value, str):
+                problems.append(f"{field.name}: expected a name (text); got {value!r}")
+            elif kind == "bool" and not isinstance(value, bool):
+                problems.append(f"{field.name}: expected true or false; got {value!r}")
+            elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
+                    isinstance(m, int) and not isinstance(m, bool) for m in value)):
+                problems.append(f"{field.name}: expected a list of whole numbers; got {value!r}")
+        return problems
 
     def _model_specific_problems(self) -> list[str]:
         """WAE-GAN's, CascadeVAE's and LieGroupVAE's fields."""
