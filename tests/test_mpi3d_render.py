@@ -14,7 +14,8 @@ from data_pipeline.spaces import mpi3d_space
 # sha256 of the uint8 bytes rendered by GENERATOR_VERSION 1's per-image loop (before vectorising).
 REDUCED_SHA256 = "644e9943427f08dee4653b514431babda3b89047f1a66c888b8cdea3bba1c484"
 SAMPLE_SHA256 = "23ad18880ce34ebfca39ecb63c0965ad937b4f0cfad913483d54c24b2b690356"  # 3,000 points, seed 16
-SLICE_SHA256 = "320ea22fda8f44fc6c7be67f860a6a3d48d9e80a09031177a38307258c7405c4"  # grid rows 500,000..509,999
+# grid rows 500,000..509,999
+SLICE_SHA256 = "320ea22fda8f44fc6c7be67f860a6a3d48d9e80a09031177a38307258c7405c4"
 
 
 def _sha(images: np.ndarray) -> str:
