@@ -169,27 +169,23 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
                         raise _Transient(f"connection lost after {_size(done)}: {error!r}") from None
                     if not block:
                         break
-                    _write(out, block, job)
+                    out.write(block)
                     done += len(block)
                     if bar:
                         bar.update(len(block))
+        except OSError as error:  # writing (or flushing on close) failed
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            saved = job.partial.stat().st_size if job.partial.exists() else 0
+            raise DownloadError(
+                f"{job.partial}: no space left on the device while writing {job.url}; free some space "
+                f"(or pick another folder with --to) and run the same command again: it resumes from the "
+                f"{saved:,} bytes already saved") from None
         finally:
             if bar:
                 bar.close()
         if total is not None and done < total:
             raise _Transient(f"connection closed after {done:,} of {total:,} bytes")
-
-
-def _write(out, block: bytes, job: Plan) -> None:
-    try:
-        out.write(block)
-    except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DownloadError(
-                f"{job.partial}: no space left on the device while writing {job.url}; free some "
-                f"space (or pick another folder with --to) and run the same command again: it resumes "
-                f"from the {job.partial.stat().st_size:,} bytes already saved") from None
-        raise
 
 
 def download(name: str, to=None, url: str | None = None, sha: str | None = None, retries: int = 4,
