@@ -200,6 +200,12 @@ def convert(path, out, dataset: str | None = None, step: int | None = None, prog
     stat = path.stat()
     identity = {"file": path.name, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "step": step}
     part, progress_file = out / (IMAGES + ".part"), out / PROGRESS
+    if (out / MANIFEST).is_file() and (out / IMAGES).is_file():
+        manifest = json.loads((out / MANIFEST).read_text())
+        if manifest.get("source") == identity:
+            if progress:
+                print(f"{out}: {path.name} is already converted (random_access.load checks it)", flush=True)
+            return manifest
     started = time.perf_counter()
     pieces = _resume(out, identity, progress_file, part, source.n, source.image_shape)
     if pieces:

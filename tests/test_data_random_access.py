@@ -52,6 +52,9 @@ def test_shapes3d_converts_to_the_same_images_and_classes_memory_mapped(tmp_path
     assert files == ["classes.npy", "images.npy", "manifest.json"]
     rows = np.sort(np.random.default_rng(5).choice(N_SHAPES, 64, replace=False))
     assert np.array_equal(data.images[rows], expected.images[rows])
+    written = (tmp_path / "ra" / "images.npy").stat().st_mtime_ns
+    assert random_access.convert(source, tmp_path / "ra", progress=False) == manifest  # done once
+    assert (tmp_path / "ra" / "images.npy").stat().st_mtime_ns == written
 
 
 def test_dsprites_npz_is_streamed_and_hdf5_read(tmp_path):
