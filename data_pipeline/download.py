@@ -150,6 +150,11 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
         reason = getattr(error, "reason", error)
         raise _Transient(f"{type(reason).__name__}: {reason}") from None
     with response:
+        content_range = response.headers.get("Content-Range") or f"bytes {offset}-"
+        if offset and response.status == 206 and not content_range.startswith(f"bytes {offset}-"):
+            job.partial.unlink()
+            raise _Transient(f"asked for the bytes from {offset:,} but got {content_range!r}; "
+                             "the partial file was dropped")
         if offset and response.status == 206:
             mode, done = "ab", offset
         else:

@@ -66,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
         start, status = 0, 200
         wanted = self.headers.get("Range")
         if wanted and server.ranges:
-            start = int(wanted.removeprefix("bytes=").split("-")[0])
+            start = 0 if server.ranges == "wrong" else int(wanted.removeprefix("bytes=").split("-")[0])
             if start >= len(body):
                 self.send_error(416, "Range Not Satisfiable")
                 return
@@ -145,6 +145,13 @@ def test_a_server_without_range_support_restarts_from_the_start(server, npz, tmp
     assert path.read_bytes() == npz and _files(tmp_path) == [NPZ]
     assert server.sent == len(npz) and len(server.log) == 2
     assert "does not resume downloads" in capsys.readouterr().err
+
+
+def test_a_range_answer_from_the_wrong_offset_is_dropped_and_fetched_again(server, npz, tmp_path, capsys):
+    server.ranges, server.drop_after = "wrong", len(npz) // 2
+    assert dl.download("dsprites", tmp_path, backoff=0.0, progress=False).read_bytes() == npz
+    assert f"asked for the bytes from {len(npz) // 2:,} but got 'bytes 0-" in capsys.readouterr().err
+    assert [r for _, r in server.log] == [None, f"bytes={len(npz) // 2}-", None]
 
 
 def test_a_complete_partial_file_is_checked_without_fetching_again(server, npz, tmp_path):

@@ -133,3 +133,22 @@ def test_prepare_from_file_on_the_command_line(tmp_path, capsys, shapes3d_file):
         with pytest.raises(SystemExit) as code:
             prepare_main(argv + ["--out", str(tmp_path / "x")])
         assert code.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_mpi3d_npz_is_streamed_in_grid_order(tmp_path, monkeypatch):
+    """The MPI3D path on a stand-in grid: the real lengths (460,800 or 1,036,800 images) are too
+    big for the suite, so a 3 × 4 space stands in for the factor space the length implies."""
+    from data_pipeline import loaders
+    from data_pipeline.spaces import sprite_space
+
+    monkeypatch.setattr(loaders, "MPI3D_SIZES_BY_LENGTH", {12: (3, 4)})
+    monkeypatch.setattr(random_access, "mpi3d_space", lambda c, s: sprite_space(("colour", "shape"), (c, s)))
+    images = np.random.default_rng(0).integers(0, 256, (12, 64, 64, 3), dtype=np.uint8)
+    np.savez(tmp_path / "mpi3d_toy.npz", images=images)  # stored, as np.savez writes it
+    random_access.convert(tmp_path / "mpi3d_toy.npz", tmp_path / "ra", step=5, progress=False)
+    data = random_access.load(tmp_path / "ra")
+    assert np.array_equal(data.images, images.transpose(0, 3, 1, 2))
+    assert data.name == "mpi3d" and data.classes.tolist() == [[c, s] for c in range(3) for s in range(4)]
+    np.savez(tmp_path / "mpi3d_real.npz", images=images[:7])
+    with pytest.raises(ValueError, match="expected length 12; got 7"):
+        random_access.convert(tmp_path / "mpi3d_real.npz", tmp_path / "rb", progress=False)
