@@ -18,6 +18,7 @@ import numpy as np
 
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
 from data_pipeline.factors import FactorSpace
+from data_pipeline.sources import SOURCES
 from data_pipeline.spaces import dsprites_space, mpi3d_space, shapes3d_space, sprite_space
 
 DSPRITES_NPZ = "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz"
@@ -25,13 +26,11 @@ DSPRITES_HDF5 = "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.hdf5"
 SHAPES3D_H5 = "3dshapes.h5"
 MPI3D_NPZ = {"toy": "mpi3d_toy.npz", "realistic": "mpi3d_realistic.npz", "real": "mpi3d_real.npz"}
 
-# SPEC §1, from third parties, not verified here: (algorithm, hex digest) per file name.
+# (algorithm, hex digest) per file name, from the one table of sources and checksums
+# (data_pipeline/sources.py): the third-party figures first, then those a download enforces.
 PUBLISHED_CHECKSUMS = {
-    DSPRITES_HDF5: [("sha256", "729fa22e884c9c500e1f17415d580746b4c5894fbbb780a1319bbcfa39a745bb"),
-                    ("md5", "b331c4447a651c44bf5e8ae09022e230")],
-    DSPRITES_NPZ: [("md5", "7da33b31b13a06f4b04a70402ce90c2e")],
-    SHAPES3D_H5: [("sha256", "0a0f6ed98baff276a50f3a081a7434d788da63cb135a98189b2a5b5769be1785"),
-                  ("md5", "099a2078d58cec4daad0702c55d06868")],
+    row.filename: [(a, h) for a, h in (*row.reported, *row.checksums) if a in hashlib.algorithms_guaranteed]
+    for row in SOURCES.values()
 }
 
 # MPI3D: factor sizes follow from the number of images.

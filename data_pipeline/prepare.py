@@ -4,6 +4,9 @@ Run ``python -m data_pipeline.prepare DATASET --out DIR [--n-images N] [--reduce
 [--rows-per-shard 4096] [--num-cpus 2] [--address local]``. ``DIR`` is a local path or any URI pyarrow's file
 systems understand (``s3://bucket/prefix``). Ray Data shows its progress bar while blocks render.
 
+``--from-file FILE`` converts a downloaded real file instead, once, into a memory-mappable
+``images.npy`` that reads random batches quickly (:mod:`data_pipeline.random_access`).
+
 Each shard ``shard-<first index>.npz`` holds ``images`` (n, C, H, W) uint8 0..255 and ``index``
 (n,) flat grid indices. ``manifest.json`` lists the shards with their counts and sha256, plus the
 dataset, generator version and factor space. :func:`read_shards` reads them back, verified, into
@@ -169,7 +172,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="Ray address: a cluster's, or 'local' for a fresh local Ray "
                              "(default: the running cluster if any, else a new local one)")
     parser.add_argument("--single-process", action="store_true", help="no Ray: one process")
+    parser.add_argument("--from-file", default=None, metavar="FILE",
+                        help="convert this downloaded real file into a random-access layout under --out (a "
+                             "local folder: images.npy memory map, classes.npy, manifest.json) instead of "
+                             "rendering; resumable, checksummed (data_pipeline/random_access.py)")
     args = parser.parse_args(argv)
+    if args.from_file:
+        from data_pipeline.random_access import convert
+
+        try:
+            manifest = convert(args.from_file, args.out, dataset=args.dataset)
+        except (ValueError, FileNotFoundError) as error:
+            parser.error(str(error))
+        print(f"{manifest['n_images']:,} images of {args.from_file} in {args.out}/images.npy, "
+              f"random access ({manifest['seconds']:.1f} s)")
+        return
     options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_shard=args.rows_per_shard,
                    seed=args.seed)
     if args.single_process:

@@ -22,15 +22,18 @@ from sweeps.trials import TrialConfig
 def load_real_file(dataset: str, data_dir: str | None) -> GroundTruthDataset:
     """A dataset's real file, or a one-line UsageError saying what is wrong with it."""
     from data_pipeline.loaders import load_real
+    from data_pipeline.sources import download_hint
 
     try:
         return load_real(dataset, data_dir)
     except Exception as error:  # a user's file: any failure to read it is bad input
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         where = f"--data-dir {data_dir}" if data_dir else "$DISGEN_DATA"
-        raise UsageError(f"data_source real: cannot load {dataset} ({reason}); pass --data-dir with "
-                         f"the folder holding the real file (checked: {where}; docs/data.md names "
-                         "the files)") from None
+        hint = download_hint(dataset, data_dir) if isinstance(error, FileNotFoundError) else None
+        raise UsageError(f"data_source real: cannot load {dataset} ({reason}); "
+                         + (f"{hint} (or pass --data-dir with the folder holding it)" if hint else
+                            f"pass --data-dir with the folder holding the real file (checked: {where}; "
+                            "docs/data.md names the files)")) from None
 
 
 def check_fits(data: GroundTruthDataset, trial: TrialConfig) -> None:
