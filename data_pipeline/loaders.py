@@ -308,7 +308,11 @@ def load_real(dataset: str, data_dir=None, **options) -> GroundTruthDataset:
         try:
             return load_dsprites_npz(data_dir=data_dir, **options)
         except FileNotFoundError:
-            return load_dsprites_hdf5(data_dir=data_dir, **options)
+            try:
+                return load_dsprites_hdf5(data_dir=data_dir, **options)
+            except FileNotFoundError as error:
+                either = f"{DSPRITES_NPZ} (or {DSPRITES_HDF5})"
+                raise FileNotFoundError(str(error).replace(DSPRITES_HDF5, either, 1)) from None
     if dataset == "shapes3d":
         return load_shapes3d(data_dir=data_dir, **options)
     if dataset == "mpi3d":
