@@ -72,7 +72,7 @@ def file_digest(path, algorithm: str) -> str:
 
 
 def verify_checksum(path) -> bool | None:
-    """Compare a file with SPEC's published checksum: True if it matches, None if there is none
+    """Compare a file with its published checksum: True if it matches, None if there is none
     for its name; warns (:class:`ChecksumWarning`) and returns False on a mismatch."""
     path = Path(path)
     published = PUBLISHED_CHECKSUMS.get(path.name)
