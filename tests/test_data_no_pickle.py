@@ -120,3 +120,10 @@ def test_mpi3d_and_labelled_refuse_pickled_arrays(tmp_path, marker):
     with pytest.raises(ValueError, match="pickled"):
         load_labelled(tmp_path / "labelled.npz")
     assert not marker.exists()
+
+
+def test_a_pickle_named_labelled_npz_is_refused_without_running_it(tmp_path, marker):
+    (tmp_path / "labelled.npz").write_bytes(pickle.dumps({"images": Payload(marker)}))
+    with pytest.raises(ValueError, match="is a pickle, not an .npz archive"):
+        load_labelled(tmp_path / "labelled.npz")
+    assert not marker.exists()
