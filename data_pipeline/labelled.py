@@ -1,4 +1,4 @@
-"""A generic labelled dataset: a user's images with per-image factor values (SPEC §1).
+"""A generic labelled dataset: a user's images with per-image factor values.
 
 D21's robot dataset is not a full factorial grid: its factors are correlated, some combinations
 are infeasible and only a sample of states is imaged. Data of that kind loads through here, from

@@ -114,8 +114,7 @@ class TripletSampler:
     """Composition triplets (reference, transform, action, target) over rows of an image array.
 
     The target is the image whose factor classes are the reference's, except the action's factor,
-    which it takes from the transform. :meth:`sample` draws as ``data_pipeline.samplers.
-    composition_triplets`` does inside ``allowed``: reference and transform uniformly among
+    which it takes from the transform. :meth:`sample` draws reference and transform uniformly among
     ``pool`` rows and the action uniformly among the factors that vary over the pool (precisely:
     in which two pool images differ while agreeing in every other factor); a triplet
     whose target is not a pool row is drawn again, so no image outside the pool (a held-out image,

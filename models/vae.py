@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
 
-if TYPE_CHECKING:
-    from models.config import ModelConfig
-
 
 class VAE(nn.Module):
     """Encoder and decoder of ``config.architecture``; the objective lives in the engine."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config):
+        """``config``: a ``models.ModelConfig`` (architecture, channels, latent size, image size)."""
         super().__init__()
         encoder, decoder = ARCHITECTURES[config.architecture]
         self.config = config
