@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from models.cascade_vae import CascadeVAEObjective
+from models.dip_vae import DIPVAEObjective
 from models.lie_group_vae import LieGroupVAEObjective
 from models.objectives import (
     AdaGVAEObjective,
@@ -37,6 +38,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "wae_gan": WAEGANObjective,  # Tolstikhin et al. 2018
     "cascade_vae": CascadeVAEObjective,  # Jeong & Song 2019 (InfoCascade)
     "lie_group_vae": LieGroupVAEObjective,  # Zhu et al. 2021
+    "dip_vae": DIPVAEObjective,  # Kumar et al. 2018 (DIP-VAE-I)
 }
 
 # Other spellings accepted in configs and grids.
