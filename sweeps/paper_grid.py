@@ -14,6 +14,7 @@ import shlex
 import socket
 import sys
 
+from data_pipeline.cli import Parser
 from sweeps import storage
 from sweeps.errors import UsageError
 from sweeps.grid import (
@@ -34,7 +35,7 @@ DEFAULT_STORAGE = "./disgen_results"
 
 def build_parser() -> argparse.ArgumentParser:
     presets = "; ".join(f"{name}: {spec['description']}" for name, spec in PRESETS.items())
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m sweeps.paper_grid",
         description="Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
                     "arguments: the default study at the 'smoke' scale on a local Ray "
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CPUs for the local Ray (default: all); ignored with --address")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="checkpoint every N steps so failed trials resume (default: about "
-                             "5 checkpoints per trial)")
+                             "5 checkpoints per trial; 0: only the final one)")
     parser.add_argument("--search", choices=["grid", "optuna"], default="grid",
                         help="grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
                              "grid's 'search' space for --num-samples trials")
