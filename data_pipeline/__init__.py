@@ -1,4 +1,4 @@
-"""Data: factor spaces, procedural generators, real-file loaders, held-out splits and samplers.
+"""Data: factor spaces, procedural generators, real-file loaders and downloads, and held-out splits.
 
 No Ray here except in :mod:`data_pipeline.prepare`; no torch.
 """

@@ -144,3 +144,10 @@ def test_code_and_docs_cite_only_what_the_repository_holds():
     offenders = [str(p.relative_to(ROOT)) for p in texts if p.name != "test_architecture.py"
                  and ("SPEC §" in p.read_text() or "ARCHITECTURE.md" in p.read_text())]
     assert offenders == []
+
+
+def test_the_design_page_names_every_module():
+    page = (ROOT / "docs" / "design.md").read_text()
+    missing = [str(path.relative_to(ROOT)) for path in modules().values()
+               if f"`{path.relative_to(ROOT)}`" not in page]
+    assert missing == [], f"docs/design.md does not name {missing}"
