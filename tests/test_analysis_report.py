@@ -50,6 +50,7 @@ def trial(key, split, objective, d, nll):
 def write_checkpoint(experiment):
     """A final checkpoint in sweeps/trainable.py's layout, for a model trained for no steps."""
     from models import ModelConfig, build
+    from models.checkpoint import save_final
 
     config = {
         "dataset": "dsprites",
@@ -66,9 +67,7 @@ def write_checkpoint(experiment):
     model = build(ModelConfig.from_dict({**config, "channels": 1}))
     folder = experiment / "blank_side-k0" / "checkpoint_000000"
     folder.mkdir(parents=True)
-    torch.save(
-        {"trainer": {"model": model.state_dict()}, "history": [], "config": config}, folder / "trainer.pt"
-    )
+    save_final(str(folder), [model.state_dict()], [0], {}, [[]], {"members": [config]})
     return model
 
 

@@ -14,6 +14,7 @@ from data_pipeline.spaces import sprite_space
 from sweeps.data import load_datasets
 from sweeps.errors import UsageError
 from sweeps.paper_grid import build_parser, main, plan
+from sweeps.trials import TrialConfig
 
 SIZES = (6, 6)  # a 6 × 6 Circles grid: 36 images, of which midpos holds out the 2 × 2 centre
 GRID = """
@@ -39,8 +40,9 @@ def write_circles(folder, order_seed=0):
 
 
 def config(**settings):
-    return {"dataset": "circles", "n_images": None, "data_seed": 0, "split": "midpos",
-            "data_source": "real", **settings}
+    return TrialConfig.complete({"dataset": "circles", "n_images": None, "data_seed": 0, "split": "midpos",
+                                 "data_source": "real", "report_every": 2, "n_nll": 16, "n_metric": 32,
+                                 **settings})
 
 
 def test_a_whole_real_grid_observes_any_grid_point_and_subsets_follow_the_seeded_draw(tmp_path):
@@ -76,7 +78,7 @@ def test_data_dir_makes_every_trial_real_and_rows_record_it(tmp_path):
     args = build_parser().parse_args(["--grid", str(grid), "--scale", "tiny", "--data-dir", str(tmp_path),
                                       "--storage-path", str(tmp_path / "out")])
     run_plan = plan(args)
-    assert {c["data_source"] for c in run_plan["configs"]} == {"real"}
+    assert {c["data_source"] for c in run_plan["trials"]} == {"real"}
     assert list(run_plan["datasets"]) == [("real", "circles", None, 0)]
 
 
