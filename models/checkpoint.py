@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import pickle
+import re
 import sys
 
 import torch
@@ -61,12 +62,12 @@ def load(path: str, map_location="cpu") -> dict:
         raise CheckpointError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as error:
         raise CheckpointError(
-            f"{path}: refused, it needs pickle to load ({str(error).splitlines()[0][:200]}). disgen reads "
+            f"{path}: refused, it needs pickle to load ({_first_line(error)}). disgen reads "
             "checkpoints as data only. If the file was written by an older disgen and you trust it, convert "
             f"it once: python -m models.checkpoint --convert {path}") from None
     except Exception as error:  # a truncated or foreign file: torch raises several kinds
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0][:200] if str(error) else ''})") from None
+                              f"{_first_line(error)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a disgen trainer.pt of format {FORMAT}; if an older disgen "
                               "wrote it and you trust it, convert it: "
@@ -74,6 +75,12 @@ def load(path: str, map_location="cpu") -> dict:
     if isinstance(state.get("config"), str):
         state["config"] = json.loads(state["config"])
     return state
+
+
+def _first_line(error: BaseException) -> str:
+    """An exception's first line, without terminal colour codes, at most 200 characters."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 def _plain(value):
@@ -99,7 +106,8 @@ def convert(path: str) -> str:
         config = {"members": [config]}
     if old.get("final"):
         models = old.get("models") or [old["model"] if "model" in old else old["trainer"]["model"]]
-        return save_final(folder, models, list(old.get("steps", [0] * len(models))), old.get("errors", {}),
+        return save_final(folder, models, _plain(list(old.get("steps", [0] * len(models)))),
+                          _plain(old.get("errors", {})),
                           _plain(old.get("histories", [[]] * len(models))), config)
     return save_training(folder, _plain(old["trainer"]), _plain(old.get("histories", [])))
 
