@@ -17,10 +17,12 @@ import traceback
 import pandas as pd
 
 from analysis.aggregate import (
+    CELL,
     DISENTANGLEMENT_METRICS,
     GENERALISATION_SCORES,
     TRANSFER_SCORES,
     add_derived_columns,
+    cell_label,
     correlation_table,
     present,
 )
@@ -78,7 +80,8 @@ def _correlation_rows(table: pd.DataFrame) -> pd.DataFrame:
         for low, high in zip(shown["low"], shown["high"])
     ]
     shown["rho"] = shown["rho"].map(lambda v: "–" if pd.isna(v) else f"{v:+.2f}")
-    return shown[["group_by", "group", "x", "y", "n", "rho", "95% interval"]].rename(
+    cell = [c for c in CELL if c in shown.columns]
+    return shown[[*cell, "group_by", "group", "x", "y", "n", "rho", "95% interval"]].rename(
         columns={"group_by": "grouped by", "x": "metric", "y": "score", "rho": "Spearman ρ"}
     )
 
@@ -141,13 +144,18 @@ def write_html_report(
     if table.empty:
         body.append('<p class="note">No metric and score pair has values.</p>')
     else:
-        for (group_by, group), part in table.groupby(["group_by", "group"], sort=False):
-            name = "all trials" if group_by == "all" else f"{group_by} = {group}"
+        cell = [c for c in CELL if c in table.columns]
+        for key, part in table.groupby([*cell, "group_by", "group"], sort=False, dropna=False):
+            group_by, group = key[-2:]
+            where = cell_label(part.iloc[0], cell)
+            name = ("all trials" if group_by == "all" else f"{group_by} = {group}") + (
+                f" ({where})" if where else "")
             if not part["rho"].notna().any():
                 body.append(f'<p class="note">No correlation for {html.escape(name)}: it needs at least '
                             "3 trials that differ.</p>")
                 continue
-            path = os.path.join(figures_dir, f"spearman_{group_by}_{group}.png".replace("/", "_"))
+            path = os.path.join(figures_dir, f"spearman_{where}_{group_by}_{group}.png".replace("/", "_")
+                                .replace(", ", "_").replace("=", "-"))
             body.append(
                 _image(
                     spearman_heatmap(part, path, title=f"Spearman ρ, {name}"),
