@@ -67,6 +67,7 @@ class _ModelLog:
     def final(self, model, step: int, metrics: dict) -> None:
         for side in self.shown:
             self.reconstructions(model, side, step)
+        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}  # not the names
         for name, value in metrics.items():
             self.writer.add_scalar(f"eval/{name}", value, step)
         hparams = {k: v for k, v in self.config.items() if isinstance(v, (int, float, str, bool))}
