@@ -10,8 +10,7 @@ import numpy as np
 
 from analysis.figures import hinton, reconstruction_figure, traversal_figure
 from analysis.metrics.dci import dci
-
-CHECKPOINT_FILE = "trainer.pt"
+from models.checkpoint import CHECKPOINT_FILE, CheckpointError, load
 
 
 def find_checkpoints(experiment_dir: str) -> list[str]:
@@ -25,32 +24,21 @@ def find_checkpoints(experiment_dir: str) -> list[str]:
 
 
 def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
-    """(member config, model weights) of each model a final checkpoint holds.
-
-    sweeps/trainable.py's final checkpoints hold ``models`` (one per member) and ``config`` (a
-    trial's config, or ``{"pack": [member configs]}``); older ones held ``trainer`` or ``model``.
-    """
-    if "config" not in state or not ({"models", "model", "trainer"} & set(state)):
-        raise ValueError(f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
-    configs = state["config"]["pack"] if "pack" in state["config"] else [state["config"]]
-    if "models" in state:
-        weights = state["models"]
-    else:
-        weights = [state["model"] if "model" in state else state["trainer"]["model"]]
+    """(member config, model weights) of each model a final checkpoint holds (models.checkpoint)."""
+    if not state.get("final"):
+        raise CheckpointError(f"{path}: not a final trial checkpoint (the trial had not finished)")
+    configs = state["config"]["members"]
     errors = {int(k) for k in state.get("errors", {})}
     # the figures here need an encoder: the ground-truth decoder and composition tasks are left out
-    return [(c, w) for k, (c, w) in enumerate(zip(configs, weights))
+    return [(c, w) for k, (c, w) in enumerate(zip(configs, state["models"]))
             if k not in errors and c.get("task", "vae") == "vae"]
 
 
 def count_models(path: str) -> int:
-    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint)."""
-    import torch
-
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """How many trained models a ``trainer.pt`` holds (0 if it is not a readable final checkpoint)."""
     try:
-        return len(_trained_weights(state, path))
-    except ValueError:
+        return len(_trained_weights(load(path), path))
+    except CheckpointError:
         return 0
 
 
@@ -61,12 +49,10 @@ def load_checkpoints(path: str) -> list[tuple]:
 
     The dataset is rebuilt procedurally from the configuration (dataset, n_images, data_seed).
     """
-    import torch
-
     from data_pipeline import load_procedural
     from models import ModelConfig, build
 
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load(path)
     loaded, datasets = [], {}
     for config, weights in _trained_weights(state, path):
         key = (config["dataset"], config.get("n_images"), config.get("data_seed", 0))

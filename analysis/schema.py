@@ -14,6 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
+
 # The configuration of a trial: what was run.
 CONFIG_FIELDS = [
     pa.field("experiment", pa.string()),
@@ -109,12 +111,9 @@ METRIC_FIELDS = [
 
 TRIALS_SCHEMA = pa.schema(CONFIG_FIELDS + METRIC_FIELDS)
 
-# Loss terms an objective may report; a trial fills the ones its objective has.
-# (models.LOSS_TERMS lists them per objective; a test keeps the two in step.)
-LOSS_TERMS = ["loss", "reconstruction", "kl", "capacity", "total_correlation", "discriminator",
-              "mutual_information", "dimension_wise_kl", "mmd", "logvar_l1", "shared_dimensions",
-              "adversarial_penalty", "adversary", "weighted_kl", "released_dimensions", "duplicate_pairs",
-              "group_reconstruction", "hessian_penalty", "commutator_penalty"]
+# Loss terms an objective may report, from the objectives' own lists (models.registry), in the
+# registry's order; a trial fills the ones its objective has.
+LOSS_TERMS = ["loss", *dict.fromkeys(term for terms in OBJECTIVE_LOSS_TERMS.values() for term in terms)]
 
 HISTORY_SCHEMA = pa.schema(
     [

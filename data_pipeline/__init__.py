@@ -1,9 +1,9 @@
-"""Data: factor spaces, procedural generators, real-file loaders, held-out splits and samplers.
+"""Data: factor spaces, procedural generators, real-file loaders and downloads, and held-out splits.
 
 No Ray here except in :mod:`data_pipeline.prepare`; no torch.
 """
 
-from data_pipeline.datasets import GroundTruthDataset, factor_space, load_procedural, render
+from data_pipeline.datasets import GroundTruthDataset, dataset_channels, factor_space, load_procedural, render
 from data_pipeline.factors import FactorSpace
 from data_pipeline.labelled import load_labelled
 from data_pipeline.spaces import DATASETS
@@ -25,6 +25,7 @@ __all__ = [
     "SPLITS",
     "FactorSpace",
     "GroundTruthDataset",
+    "dataset_channels",
     "Modifier",
     "Range",
     "Split",

@@ -32,21 +32,18 @@ def sha256_of_array(array: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def cache_path(dataset: str, classes: np.ndarray, cache_dir) -> Path:
-    """Where the images of ``classes`` would be cached."""
-    from data_pipeline.datasets import GENERATOR_VERSIONS
-
-    version = GENERATOR_VERSIONS[dataset]
+def cache_path(dataset: str, version: int, classes: np.ndarray, cache_dir) -> Path:
+    """Where the images of ``classes`` rendered by generator ``version`` would be cached."""
     key = sha256_of_array(np.asarray(classes, dtype=np.int64))[:16]
     return Path(cache_dir) / f"{dataset}-v{version}-{key}.npy"
 
 
-def cached_images(dataset: str, classes: np.ndarray, render, cache_dir=None) -> np.ndarray:
-    """``render()``'s images, from the cache when a verified copy is there."""
+def cached_images(dataset: str, version: int, classes: np.ndarray, render, cache_dir=None) -> np.ndarray:
+    """``render()``'s images (generator ``version``), from the cache when a verified copy is there."""
     folder = cache_dir_from_env(cache_dir)
     if folder is None:
         return render()
-    path = cache_path(dataset, classes, folder)
+    path = cache_path(dataset, version, classes, folder)
     sidecar = path.with_suffix(".json")
     if path.is_file() and sidecar.is_file():
         images = np.load(path)

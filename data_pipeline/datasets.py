@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from data_pipeline import dsprites, mpi3d, shapes3d, sprites
+from data_pipeline.cache import cached_images
 from data_pipeline.factors import FactorSpace
 from data_pipeline.spaces import canonical_name
 from data_pipeline.spaces import factor_space as _default_space
@@ -126,9 +127,8 @@ def load_procedural(name: str, n_images: int | None = None, seed: int = 0, *,
             rng = np.random.default_rng(seed)
             index = np.sort(rng.choice(space.n_images, size=n_images, replace=False))
         classes = space.classes_of(index)
-    from data_pipeline.cache import cached_images
-
-    images = cached_images(name, classes, lambda: _render_stored(name, classes), cache_dir=cache_dir)
+    images = cached_images(name, GENERATOR_VERSIONS[name], classes, lambda: _render_stored(name, classes),
+                           cache_dir=cache_dir)
     return GroundTruthDataset(name=name, images=images, classes=classes, factor_space=space,
                               observe=functools.partial(_render_stored, name))
 
@@ -139,3 +139,10 @@ def _render_stored(name: str, classes: np.ndarray) -> np.ndarray:
     if name in BINARY_DATASETS:
         images = images * np.uint8(255)
     return images
+
+
+@functools.cache
+def dataset_channels(name: str) -> int:
+    """Image channels of a dataset (1 or 3), from one rendered grid point."""
+    space = factor_space(name)
+    return load_procedural(name, classes=space.classes_of([0])).channels

@@ -1,4 +1,4 @@
-"""A generic labelled dataset: a user's images with per-image factor values (SPEC §1).
+"""A generic labelled dataset: a user's images with per-image factor values.
 
 D21's robot dataset is not a full factorial grid: its factors are correlated, some combinations
 are infeasible and only a sample of states is imaged. Data of that kind loads through here, from
@@ -160,10 +160,13 @@ def _read(path: Path) -> dict:
                 keys = list(data.files)
                 return {k: data[k] for k in (*REQUIRED_KEYS, *OPTIONAL_KEYS) if k in keys} | {"_keys": keys}
         except ValueError as error:
-            if "allow_pickle" in str(error):
-                raise ValueError(f"{path}: holds a pickled (object) array; store factor_names as a "
-                                 "string array, e.g. np.array(names, dtype=str)") from None
-            raise
+            if "allow_pickle" not in str(error):
+                raise
+            if "Object arrays" not in str(error):  # the whole file is a pickle
+                raise ValueError(f"{path}: is a pickle, not an .npz archive, which disgen never loads "
+                                 "(unpickling can run code); save the arrays with numpy.savez") from None
+            raise ValueError(f"{path}: holds a pickled (object) array, which disgen never loads; store "
+                             "factor_names as a string array, e.g. np.array(names, dtype=str)") from None
     if suffix in HDF5_SUFFIXES:
         import h5py
 

@@ -3,8 +3,13 @@
 Every loader returns a :class:`GroundTruthDataset` (images (N, C, H, W) uint8 0..255 and factor
 classes). A file is looked up by its real name in ``data_dir``, else in ``$DISGEN_DATA``. A wrong
 key, shape, dtype or length raises ``ValueError`` saying what was expected. A file whose checksum
-differs from SPEC §1's published one gets a :class:`ChecksumWarning`, never a refusal (the
-checksums come from third parties).
+differs from the published one gets a :class:`ChecksumWarning`, never a refusal (the checksums come
+from third parties).
+
+No code runs from a data file: ``.npz`` files are read with ``allow_pickle=False``, so a pickled
+(object) entry is never unpickled. The pickled entries the real files carry (dSprites' ``metadata``,
+the M22 files' ``unique_values``) are never read; the factor sizes come from the dataset's
+:class:`FactorSpace`, and the file's arrays are checked against it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
 from data_pipeline.factors import FactorSpace
+from data_pipeline.sources import SOURCES
 from data_pipeline.spaces import dsprites_space, mpi3d_space, shapes3d_space, sprite_space
 
 DSPRITES_NPZ = "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz"
@@ -25,13 +31,11 @@ DSPRITES_HDF5 = "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.hdf5"
 SHAPES3D_H5 = "3dshapes.h5"
 MPI3D_NPZ = {"toy": "mpi3d_toy.npz", "realistic": "mpi3d_realistic.npz", "real": "mpi3d_real.npz"}
 
-# SPEC §1, from third parties, not verified here: (algorithm, hex digest) per file name.
+# (algorithm, hex digest) per file name, from the one table of sources and checksums
+# (data_pipeline/sources.py): the third-party figures first, then those a download enforces.
 PUBLISHED_CHECKSUMS = {
-    DSPRITES_HDF5: [("sha256", "729fa22e884c9c500e1f17415d580746b4c5894fbbb780a1319bbcfa39a745bb"),
-                    ("md5", "b331c4447a651c44bf5e8ae09022e230")],
-    DSPRITES_NPZ: [("md5", "7da33b31b13a06f4b04a70402ce90c2e")],
-    SHAPES3D_H5: [("sha256", "0a0f6ed98baff276a50f3a081a7434d788da63cb135a98189b2a5b5769be1785"),
-                  ("md5", "099a2078d58cec4daad0702c55d06868")],
+    row.filename: [(a, h) for a, h in (*row.reported, *row.checksums) if a in hashlib.algorithms_guaranteed]
+    for row in SOURCES.values()
 }
 
 # MPI3D: factor sizes follow from the number of images.
@@ -67,7 +71,7 @@ def file_digest(path, algorithm: str) -> str:
 
 
 def verify_checksum(path) -> bool | None:
-    """Compare a file with SPEC's published checksum: True if it matches, None if there is none
+    """Compare a file with its published checksum: True if it matches, None if there is none
     for its name; warns (:class:`ChecksumWarning`) and returns False on a mismatch."""
     path = Path(path)
     published = PUBLISHED_CHECKSUMS.get(path.name)
@@ -105,6 +109,36 @@ def _key(container, key: str, source) -> np.ndarray:
     return container[key]
 
 
+def _npz_arrays(path, keys) -> dict:
+    """The arrays ``keys`` of an ``.npz``, read without pickle: a missing key, or a file or array
+    that is pickled (and so could run code when loaded), raises ValueError naming it. Other entries
+    are never read."""
+    refusal = "which disgen never loads (unpickling can run code)"
+    try:
+        data = np.load(path, allow_pickle=False)
+    except ValueError as error:
+        if "allow_pickle" not in str(error):
+            raise
+        raise ValueError(f"{path}: is a pickle, not an .npz archive, {refusal}; save the arrays with "
+                         "numpy.savez") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: expected an .npz archive (numpy.savez) holding {', '.join(keys)}; "
+                         "got a single .npy array")
+    with data:
+        arrays = {}
+        for key in keys:
+            if key not in data.files:
+                raise ValueError(f"{path}: expected key {key!r}; the file holds {', '.join(data.files)}")
+            try:
+                arrays[key] = data[key]
+            except ValueError as error:
+                if "allow_pickle" not in str(error):
+                    raise
+                raise ValueError(f"{path}: {key}: holds a pickled (object) array, {refusal}; store it "
+                                 "as a plain numeric array") from None
+        return arrays
+
+
 def _classes_from_values(values: np.ndarray, space: FactorSpace, source) -> np.ndarray:
     """Factor classes of raw label values, matching each to the nearest grid value."""
     classes = np.empty(values.shape, dtype=np.int64)
@@ -119,28 +153,38 @@ def _classes_from_values(values: np.ndarray, space: FactorSpace, source) -> np.n
 
 
 def _dsprites_arrays(imgs, latents_classes, source):
+    """Check the file's arrays against :func:`dsprites_space`: ``latents_classes`` holds a constant
+    colour column (class 0) and then one column per factor, each within the factor's size."""
+    space = dsprites_space()
     _expect(f"{source}: imgs", imgs, shape=(None, 64, 64), dtype=np.integer)
-    _expect(f"{source}: latents_classes", latents_classes, shape=(None, 6), dtype=np.integer,
-            length=imgs.shape[0])
-    imgs = np.asarray(imgs)
+    _expect(f"{source}: latents_classes", latents_classes, shape=(None, 1 + space.n_factors),
+            dtype=np.integer, length=imgs.shape[0])
+    imgs, latents_classes = np.asarray(imgs), np.asarray(latents_classes)
     if imgs.size and imgs.max() > 1:
         raise ValueError(f"{source}: imgs: expected 0/1 pixels; got values up to {imgs.max()}")
-    space = dsprites_space()
-    classes = space.check_classes(np.asarray(latents_classes)[:, 1:])  # drop the constant colour
+    if len(imgs) > space.n_images:
+        raise ValueError(f"{source}: imgs: expected at most {space.n_images:,} images (the factor grid "
+                         f"{' x '.join(map(str, space.sizes))}); got {len(imgs):,}")
+    if latents_classes.size and latents_classes[:, 0].any():
+        raise ValueError(f"{source}: latents_classes: expected column 0 (colour, one class) to be 0; "
+                         f"got values up to {latents_classes[:, 0].max()}")
+    try:
+        classes = space.check_classes(latents_classes[:, 1:])  # drop the constant colour
+    except ValueError as error:
+        raise ValueError(f"{source}: latents_classes: {error} (factor sizes "
+                         f"{dict(zip(space.names, space.sizes))})") from None
     images = (imgs.astype(np.uint8, copy=False) * np.uint8(255))[:, None]
     return GroundTruthDataset("dsprites", images, classes, space)
 
 
 def load_dsprites_npz(path=None, data_dir=None, verify: bool = True) -> GroundTruthDataset:
-    """dSprites from its npz: ``imgs`` (N, 64, 64) 0/1, ``latents_classes`` (N, 6); the py2-pickled
-    ``metadata`` is read with ``encoding='latin1'``."""
+    """dSprites from its npz: ``imgs`` (N, 64, 64) 0/1, ``latents_classes`` (N, 6). The file's
+    pickled ``metadata`` is never read (the factor sizes come from :func:`dsprites_space`)."""
     path = Path(path) if path is not None else data_path(DSPRITES_NPZ, data_dir)
     if verify:
         verify_checksum(path)
-    with np.load(path, allow_pickle=True, encoding="latin1") as data:
-        if "metadata" in data.files:
-            data["metadata"]  # unpickled here so a broken pickle fails now, clearly
-        return _dsprites_arrays(_key(data, "imgs", path), _key(data, "latents_classes", path), path)
+    arrays = _npz_arrays(path, ("imgs", "latents_classes"))
+    return _dsprites_arrays(arrays["imgs"], arrays["latents_classes"], path)
 
 
 def load_dsprites_hdf5(path=None, data_dir=None, verify: bool = True) -> GroundTruthDataset:
@@ -208,29 +252,26 @@ def load_mpi3d(path=None, data_dir=None, variant: str = "toy") -> GroundTruthDat
             raise ValueError(f"variant: expected one of {', '.join(MPI3D_NPZ)}; got {variant!r}")
         path = data_path(MPI3D_NPZ[variant], data_dir)
     path = Path(path)
-    with np.load(path) as data:
-        images = _key(data, "images", path)
-        _expect(f"{path}: images", images, shape=(None, 64, 64, 3), dtype=np.uint8)
-        n = images.shape[0]
-        if n not in MPI3D_SIZES_BY_LENGTH:
-            raise ValueError(f"{path}: images: expected length "
-                             f"{' or '.join(f'{k:,}' for k in MPI3D_SIZES_BY_LENGTH)}; got {n:,}")
-        images = as_channels_first(images)
+    images = _npz_arrays(path, ("images",))["images"]
+    _expect(f"{path}: images", images, shape=(None, 64, 64, 3), dtype=np.uint8)
+    n = images.shape[0]
+    if n not in MPI3D_SIZES_BY_LENGTH:
+        raise ValueError(f"{path}: images: expected length "
+                         f"{' or '.join(f'{k:,}' for k in MPI3D_SIZES_BY_LENGTH)}; got {n:,}")
+    images = as_channels_first(images)
     space = mpi3d_space(*MPI3D_SIZES_BY_LENGTH[n])
     return GroundTruthDataset("mpi3d", images, space.all_classes(), space)
 
 
 def load_circles(path, dataset: str = "circles") -> GroundTruthDataset:
     """Circles (or Simple, TwoShapes) from an M22-style npz: ``images``, ``factor_values``
-    (N, F), ``factor_sizes`` (F,); ``unique_values`` (a pickled dict) is optional."""
+    (N, F), ``factor_sizes`` (F,). Their ``unique_values`` (a pickled dict) is never read."""
     from data_pipeline.spaces import CIRCLES_NAMES, SIMPLE_NAMES, TWOSHAPES_NAMES
 
     names = {"circles": CIRCLES_NAMES, "simple": SIMPLE_NAMES, "twoshapes": TWOSHAPES_NAMES}[dataset]
     path = Path(path)
-    with np.load(path, allow_pickle=True, encoding="latin1") as data:
-        images = _key(data, "images", path)
-        sizes = _key(data, "factor_sizes", path)
-        values = _key(data, "factor_values", path)
+    arrays = _npz_arrays(path, ("images", "factor_sizes", "factor_values"))
+    images, sizes, values = arrays["images"], arrays["factor_sizes"], arrays["factor_values"]
     _expect(f"{path}: factor_sizes", np.asarray(sizes), shape=(len(names),), dtype=np.integer)
     _expect(f"{path}: factor_values", values, shape=(None, len(names)), length=images.shape[0])
     if images.ndim not in (3, 4) or images.dtype != np.uint8:
@@ -266,7 +307,11 @@ def load_real(dataset: str, data_dir=None, **options) -> GroundTruthDataset:
         try:
             return load_dsprites_npz(data_dir=data_dir, **options)
         except FileNotFoundError:
-            return load_dsprites_hdf5(data_dir=data_dir, **options)
+            try:
+                return load_dsprites_hdf5(data_dir=data_dir, **options)
+            except FileNotFoundError as error:
+                either = f"{DSPRITES_NPZ} (or {DSPRITES_HDF5})"
+                raise FileNotFoundError(str(error).replace(DSPRITES_HDF5, either, 1)) from None
     if dataset == "shapes3d":
         return load_shapes3d(data_dir=data_dir, **options)
     if dataset == "mpi3d":

@@ -4,6 +4,9 @@ Run ``python -m data_pipeline.prepare DATASET --out DIR [--n-images N] [--reduce
 [--rows-per-shard 4096] [--num-cpus 2] [--address local]``. ``DIR`` is a local path or any URI pyarrow's file
 systems understand (``s3://bucket/prefix``). Ray Data shows its progress bar while blocks render.
 
+``--from-file FILE`` converts a downloaded real file instead, once, into a memory-mappable
+``images.npy`` that reads random batches quickly (:mod:`data_pipeline.random_access`).
+
 Each shard ``shard-<first index>.npz`` holds ``images`` (n, C, H, W) uint8 0..255 and ``index``
 (n,) flat grid indices. ``manifest.json`` lists the shards with their counts and sha256, plus the
 dataset, generator version and factor space. :func:`read_shards` reads them back, verified, into
@@ -16,14 +19,15 @@ have reserved every CPU: Ray Data then waits forever for a free one.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
+import os
 import time
 
 import numpy as np
 
+from data_pipeline.cli import Parser, dataset_name, reason, whole_number
 from data_pipeline.datasets import GENERATOR_VERSIONS, GroundTruthDataset, _render_stored, factor_space
 from data_pipeline.spaces import canonical_name
 
@@ -62,6 +66,8 @@ def write_shard(dataset: str, index: np.ndarray, out: str) -> dict:
 
 def _grid_index(dataset: str, n_images: int | None, reduced: bool, seed: int) -> np.ndarray:
     space = factor_space(dataset)
+    if n_images is not None and n_images < 1:
+        raise ValueError(f"n_images must be at least 1, or None for the whole grid; got {n_images}")
     if reduced:
         if dataset != "mpi3d":
             raise ValueError("--reduced: only mpi3d has a reduced grid")
@@ -156,20 +162,65 @@ def read_shards(out: str, verify: bool = True) -> GroundTruthDataset:
                               space.classes_of(index[order]), space)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset")
+def _check_arguments(parser, args) -> None:
+    """Refuse, before Ray starts, what the types alone cannot: combinations and the output."""
+    grid = factor_space(args.dataset).n_images
+    if args.reduced and args.dataset != "mpi3d":
+        parser.fail("--reduced", f"only mpi3d has a reduced grid; drop --reduced for {args.dataset}")
+    if args.reduced and args.n_images is not None:
+        parser.fail("--n-images", "--reduced already fixes the images; give one of --reduced, --n-images")
+    if args.n_images is not None and args.n_images > grid:
+        parser.fail("--n-images", f"{args.dataset}'s grid has {grid:,} images; give at most that, "
+                                  "or leave --n-images out for the whole grid")
+    if args.single_process and (args.num_cpus is not None or args.address is not None):
+        parser.fail("--single-process", "runs without Ray; drop --num-cpus and --address, or drop "
+                                        "--single-process")
+    if not args.out:
+        parser.fail("--out", "expected a folder or URI; got an empty string")
+    if "://" not in args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.fail("--out", f"{args.out} is a file; give a folder (it is created if missing)")
+    try:
+        _filesystem(args.out)
+    except (OSError, ValueError) as error:
+        parser.fail("--out", f"cannot write to {args.out} ({reason(error)}); give a writable local "
+                             "folder or a URI such as s3://bucket/prefix")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m data_pipeline.prepare", description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=dataset_name)
     parser.add_argument("--out", required=True, help="output folder or URI (s3://bucket/prefix)")
-    parser.add_argument("--n-images", type=int, default=None, help="a seeded sample of the grid")
+    parser.add_argument("--n-images", type=whole_number(1), default=None,
+                        help="a seeded sample of the grid (default: the whole grid)")
     parser.add_argument("--reduced", action="store_true", help="mpi3d only: the small sub-grid")
-    parser.add_argument("--rows-per-shard", type=int, default=4096)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-cpus", type=int, default=None)
+    parser.add_argument("--rows-per-shard", type=whole_number(1), default=4096)
+    parser.add_argument("--seed", type=whole_number(0), default=0)
+    parser.add_argument("--num-cpus", type=whole_number(1), default=None)
     parser.add_argument("--address", default=None,
                         help="Ray address: a cluster's, or 'local' for a fresh local Ray "
                              "(default: the running cluster if any, else a new local one)")
     parser.add_argument("--single-process", action="store_true", help="no Ray: one process")
+    parser.add_argument("--from-file", default=None, metavar="FILE",
+                        help="convert this downloaded real file into a random-access layout under --out (a "
+                             "local folder: images.npy memory map, classes.npy, manifest.json) instead of "
+                             "rendering; resumable, checksummed (data_pipeline/random_access.py)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.from_file:
+        from data_pipeline.random_access import convert
+
+        try:
+            manifest = convert(args.from_file, args.out, dataset=args.dataset)
+        except (ValueError, FileNotFoundError) as error:
+            parser.error(str(error))
+        print(f"{manifest['n_images']:,} images of {args.from_file} in {args.out}/images.npy, "
+              f"random access ({manifest['seconds']:.1f} s)")
+        return
+    _check_arguments(parser, args)
     options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_shard=args.rows_per_shard,
                    seed=args.seed)
     if args.single_process:

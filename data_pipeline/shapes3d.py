@@ -1,6 +1,6 @@
 """A 3DShapes-like generator: a small numpy scene at 64×64×3 with the real factor grid.
 
-The scene (SPEC §1) is a floor, two walls meeting at a corner and a sky band, each coloured
+The scene is a floor, two walls meeting at a corner and a sky band, each coloured
 HSV(hue, 1, 1) (the sky is a fixed pale grey-blue, since the real set has no sky-hue factor), and
 one centred object: cube, cylinder, sphere or capsule, scaled by the scale factor and
 Lambert-shaded. The orientation turns the camera: the wall corner slides sideways, the light

@@ -1,4 +1,4 @@
-"""The factor space of every dataset in the studies (SPEC §1).
+"""The factor space of every dataset in the studies.
 
 Each entry gives the factor names in the papers' words, the number of classes of each factor and
 the raw value of each class, in the units the real file's labels use. All grids are row-major with

@@ -15,15 +15,15 @@ Train one model from a Python session::
 
 from models.cascade_vae import CascadeVAE
 from models.composition import CompositionNet, CompositionTrainer, TripletSampler
-from models.config import ARCHITECTURES, LATENT_OPS, OBJECTIVES, OBJECTIVES_ON_PAIRS, TASKS, ModelConfig
-from models.engine import NonFiniteLossError, Trainer, add_input_noise, select_device, train
+from models.config import ARCHITECTURES, LATENT_OPS, OBJECTIVES_ON_PAIRS, TASKS, ModelConfig
+from models.engine import NonFiniteLossError, TaskTrainer, Trainer, add_input_noise, select_device, train
 from models.evaluation import encode_means, nll_per_image, reconstruct
 from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
 from models.lie_group_vae import LieGroupVAE
-from models.objectives import LOSS_TERMS, build_objective
 from models.pairs import PairSampler
-from models.tasks import TaskTrainer, build_task_model, build_trainer
-from models.vae import VAE, build
+from models.registry import LOSS_TERMS, OBJECTIVES, build, build_objective
+from models.tasks import build_task_model, build_trainer
+from models.vae import VAE
 
 __all__ = [
     "ARCHITECTURES",

@@ -43,7 +43,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.objectives import OBJECTIVES, RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
+from models.objectives import RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
 
 # ----------------------------------------------------------------------------------------------
 # the mathematics
@@ -128,6 +128,8 @@ class CascadeVAEObjective(Objective):
     module docstring). Terms: ``weighted_kl`` (Σ_d β_d·KL_d), ``released_dimensions`` (how many
     are at β_low) and ``duplicate_pairs`` (rows sharing a category; 0 before the matching starts)."""
 
+    loss_terms = ("reconstruction", "kl", "weighted_kl", "released_dimensions", "duplicate_pairs")
+    model_class = CascadeVAE
     packable = False
 
     def __init__(self, config, dataset_size: int = 1):
@@ -163,6 +165,3 @@ class CascadeVAEObjective(Objective):
                 "reconstruction": reconstruction, "kl": kl_per_dimension.sum(), "weighted_kl": weighted_kl,
                 "released_dimensions": released.float().sum(),
                 "duplicate_pairs": (counts * (counts - 1) / 2).sum()}
-
-
-OBJECTIVES["cascade_vae"] = CascadeVAEObjective

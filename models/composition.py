@@ -20,8 +20,8 @@ from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
 from models.config import LATENT_OPS, ModelConfig
+from models.engine import TaskTrainer
 from models.objectives import bernoulli_nll, gaussian_kl, posterior_sample
-from models.tasks import TaskTrainer
 
 
 class LinearOp(nn.Module):
@@ -114,8 +114,7 @@ class TripletSampler:
     """Composition triplets (reference, transform, action, target) over rows of an image array.
 
     The target is the image whose factor classes are the reference's, except the action's factor,
-    which it takes from the transform. :meth:`sample` draws as ``data_pipeline.samplers.
-    composition_triplets`` does inside ``allowed``: reference and transform uniformly among
+    which it takes from the transform. :meth:`sample` draws reference and transform uniformly among
     ``pool`` rows and the action uniformly among the factors that vary over the pool (precisely:
     in which two pool images differ while agreeing in every other factor); a triplet
     whose target is not a pool row is drawn again, so no image outside the pool (a held-out image,
@@ -230,7 +229,7 @@ class CompositionTrainer(TaskTrainer):
     transform or target; the posterior samples come from ``noise_rng``. The loss is the target's
     Bernoulli NLL + β·KL (with ``kl_warmup_steps``, the KL weight rises linearly from 0).
     ``classes`` (N, F) are the images' factor classes; ``factor_space``, if given, must have F
-    factors (one action per factor). ``Trainer``'s interface (see ``models.tasks``).
+    factors (one action per factor). ``Trainer``'s interface (see ``models.engine``).
     """
 
     def __init__(self, model: CompositionNet, images: np.ndarray, classes: np.ndarray, factor_space,
@@ -252,8 +251,13 @@ class CompositionTrainer(TaskTrainer):
         """Reference and transform images encoded per step."""
         return 2 * self.config.batch_size
 
-    def loss_terms(self) -> dict[str, torch.Tensor]:
+    def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A batch of training triplets: reference, transform, the action (one-hot) and target."""
         reference, transform, target, action = self.triplets.sample(self.batch_rng, self.config.batch_size)
         one_hot = torch.nn.functional.one_hot(torch.from_numpy(action), self.model.n_actions).to(self.device)
-        return self.model.loss_terms(self.batch_images(reference), self.batch_images(transform), one_hot,
-                                     self.batch_images(target), self.noise_rng, kl_weight=self.kl_weight())
+        return (self.batch_images(reference), self.batch_images(transform), one_hot,
+                self.batch_images(target))
+
+    def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
+        """The target's NLL + β·w·KL; the posterior samples come from ``noise_rng``."""
+        return self.model.loss_terms(*inputs, self.noise_rng, kl_weight=self.kl_weight())

@@ -1,11 +1,15 @@
 """The model-and-training configuration, validated on construction.
 
-This module imports no torch, so sweeps can validate a grid of configs cheaply.
+An objective's facts (its name and aliases, default likelihood and γ, whether it trains on pairs)
+come from its class in ``models.registry``, the one table of objectives.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
+
+from models.registry import ALIASES, OBJECTIVES, objective_class
 
 # architecture name → the image sizes it takes (see models.architectures)
 IMAGE_SIZES = {
@@ -20,19 +24,9 @@ IMAGE_SIZES = {
 }
 ARCHITECTURES = tuple(IMAGE_SIZES)
 
-OBJECTIVES = ("vae", "beta_vae", "annealed_vae", "factor_vae", "beta_tcvae", "wae_mmd", "ada_gvae",
-              "wae_gan", "cascade_vae", "lie_group_vae")
-OBJECTIVE_ALIASES = {"cci_vae": "annealed_vae", "betavae": "beta_vae", "factorvae": "factor_vae",
-                     "wae": "wae_mmd", "adagvae": "ada_gvae", "waegan": "wae_gan",
-                     "infocascade": "cascade_vae", "info_cascade": "cascade_vae", "cascadevae": "cascade_vae",
-                     "lievae": "lie_group_vae", "lie_vae": "lie_group_vae", "liegroupvae": "lie_group_vae"}
 # objectives that train on pairs of images that differ in a few factors (weak supervision)
-OBJECTIVES_ON_PAIRS = ("ada_gvae",)
-# each objective's γ when the config leaves it unset (Kim & Mnih 2018 on dSprites; Burgess et al. 2018)
-DEFAULT_GAMMA = {"factor_vae": 35.0, "annealed_vae": 1000.0}
+OBJECTIVES_ON_PAIRS = tuple(name for name, objective in OBJECTIVES.items() if objective.needs_pairs)
 LIKELIHOODS = ("bernoulli", "mse")
-# objectives whose reconstruction term is the squared error unless ``likelihood`` says otherwise
-OBJECTIVES_WITH_MSE = ("wae_mmd", "wae_gan", "lie_group_vae")
 PAIR_DIVERGENCES = ("symmetric_kl", "kl")
 # what a run trains: a VAE on images (every objective above), Montero et al. 2021's ground-truth
 # decoder (the true factor values → the image), or the composition network (M21 §2.3; M22)
@@ -114,7 +108,10 @@ class ModelConfig:
     normalise_factors: bool = False  # ground-truth decoder: factors scaled to [0, 1] (the authors: raw)
 
     def __post_init__(self) -> None:
-        objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
+        problems = self._type_problems()
+        if problems:
+            raise TypeError("invalid model config: " + "; ".join(problems))
+        objective = ALIASES.get(self.objective, self.objective)
         object.__setattr__(self, "objective", objective)
         object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
         if isinstance(self.lr_milestones, (list, tuple)):
@@ -190,6 +187,29 @@ class ModelConfig:
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
 
+    def _type_problems(self) -> list[str]:
+        """Each field against its declared type: whole numbers, finite numbers, strings, flags."""
+        problems = []
+        for field in fields(self):
+            value, kind = getattr(self, field.name), str(field.type)
+            if value is None and "None" in kind:
+                continue
+            if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                problems.append(f"{field.name}: expected a whole number; got {value!r}")
+            elif kind.startswith("float") and (isinstance(value, bool)
+                                               or not isinstance(value, (int, float))):
+                problems.append(f"{field.name}: expected a number; got {value!r}")
+            elif kind.startswith("float") and not math.isfinite(value):
+                problems.append(f"{field.name}: must be a finite number; got {value!r}")
+            elif kind.startswith("str") and not isinstance(value, str):
+                problems.append(f"{field.name}: expected a name (text); got {value!r}")
+            elif kind == "bool" and not isinstance(value, bool):
+                problems.append(f"{field.name}: expected true or false; got {value!r}")
+            elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
+                    isinstance(m, int) and not isinstance(m, bool) for m in value)):
+                problems.append(f"{field.name}: expected a list of whole numbers; got {value!r}")
+        return problems
+
     def _model_specific_problems(self) -> list[str]:
         """WAE-GAN's, CascadeVAE's and LieGroupVAE's fields."""
         problems = []
@@ -240,18 +260,19 @@ class ModelConfig:
     @property
     def needs_pairs(self) -> bool:
         """Whether the objective trains on pairs of images (weak supervision)."""
-        return self.task == "vae" and self.objective in OBJECTIVES_ON_PAIRS
+        return self.task == "vae" and objective_class(self.objective).needs_pairs
 
     @property
     def resolved_gamma(self) -> float:
         """``gamma``, or the objective's default when unset."""
-        return self.gamma if self.gamma is not None else DEFAULT_GAMMA.get(self.objective, 1.0)
+        default = objective_class(self.objective).default_gamma
+        return self.gamma if self.gamma is not None else (1.0 if default is None else default)
 
     @property
     def resolved_likelihood(self) -> str:
         if self.likelihood is not None:
             return self.likelihood
-        return "mse" if self.objective in OBJECTIVES_WITH_MSE else "bernoulli"
+        return objective_class(self.objective).default_likelihood
 
     def total_steps(self, n_train: int) -> int:
         """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""

@@ -1,4 +1,4 @@
-"""The training engine: a step loop one can read top to bottom, with exact checkpoints.
+"""The training engine: the one training step and the one training loop, with exact checkpoints.
 
 The data is one uint8 array (N, C, H, W) shared by every consumer and a vector of the rows to
 train on. Each step draws a batch of row indices from a seeded generator (pairs of rows, for the
@@ -16,15 +16,16 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from models.config import ModelConfig
-from models.objectives import Schedule, build_objective
+from models.objectives import Schedule
 from models.pairs import PairSampler
+from models.registry import build_objective
 
 
 def select_device(preferred: str | None = None) -> torch.device:
@@ -64,18 +65,34 @@ class NonFiniteLossError(FloatingPointError):
     """A loss term became NaN or infinite; the message names the step and the term."""
 
 
+def clip_coefficient(total_norm: torch.Tensor, max_norm) -> torch.Tensor:
+    """The factor that scales gradients of global norm ``total_norm`` down to at most ``max_norm``
+    (1 when they are already within it): ``torch.nn.utils.clip_grad_norm_``'s formula. One model's
+    step and a vmapped pack's step (one norm per member) both clip with it."""
+    return (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+
+
+def clip_gradients(parameters, max_norm: float | None) -> None:
+    """Global gradient-norm clipping of one model (nothing when ``max_norm`` is None)."""
+    if max_norm is None:
+        return
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, clip_coefficient(torch.nn.utils.get_total_norm(grads), max_norm))
+
+
 class Trainer:
-    """Trains one model on the rows ``train_indices`` of ``images``.
+    """Trains one VAE on the rows ``train_indices`` of ``images`` under ``config.objective``.
 
     ``factors`` (N, F), each image's factor values or classes, is needed only by objectives that
     train on pairs (Ada-GVAE). ``images`` is a uint8 numpy array, or a uint8 tensor already
-    resident on the device (see ``models.packed.resident_images``).
+    resident on the device (see ``models.packed.resident_images``). The other tasks (the
+    ground-truth decoder, the composition network) subclass ``TaskTrainer``: they change what a
+    step draws and what it computes (``draw_inputs``, ``loss_terms``), never the step or the loop.
     """
 
     def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
                  device: str | torch.device | None = None, factors: np.ndarray | None = None):
-        if len(train_indices) == 0:
-            raise ValueError("train_indices: the training set is empty")
         if config.task != "vae":
             raise ValueError(f"task: Trainer trains VAEs; task {config.task!r} has its own trainer: use "
                              "models.build_trainer(config, images, classes, factor_space, train_indices)")
@@ -127,7 +144,7 @@ class Trainer:
         ramp = self.config.capacity_steps
         return self.config.capacity_max * (1.0 if ramp == 0 else min(1.0, self.step / ramp))
 
-    # -- one step ------------------------------------------------------------------------------
+    # -- what a step draws and computes (a task trainer overrides these two) -------------------
 
     def next_batch(self) -> torch.Tensor:
         """The next batch as floats on the device; for pair objectives, the pairs' first images
@@ -158,51 +175,46 @@ class Trainer:
         schedule = Schedule(step=self.step, kl_weight=self.kl_weight(), capacity=self.capacity())
         return x, x_in, noise, schedule
 
+    def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
+        """The step's loss terms from its inputs ("loss" is minimised; "_" entries are passed on to
+        ``after_step``)."""
+        return self.objective(self.model, *inputs)
+
+    def after_step(self, aux: dict, inputs) -> dict[str, torch.Tensor]:
+        """After the model's update: the objective's own step (FactorVAE's discriminator, WAE-GAN's
+        adversary), whose loss is reported as one more term."""
+        return self.objective.after_step(aux, inputs[2])
+
+    # -- the step ------------------------------------------------------------------------------
+
     def train_step(self) -> dict[str, torch.Tensor]:
+        """One training step, the same for every model and task."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        x, x_in, noise, schedule = self.draw_inputs()
-
+        inputs = self.draw_inputs()
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
-            terms = self.objective(self.model, x, x_in, noise, schedule)
+            terms = self.loss_terms(inputs)
         aux = {name: terms.pop(name) for name in list(terms) if name.startswith("_")}
-
         self.optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
-        if self.config.grad_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip_norm)
+        clip_gradients(self.model.parameters(), self.config.grad_clip_norm)
         self.optimizer.step()
-        terms.update(self.objective.after_step(aux, noise))
+        terms.update(self.after_step(aux, inputs))
         self.step += 1
         return {name: value.detach() for name, value in terms.items()}
 
-    # -- the loop ------------------------------------------------------------------------------
-
-    def run(self, until_step: int | None = None, report_every: int = 50,
-            eval_every: int = 0, eval_hook=None) -> Iterator[dict]:
+    def run(self, until_step: int | None = None, report_every: int = 50) -> Iterator[dict]:
         """Train to ``until_step`` (default: the run's length), yielding a progress dict every
         ``report_every`` steps and at the end: the step, the mean of each loss term since the last
         report, and images per second. A NaN or infinite term raises ``NonFiniteLossError`` naming
-        the first step and term at fault. ``eval_hook(trainer)``, if given, is called every
-        ``eval_every`` steps and its dict is merged into that step's report."""
-        until_step = self.total_steps if until_step is None else until_step
-        self.model.train()
-        window: list[dict[str, torch.Tensor]] = []
-        started = time.perf_counter()
-        while self.step < until_step:
-            window.append(self.train_step())
-            evaluate_now = eval_hook is not None and eval_every and self.step % eval_every == 0
-            if self.step % report_every == 0 or self.step == until_step or evaluate_now:
-                report = self._summarise(window, time.perf_counter() - started)
-                if evaluate_now:
-                    report.update(eval_hook(self))
-                    self.model.train()
-                yield report
-                window, started = [], time.perf_counter()
-        self.model.eval()
+        the first step and term at fault."""
+        for reports in train_together([self], report_every, until_step=until_step):
+            yield reports[0]
 
-    def _summarise(self, window: list[dict[str, torch.Tensor]], elapsed: float) -> dict:
+    def summarise(self, window: list[dict[str, torch.Tensor]], elapsed: float) -> dict:
+        """One progress report from the terms of the steps since the last one; raises
+        ``NonFiniteLossError`` if any term of any of those steps is NaN or infinite."""
         names = list(window[0])
         values = torch.stack([torch.stack([terms[n].float() for n in names]) for terms in window]).cpu()
         finite = torch.isfinite(values)
@@ -226,7 +238,8 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Everything needed to resume exactly."""
+        """Everything needed to resume exactly: tensors, numbers and strings only, so it loads with
+        ``torch.load(..., weights_only=True)``."""
         return {
             "step": self.step,
             "model": self.model.state_dict(),
@@ -244,6 +257,89 @@ class Trainer:
             self.objective.load_state_dict(state["objective"])
         self.batch_rng.bit_generator.state = state["batch_rng"]
         self.noise_rng.set_state(state["noise_rng"])
+
+
+class TaskTrainer(Trainer):
+    """The trainer of a model that is not a VAE under an objective (the ground-truth decoder, the
+    composition network): ``Trainer``'s step, loop, schedules, clipping and checkpoints. A
+    subclass draws its step's inputs from ``batch_rng`` / ``noise_rng`` in ``draw_inputs`` and
+    computes their loss terms in ``loss_terms``."""
+
+    def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
+                 device: str | torch.device | None = None):
+        self.set_up(model, images, train_indices, config, device)
+
+    def draw_inputs(self):
+        raise NotImplementedError
+
+    def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def after_step(self, aux: dict, inputs) -> dict[str, torch.Tensor]:
+        return {}
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+
+Advance = Callable[[list[int], dict[int, int]], dict[int, list[dict]]]
+
+
+def train_together(trainers: Sequence[Trainer], report_every: int, *, until_step: int | None = None,
+                   groups: list[list[int]] | None = None, advance: Advance | None = None,
+                   errors: dict[int, str] | None = None) -> Iterator[dict[int, dict]]:
+    """The training loop, for one trainer or a pack of them.
+
+    Steps every trainer to ``until_step`` (default: its run's length). Every ``report_every`` steps
+    and at each trainer's end, yields {trainer index: progress report} (``Trainer.summarise``).
+    ``groups`` (default: one trainer each) are advanced in turn by ``advance(live, boundaries)``,
+    which steps the live members of a group to their next report boundary and returns their terms
+    (default: each member's ``train_step`` in turn; a vmapped pack steps a group at once). A NaN or
+    infinite term raises ``NonFiniteLossError``; with an ``errors`` dict, the trainer's message goes
+    there instead, it reports {"step", "error"} once, and the others go on.
+    """
+    groups = groups if groups is not None else [[k] for k in range(len(trainers))]
+
+    def step_each(live: list[int], boundaries: dict[int, int]) -> dict[int, list[dict]]:
+        # one member's steps after the other's: its weights and optimiser state stay in cache
+        return {k: [trainers[k].train_step() for _ in range(boundaries[k] - trainers[k].step)] for k in live}
+
+    advance = advance or step_each
+    ends = [t.total_steps if until_step is None else until_step for t in trainers]
+    lost = errors if errors is not None else {}
+
+    def active(k: int) -> bool:
+        return k not in lost and trainers[k].step < ends[k]
+
+    def boundary(k: int) -> int:
+        return min(ends[k], (trainers[k].step // report_every + 1) * report_every)
+
+    for trainer in trainers:
+        trainer.model.train()
+    windows: dict[int, list] = {k: [] for k in range(len(trainers))}
+    started = time.perf_counter()
+    while any(active(k) for k in range(len(trainers))):
+        for group in groups:
+            live = [k for k in group if active(k)]
+            if live:
+                for k, terms in advance(live, {k: boundary(k) for k in live}).items():
+                    windows[k].extend(terms)
+        reports = {}
+        for k, trainer in enumerate(trainers):
+            if windows[k] and (trainer.step % report_every == 0 or trainer.step == ends[k]):
+                try:
+                    reports[k] = trainer.summarise(windows[k], time.perf_counter() - started)
+                except NonFiniteLossError as error:
+                    if errors is None:
+                        raise
+                    errors[k] = str(error)
+                    reports[k] = {"step": trainer.step, "error": str(error)}
+                windows[k] = []
+        if reports:
+            yield reports
+            started = time.perf_counter()
+    for trainer in trainers:
+        trainer.model.eval()
 
 
 def train(model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,

@@ -15,9 +15,8 @@ from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
 from models.config import IMAGE_SIZES, ModelConfig
-from models.engine import to_float
+from models.engine import TaskTrainer, to_float
 from models.objectives import bernoulli_nll
-from models.tasks import TaskTrainer
 
 
 class GroundTruthDecoder(nn.Module):
@@ -83,7 +82,7 @@ class GroundTruthDecoder(nn.Module):
 class GroundTruthDecoderTrainer(TaskTrainer):
     """Trains a :class:`GroundTruthDecoder` on the rows ``train_indices``: each step draws a seeded
     batch of rows (with replacement, as ``Trainer`` does), feeds their factor values and takes one
-    Adam step on the images' Bernoulli NLL. ``Trainer``'s interface (see ``models.tasks``).
+    Adam step on the images' Bernoulli NLL. ``Trainer``'s interface (see ``models.engine``).
 
     ``classes`` (N, F) are the images' factor classes and ``factor_space`` turns them into raw
     values (``raw_values``); with ``factor_space=None``, ``classes`` already holds each image's
@@ -102,10 +101,13 @@ class GroundTruthDecoderTrainer(TaskTrainer):
                              f"got {values.shape[1]}")
         self.values = torch.as_tensor(values, dtype=torch.float32)
 
-    def loss_terms(self) -> dict[str, torch.Tensor]:
+    def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of training rows: their factor values and their images."""
         rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.config.batch_size))
-        factors = self.values[torch.from_numpy(rows)].to(self.device)
-        return self.model.loss_terms(factors, self.batch_images(rows))
+        return self.values[torch.from_numpy(rows)].to(self.device), self.batch_images(rows)
+
+    def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
+        return self.model.loss_terms(*inputs)
 
 
 def train_ground_truth_decoder(decoder: GroundTruthDecoder, images: np.ndarray, factors: np.ndarray,

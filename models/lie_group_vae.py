@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.objectives import OBJECTIVES, RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
+from models.objectives import RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
 
 # ----------------------------------------------------------------------------------------------
 # the mathematics
@@ -124,6 +124,10 @@ class LieGroupVAEObjective(Objective):
     """See the module docstring. Terms: ``group_reconstruction`` (‖g_E − g(z)‖², unweighted),
     ``hessian_penalty`` (H) and ``commutator_penalty`` (C)."""
 
+    loss_terms = ("reconstruction", "kl", "group_reconstruction", "hessian_penalty", "commutator_penalty")
+    default_likelihood = "mse"
+    model_class = LieGroupVAE
+
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("beta", config.beta)
@@ -155,6 +159,3 @@ class LieGroupVAEObjective(Objective):
         return {"loss": loss, "reconstruction": reconstruction, "kl": kl,
                 "group_reconstruction": group_reconstruction, "hessian_penalty": hessian,
                 "commutator_penalty": commutator}
-
-
-OBJECTIVES["lie_group_vae"] = LieGroupVAEObjective

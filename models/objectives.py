@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.vae import VAE
+
 # ----------------------------------------------------------------------------------------------
 # the mathematics
 
@@ -190,6 +192,11 @@ class Objective(nn.Module):
     """One image batch → its loss terms. Subclasses override ``forward`` (see the module's
     docstring for the contract) and, if they need more randomness, ``draw_noise``."""
 
+    # What the registry (models.registry) and the config read of an objective:
+    loss_terms: tuple[str, ...] = ("reconstruction", "kl")  # the terms it reports besides "loss"
+    default_likelihood = "bernoulli"  # the reconstruction term when ``likelihood`` is unset
+    default_gamma: float | None = None  # γ when ``gamma`` is unset (if it has a γ)
+    model_class = VAE  # the model it trains (CascadeVAE and LieGroupVAE have their own latents)
     needs_pairs = False
     draws_prior = False  # whether each step also draws N(0, I) prior samples (WAE-MMD, WAE-GAN)
     own_adam: dict | None = None  # Adam settings of the objective's own optimiser, if it has one
@@ -199,7 +206,7 @@ class Objective(nn.Module):
         super().__init__()
         self.config = config
         self.dataset_size = dataset_size
-        self.likelihood = config.resolved_likelihood
+        self.likelihood = config.likelihood or self.default_likelihood
         self.latent_dim = config.latent_dim
         self._own_optimizer: torch.optim.Optimizer | None = None
 
@@ -281,6 +288,9 @@ class VAEObjective(Objective):
 class AnnealedCapacityObjective(Objective):
     """CCI-VAE / annealed capacity: reconstruction + γ·|KL − C(step)|."""
 
+    loss_terms = ("reconstruction", "kl", "capacity")
+    default_gamma = 1000.0  # Burgess et al. 2018
+
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("gamma", config.resolved_gamma)
@@ -313,6 +323,9 @@ class FactorVAEObjective(Objective):
     permuted independently across it, are "product of marginals" samples (M21: batch 128, two
     halves of 64).
     """
+
+    loss_terms = ("reconstruction", "kl", "total_correlation", "discriminator")
+    default_gamma = 35.0  # Kim & Mnih 2018 on dSprites
 
     own_loss_name = "discriminator"
 
@@ -356,6 +369,8 @@ class BetaTCVAEObjective(Objective):
     """β-TCVAE (Chen et al. 2018): reconstruction + w·(MI + β·TC + dimension-wise KL), each
     estimated on the batch with minibatch-weighted sampling over the training set's size."""
 
+    loss_terms = ("reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl")
+
     def __init__(self, config, dataset_size: int = 1):
         super().__init__(config, dataset_size)
         self.hyperparameter("beta", config.beta)
@@ -372,6 +387,9 @@ class BetaTCVAEObjective(Objective):
 class WAEMMDObjective(Objective):
     """WAE-MMD (Tolstikhin et al. 2018), as Montero et al. 2022 ran it: squared error +
     λ1·MMD²(q(z), N(0, I)) (unbiased, inverse multiquadric kernel) + λ2·‖logvar‖₁."""
+
+    loss_terms = ("reconstruction", "kl", "mmd", "logvar_l1")
+    default_likelihood = "mse"
 
     draws_prior = True
 
@@ -397,6 +415,8 @@ class AdaGVAEObjective(Objective):
     KL₂) with the shared dimensions' posteriors averaged (see ``ada_gvae_aggregate``).
     """
 
+    loss_terms = ("reconstruction", "kl", "shared_dimensions")
+
     needs_pairs = True
 
     def __init__(self, config, dataset_size: int = 1):
@@ -417,54 +437,3 @@ class AdaGVAEObjective(Objective):
                          likelihood=self.likelihood)
         terms["shared_dimensions"] = shared.float().sum(1).mean()
         return terms
-
-
-OBJECTIVES = {
-    "vae": VAEObjective,
-    "beta_vae": VAEObjective,
-    "annealed_vae": AnnealedCapacityObjective,
-    "factor_vae": FactorVAEObjective,
-    "beta_tcvae": BetaTCVAEObjective,
-    "wae_mmd": WAEMMDObjective,
-    "ada_gvae": AdaGVAEObjective,
-}
-
-# the loss terms each objective reports (besides "loss"), for results schemas
-LOSS_TERMS = {
-    "vae": ["reconstruction", "kl"],
-    "beta_vae": ["reconstruction", "kl"],
-    "annealed_vae": ["reconstruction", "kl", "capacity"],
-    "factor_vae": ["reconstruction", "kl", "total_correlation", "discriminator"],
-    "beta_tcvae": ["reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl"],
-    "wae_mmd": ["reconstruction", "kl", "mmd", "logvar_l1"],
-    "ada_gvae": ["reconstruction", "kl", "shared_dimensions"],
-    "wae_gan": ["reconstruction", "kl", "adversarial_penalty", "logvar_l1", "adversary"],
-    "cascade_vae": ["reconstruction", "kl", "weighted_kl", "released_dimensions", "duplicate_pairs"],
-    "lie_group_vae": ["reconstruction", "kl", "group_reconstruction", "hessian_penalty",
-                      "commutator_penalty"],
-}
-
-# WAE-GAN, CascadeVAE and LieGroupVAE live in their own modules. Each builds on this module's
-# Objective and adds its objective to OBJECTIVES when imported ("wae_gan", "cascade_vae",
-# "lie_group_vae"), so importing this module imports them, from here rather than from the top.
-import models.cascade_vae  # noqa: E402,F401
-import models.lie_group_vae  # noqa: E402,F401
-import models.wae_gan  # noqa: E402,F401
-
-
-def build_objective(config, dataset_size: int = 1) -> Objective:
-    """The config's objective, its own parameters (FactorVAE's discriminator) seeded by the config."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed + 2)
-        return OBJECTIVES[config.objective](config, dataset_size)
-
-
-def loss_terms(config, logits, x, mean, logvar, kl_weight: float = 1.0) -> dict:
-    """The loss terms of a VAE or β-VAE config from one forward pass (kept for callers that run
-    their own forward pass; the engine uses ``build_objective``)."""
-    if config.objective not in ("vae", "beta_vae"):
-        raise ValueError(f"objective: loss_terms handles vae and beta_vae; use build_objective for "
-                         f"{config.objective!r}")
-    beta = 1.0 if config.objective == "vae" else config.beta
-    return beta_vae(logits, x, mean, logvar, beta=beta, kl_weight=kl_weight,
-                    likelihood=config.resolved_likelihood)

@@ -13,8 +13,13 @@ an ordinary ``Trainer`` checkpoint. Two ways to take a step:
   elementwise, so this is each member's own Adam. Objectives with an optimiser of their own
   (FactorVAE's discriminator) stack those parameters and that optimiser too.
 - **loop** (the default on CPUs): one member's step after another. On CPU, vmapped convolutions
-  are no faster than a loop (ARCHITECTURE.md: 0.87× measured), so a pack there saves Ray's
+  are no faster than a loop (0.87× and 0.62× measured; benchmarks/README.md), so a pack there saves Ray's
   per-trial overhead and nothing else.
+
+Both are driven by the one training loop, ``models.engine.train_together``, and a looped member
+takes ``Trainer.train_step``, the one step; the vmapped step is that step's computation under
+``torch.func.vmap``: the same ``draw_inputs`` and objective, the same clipping formula
+(``clip_coefficient``) and Adam's update on stacked tensors.
 
 Members must have the same shapes: configs that differ in anything but the scalar hyperparameters
 of ``SCALAR_FIELDS`` (and the seed) are split into separate groups automatically (``split_into_
@@ -29,7 +34,6 @@ batch 64) cross from the host.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -38,9 +42,9 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from models.config import ModelConfig
-from models.engine import NonFiniteLossError, Trainer, select_device
-from models.objectives import OBJECTIVES, Schedule
-from models.vae import build
+from models.engine import Trainer, clip_coefficient, select_device, train_together
+from models.objectives import Schedule
+from models.registry import build, build_objective
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
 # no code path. Everything else (architecture, objective, latent size, batch size, run length…)
@@ -89,7 +93,7 @@ def member_memory_bytes(config: ModelConfig) -> int:
 
     with torch.device("meta"):
         model = VAE(config)
-        objective = OBJECTIVES[config.objective](config)
+        objective = build_objective(config)
     parameters = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in objective.parameters())
     activations = [0]
 
@@ -129,28 +133,6 @@ def max_pack_size(config: ModelConfig, device: str | torch.device | None = None,
     device = select_device(device) if not isinstance(device, torch.device) else device
     free_bytes = free_memory_bytes(device) if free_bytes is None else free_bytes
     return max(1, int(headroom * free_bytes // member_memory_bytes(config)))
-
-
-def auto_pack_size(config: ModelConfig, device: str | torch.device | None = None,
-                   limit: int = 64) -> int:
-    """The default pack size: 1 on CPU (a CPU pack is a loop and would only take parallel slots
-    from Ray), else as many members as fit, up to ``limit``."""
-    device = select_device(device) if not isinstance(device, torch.device) else device
-    if device.type == "cpu":
-        return 1
-    return min(limit, max_pack_size(config, device))
-
-
-def check_pack_size(config: ModelConfig, pack_size: int, device: str | torch.device | None = None,
-                    free_bytes: int | None = None) -> None:
-    """Raise ValueError when ``pack_size`` members of ``config`` do not fit on the device."""
-    fits = max_pack_size(config, device, free_bytes)
-    if pack_size > fits:
-        need = member_memory_bytes(config)
-        raise ValueError(
-            f"pack_size: {pack_size} members of {config.architecture}/{config.objective} at batch "
-            f"{config.batch_size} need about {pack_size * need / 2**30:.1f} GiB, more than the device's "
-            f"free memory allows; the largest pack that fits is {fits}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,13 +288,13 @@ class _VmapGroup:
 
     @staticmethod
     def _clip(grads, max_norms: list[float | None]):
-        """Each member's global gradient-norm clipping, as ``clip_grad_norm_`` does it alone."""
+        """Each member's global gradient-norm clipping (``clip_coefficient``, one norm per member)."""
         if all(norm is None for norm in max_norms):
             return grads
         members = grads[0].shape[0]
         total = torch.stack([g.reshape(members, -1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
         limit = torch.tensor([math.inf if n is None else n for n in max_norms], device=total.device)
-        coefficient = (limit / (total + 1e-6)).clamp(max=1.0)
+        coefficient = clip_coefficient(total, limit)
         return [g * coefficient.view(-1, *[1] * (g.dim() - 1)) for g in grads]
 
 
@@ -343,6 +325,7 @@ class PackedTrainer:
         self.members = [self._member(c, data, train_indices, factors, factor_space) for c in configs]
         self.errors: dict[int, str] = {}
         self.groups: list[list[int]] = split_into_packs(configs)
+        self._group_of = {k: index for index, group in enumerate(self.groups) for k in group}
         self._vmapped: dict[int, _VmapGroup] = {}
         if self.mode == "vmap":
             for index, group in enumerate(self.groups):
@@ -366,63 +349,28 @@ class PackedTrainer:
     def total_steps(self) -> int:
         return max(m.total_steps for m in self.members)
 
-    def _active(self, k: int) -> bool:
-        return k not in self.errors and self.members[k].step < self.members[k].total_steps
-
-    def _advance_group(self, index: int, group: list[int], report_every: int) -> dict[int, list[dict]]:
-        """Step every active member of a group to its next report: member index → its terms.
-
-        A looped group runs one member's steps after the other's (each member's weights and
-        optimiser state stay in cache for the whole stretch); a vmapped group steps all at once."""
-        def boundary(k: int) -> int:
-            member = self.members[k]
-            return min(member.total_steps, (member.step // report_every + 1) * report_every)
-
-        active = [k for k in group if self._active(k)]
-        if not active:
-            return {}
-        if index in self._vmapped:
-            stack, taken = self._vmapped[index], {k: [] for k in active}
-            # failed members keep computing inside the stack (their numbers are ignored)
-            for _ in range(boundary(active[0]) - self.members[active[0]].step):
-                for k, terms in zip(group, stack.train_step()):
+    def _advance(self, live: list[int], boundaries: dict[int, int]) -> dict[int, list[dict]]:
+        """Step a group's live members to their next report (``train_together``'s ``advance``):
+        a vmapped group all at once (a failed member keeps computing inside the stack, its numbers
+        ignored), a looped group one member after the other."""
+        group = self._group_of[live[0]]
+        if group in self._vmapped:
+            stack, taken = self._vmapped[group], {k: [] for k in live}
+            for _ in range(boundaries[live[0]] - self.members[live[0]].step):
+                for k, terms in zip(self.groups[group], stack.train_step()):
                     if k in taken:
                         taken[k].append(terms)
             return taken
-        taken = {}
-        for k in active:
-            member, until = self.members[k], boundary(k)
-            taken[k] = [member.train_step() for _ in range(until - member.step)]
-        return taken
+        return {k: [self.members[k].train_step() for _ in range(boundaries[k] - self.members[k].step)]
+                for k in live}
 
     def run(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
         """Train every member to its run's length. Every ``report_every`` steps (and at each
         member's end) yields {member index: progress dict, as ``Trainer.run`` yields}. A member
         whose loss becomes NaN or infinite reports {"error": message} once and stops."""
-        for member in self.members:
-            member.model.train()
-        windows: dict[int, list] = {k: [] for k in range(len(self.members))}
-        started = time.perf_counter()
-        while any(self._active(k) for k in range(len(self.members))):
-            for index, group in enumerate(self.groups):
-                for k, terms in self._advance_group(index, group, report_every).items():
-                    windows[k].extend(terms)
-            reports = {}
-            for k, member in enumerate(self.members):
-                due = member.step % report_every == 0 or member.step == member.total_steps
-                if windows[k] and due:
-                    try:
-                        reports[k] = member._summarise(windows[k], time.perf_counter() - started)
-                    except NonFiniteLossError as error:
-                        self.errors[k] = str(error)
-                        reports[k] = {"step": member.step, "error": str(error)}
-                    windows[k] = []
-            if reports:
-                yield reports
-                started = time.perf_counter()
+        yield from train_together(self.members, report_every, groups=self.groups, advance=self._advance,
+                                  errors=self.errors)
         self.sync()
-        for member in self.members:
-            member.model.eval()
 
     def sync(self) -> None:
         """Write stacked state back into the members' models and optimisers (vmap mode)."""

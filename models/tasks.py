@@ -14,42 +14,14 @@ raises ``NonFiniteLossError`` naming the step and the term.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
+from models.composition import CompositionNet, CompositionTrainer
 from models.config import ModelConfig
 from models.engine import Trainer
-
-
-class TaskTrainer(Trainer):
-    """``Trainer``'s loop, schedules (learning-rate milestones, KL warm-up), gradient clipping,
-    bf16 autocast and progress reports, for a model that is not trained through an objective of
-    ``models.objectives``. A subclass draws its step's inputs from ``batch_rng`` / ``noise_rng``
-    and returns the loss terms in ``loss_terms``."""
-
-    def __init__(self, model, images: np.ndarray, train_indices: np.ndarray, config: ModelConfig,
-                 device: str | torch.device | None = None):
-        self.set_up(model, images, train_indices, config, device)
-
-    def loss_terms(self) -> dict[str, torch.Tensor]:
-        """The next step's loss terms ("loss" is minimised); the subclass draws its own inputs."""
-        raise NotImplementedError
-
-    def train_step(self) -> dict[str, torch.Tensor]:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate()
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
-        with autocast:
-            terms = self.loss_terms()
-        self.optimizer.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        if self.config.grad_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip_norm)
-        self.optimizer.step()
-        self.step += 1
-        return {name: value.detach() for name, value in terms.items()}
+from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
+from models.registry import build
 
 
 def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, train_indices: np.ndarray):
@@ -60,18 +32,12 @@ def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, tra
     network has one action per factor.
     """
     if config.task == "ground_truth_decoder":
-        from models.ground_truth import GroundTruthDecoder
-
         values = factor_space.raw_values(classes)
         return GroundTruthDecoder.from_factors(
             values, train_indices, architecture=config.architecture, channels=config.channels,
             image_size=config.image_size, normalise=config.normalise_factors, seed=config.seed)
     if config.task == "composition":
-        from models.composition import CompositionNet
-
         return CompositionNet(config, n_actions=factor_space.n_factors, latent_op=config.latent_op)
-    from models.vae import build
-
     return build(config)
 
 
@@ -85,11 +51,7 @@ def build_trainer(config: ModelConfig, images: np.ndarray, classes: np.ndarray, 
     """
     model = build_task_model(config, classes, factor_space, train_indices)
     if config.task == "ground_truth_decoder":
-        from models.ground_truth import GroundTruthDecoderTrainer
-
         return GroundTruthDecoderTrainer(model, images, classes, factor_space, train_indices, config, device)
     if config.task == "composition":
-        from models.composition import CompositionTrainer
-
         return CompositionTrainer(model, images, classes, factor_space, train_indices, config, device)
     return Trainer(model, images, train_indices, config, device, factors=classes)

@@ -6,13 +6,13 @@ import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.config import ModelConfig
 
 
 class VAE(nn.Module):
     """Encoder and decoder of ``config.architecture``; the objective lives in the engine."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config):
+        """``config``: a ``models.ModelConfig`` (architecture, channels, latent size, image size)."""
         super().__init__()
         encoder, decoder = ARCHITECTURES[config.architecture]
         self.config = config
@@ -32,24 +32,3 @@ class VAE(nn.Module):
         mean, logvar = self.encode(x)
         z = mean + torch.randn_like(mean) * torch.exp(0.5 * logvar) if self.training else mean
         return self.decode(z), mean, logvar
-
-
-def model_class(objective: str) -> type[nn.Module]:
-    """The model an objective trains: VAE, except CascadeVAE's and LieGroupVAE's own latents."""
-    if objective == "cascade_vae":
-        from models.cascade_vae import CascadeVAE
-        return CascadeVAE
-    if objective == "lie_group_vae":
-        from models.lie_group_vae import LieGroupVAE
-        return LieGroupVAE
-    return VAE
-
-
-def build(config: ModelConfig | dict) -> nn.Module:
-    """The model a config names, freshly initialised (seeded by ``config.seed``): a ``VAE``, or for
-    the cascade_vae and lie_group_vae objectives their own model (the same encode/decode hooks)."""
-    if isinstance(config, dict):
-        config = ModelConfig.from_dict(config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        return model_class(config.objective)(config)

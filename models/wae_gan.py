@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.objectives import OBJECTIVES, RECONSTRUCTION, Objective, Schedule, gaussian_kl
+from models.objectives import RECONSTRUCTION, Objective, Schedule, gaussian_kl
 
 
 class Adversary(nn.Sequential):
@@ -60,6 +60,8 @@ class WAEGANObjective(Objective):
     """WAE-GAN: squared error + λ·(−log D(z̃)) + λ2·‖logvar‖₁, with the adversary D trained by its
     own Adam after each model step (see the module docstring)."""
 
+    loss_terms = ("reconstruction", "kl", "adversarial_penalty", "logvar_l1", "adversary")
+    default_likelihood = "mse"
     own_loss_name = "adversary"
     draws_prior = True
 
@@ -84,6 +86,3 @@ class WAEGANObjective(Objective):
         codes = aux["_codes"]
         prior = self.prior_std * noise["prior"].to(codes.dtype)
         return adversary_loss(self.adversary(prior).float(), self.adversary(codes).float())
-
-
-OBJECTIVES["wae_gan"] = WAEGANObjective

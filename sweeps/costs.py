@@ -36,8 +36,7 @@ def training_flops_per_image(architecture: str, image_size: int, channels: int, 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from models import ModelConfig
-    from models.vae import VAE
+    from models import VAE, ModelConfig
 
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
                          latent_dim=latent_dim)
@@ -67,27 +66,23 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
 def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     """Trial count and training cost of a preset at a scale. Trials that train by epochs are
     counted at the size of the full grid's training side."""
-    from models import ModelConfig
-    from sweeps.packing import dataset_channels
-
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
-    configs = trial_configs(spec, name, scale, list(range(seeds)))
+    trials = trial_configs(spec, name, scale, list(range(seeds)))
     reference = training_flops_per_image("burgess", 64, 1, 10)
     gpu_rate = gpu_flops_per_second()
     images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
-    for config in configs:
-        model = ModelConfig.from_dict({**config, "channels": dataset_channels(config["dataset"])})
-        n_train = config.get("n_images")
+    for trial in trials:
+        model, n_train = trial.model, trial.data.n_images
         if n_train is None:
-            n_train = _full_grid_train_size(config["dataset"], config["split"])
+            n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
         trial_images = model.total_steps(n_train) * model.batch_size
         images += trial_images
         flops = training_flops_per_image(model.architecture, model.image_size, model.channels,
                                          model.latent_dim)
         cpu_seconds += trial_images / (CPU_IMAGES_PER_SECOND["burgess"] * reference / flops)
         gpu_seconds += trial_images * flops / gpu_rate
-    return {"preset": name, "scale": scale, "trials": len(configs), "seeds": seeds, "images": images,
+    return {"preset": name, "scale": scale, "trials": len(trials), "seeds": seeds, "images": images,
             "cpu_core_hours": cpu_seconds / 3600, "gpu_hours": gpu_seconds / 3600}
 
 

@@ -9,87 +9,18 @@ before Ray starts, with errors naming the bad key or value.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import itertools
-import json
 import os
-from dataclasses import fields
+from collections import Counter
 
-from data_pipeline.splits import get_split
 from sweeps.errors import UsageError
 from sweeps.presets import PRESETS, SCALES
+from sweeps.trials import TrialConfig
 
-# Settings that change how a trial is logged, not what it computes; left out of the trial key.
-NOT_IN_KEY = ("report_every", "preset", "scale")
-# Settings a trial config may hold besides the model's (models.ModelConfig's fields).
-DATA_AND_EVALUATION_KEYS = {
-    "dataset": "dataset name",
-    "n_images": "grid points to render (null: the full grid)",
-    "data_seed": "seed of the image subset",
-    "data_source": "procedural (rendered by disgen's generators, the default) or real (the dataset's "
-                   "real file from --data-dir or $DISGEN_DATA)",
-    "split": "held-out split name",
-    "report_every": "steps between progress reports",
-    "n_nll": "images per side for the NLL",
-    "n_metric": "codes for the disentanglement metrics",
-    "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
-    "metrics": "the metrics to compute (analysis.evaluation.METRICS; default: all)",
-}
 SPEC_KEYS = ("description", "fixed", "axes", "scales", "search")
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
-
-
-def model_keys() -> set[str]:
-    from models import ModelConfig
-
-    return {f.name for f in fields(ModelConfig)}
-
-
-def trial_key(config: dict) -> str:
-    """A short, stable identifier: a hash of everything that decides the trial's results."""
-    content = {k: v for k, v in sorted(config.items()) if k not in NOT_IN_KEY and k != "trial_key"}
-    if content.get("data_source") == "procedural":  # the default: keys from before the setting stay
-        del content["data_source"]
-    digest = hashlib.sha1(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
-    return digest[:10]
-
-
-def trial_dirname(config: dict) -> str:
-    """A short, readable folder name for a trial, unique by its key."""
-    beta = f"{config['beta']:g}" if "beta" in config else "na"
-    return f"{config['split']}-b{beta}-s{config['seed']}-{config['trial_key'][:6]}"
-
-
-def flatten(config: dict) -> dict:
-    """Resolve a raw trial config into flat settings.
-
-    An axis value may be a mapping of settings (a *variant*, such as ``{objective: factor_vae,
-    gamma: 20}`` or ``{dataset: shapes3d, split: fhue_gt50}``): its settings are merged in. A
-    ``by_dataset`` mapping then applies the settings given for the trial's dataset (for example
-    M21's 65 epochs on 3DShapes against 100 on dSprites).
-    """
-    flat: dict = {}
-    variants: list[dict] = []
-    for key, value in config.items():
-        if isinstance(value, dict) and key != "by_dataset":
-            variants.append(value)
-        else:
-            flat[key] = value
-    for variant in variants:
-        flat.update(variant)
-    by_dataset = flat.pop("by_dataset", None) or {}
-    flat.update(by_dataset.get(flat.get("dataset"), {}))
-    return flat
-
-
-def complete_config(config: dict) -> dict:
-    """A trial's flat config with what follows from it: the split's condition type and the key."""
-    config = {k: v for k, v in flatten(config).items() if k not in ("condition", "trial_key")}
-    config.setdefault("data_source", "procedural")
-    config["condition"] = get_split(config["dataset"], config["split"]).condition
-    config["trial_key"] = trial_key(config)
-    return config
+MAX_SEEDS = 10_000
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,6 +96,13 @@ def pin_setting(spec: dict, key: str, value) -> dict:
             "axes": {k: v for k, v in spec.get("axes", {}).items() if k != key}}
 
 
+def unpin_axis(spec: dict, key: str) -> dict:
+    """The spec without ``key`` as an axis (at any scale): a searched setting is sampled instead."""
+    scales = {scale: {**settings, "axes": {k: v for k, v in settings.get("axes", {}).items() if k != key}}
+              for scale, settings in spec.get("scales", {}).items()}
+    return {**spec, "scales": scales, "axes": {k: v for k, v in spec.get("axes", {}).items() if k != key}}
+
+
 def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
     """(fixed settings, axes): what every trial shares, and the values each axis takes.
 
@@ -176,60 +114,31 @@ def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict
     settings = dict(scales.get(scale, {}))
     scale_axes = settings.pop("axes", {})
     settings.pop("seeds", None)
+    for where, part in (("fixed", spec.get("fixed", {})), ("axes", spec.get("axes", {})),
+                        (f"scales.{scale}", settings), (f"scales.{scale}.axes", scale_axes)):
+        if "seed" in part:
+            raise UsageError(f"{name}: {where} sets 'seed', which --seeds decides; remove it and pass "
+                             "--seeds (a count, or a list such as 0,5,7), or set the scale's 'seeds' count")
     fixed = {"preset": name, "scale": scale, **spec.get("fixed", {}), **settings}
     axes = {**spec.get("axes", {}), **scale_axes, "seed": list(seeds)}
     return fixed, axes
 
 
-def check_trial(config: dict, source: str) -> None:
-    """One trial config: known keys, a model config that validates, a split of its dataset."""
-    from models import ModelConfig
-
-    allowed = model_keys() | set(DATA_AND_EVALUATION_KEYS) | {"preset", "scale"}
-    config = flatten(config)
-    unknown = sorted(set(config) - allowed)
-    if unknown:
-        raise UsageError(f"{source}: unknown setting {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
-    for key in ("dataset", "split"):
-        if key not in config:
-            raise UsageError(f"{source}: no {key!r} given; set it under 'fixed' or 'axes'")
-    try:
-        get_split(config["dataset"], config["split"])
-    except KeyError as error:
-        raise UsageError(f"{source}: {error.args[0]}") from None
-    if config.get("data_source", "procedural") not in ("procedural", "real"):
-        raise UsageError(f"{source}: data_source: unknown {config['data_source']!r}; "
-                         "choose one of procedural, real")
-    if config.get("dci_estimator", "gbt") not in ("gbt", "hist_gbt", "none"):
-        raise UsageError(f"{source}: dci_estimator: unknown {config['dci_estimator']!r}; "
-                         "choose one of gbt, hist_gbt, none")
-    if "metrics" in config:
-        from analysis.evaluation import METRICS
-
-        unknown_metrics = [m for m in config["metrics"] or [] if m not in METRICS]
-        if not isinstance(config["metrics"], list) or unknown_metrics:
-            raise UsageError(f"{source}: metrics: unknown {unknown_metrics or config['metrics']!r}; "
-                             f"choose from {', '.join(METRICS)}")
-    try:
-        ModelConfig.from_dict(config)
-    except (ValueError, TypeError) as error:
-        raise UsageError(f"{source}: {error}") from None
-
-
-def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[dict]:
-    """Every trial of the spec at ``scale``, one per point of the axes × seeds, validated."""
+def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[TrialConfig]:
+    """Every trial of the spec at ``scale``, one per point of the axes × seeds, completed and
+    validated (``TrialConfig.complete``); two points that make the same trial are refused."""
     check_spec(spec, name)
     fixed, axes = grid_axes(spec, name, scale, seeds)
-    configs = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
-    if not configs:
+    points = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
+    if not points:
         raise UsageError(f"{name}: the grid has zero trials")
-    checked = set()
-    for config in configs:
-        signature = json.dumps(config, sort_keys=True, default=str)
-        if signature not in checked:
-            check_trial(config, name)
-            checked.add(signature)
-    return [complete_config(config) for config in configs]
+    trials = [TrialConfig.complete(point, name) for point in points]
+    repeated = [key for key, count in Counter(t.trial_key for t in trials).items() if count > 1]
+    if repeated:
+        twin = next(t for t in trials if t.trial_key == repeated[0])
+        raise UsageError(f"{name}: {len(trials) - len(set(t.trial_key for t in trials))} trial(s) repeat "
+                         f"another (e.g. {twin.dirname}); give each seed and axis value once")
+    return trials
 
 
 def search_space(spec: dict, name: str) -> dict:
@@ -242,8 +151,12 @@ def search_space(spec: dict, name: str) -> dict:
                          "non-empty space (see README, 'Your own grid')")
     if search.get("mode") not in ("min", "max"):
         raise UsageError(f"{name}: search.mode must be min or max; got {search.get('mode')!r}")
-    if not isinstance(search.get("metric"), str):
-        raise UsageError(f"{name}: search.metric must name a result, e.g. test_nll or d_score")
+    from analysis.schema import METRIC_FIELDS
+
+    results = sorted({f.name for f in METRIC_FIELDS} | {"loss"})
+    if search.get("metric") not in results:
+        raise UsageError(f"{name}: search.metric must name a result column, e.g. test_nll or d_score; got "
+                         f"{search.get('metric')!r} (choose from {', '.join(results)})")
     for setting, domain in search["space"].items():
         if not isinstance(domain, dict) or len(domain) != 1 or next(iter(domain)) not in DISTRIBUTIONS:
             raise UsageError(f"{name}: search.space.{setting} must be one of "
@@ -259,12 +172,11 @@ def search_space(spec: dict, name: str) -> dict:
     return search["space"]
 
 
-def check_search_bounds(spec: dict, name: str, config: dict) -> None:
+def check_search_bounds(spec: dict, name: str, trial: TrialConfig) -> None:
     """Validate a trial at each end of every search range."""
-    config = {k: v for k, v in config.items() if k not in ("condition", "trial_key")}
     for setting, domain in search_space(spec, name).items():
         for value in next(iter(domain.values())):
-            check_trial({**config, setting: value}, f"{name} (search.space.{setting}={value!r})")
+            trial.replace(f"{name} (search.space.{setting}={value!r})", **{setting: value})
 
 
 def default_seeds(spec: dict, scale: str) -> int:
@@ -278,9 +190,14 @@ def parse_seeds(text: str) -> list[int]:
         if "," in text:
             seeds = [int(s) for s in text.split(",") if s.strip()]
         else:
-            seeds = list(range(int(text)))
-    except ValueError:
+            count = int(text)
+            if count > MAX_SEEDS:
+                raise UsageError(f"--seeds {text}: at most {MAX_SEEDS:,} seeds per configuration")
+            seeds = list(range(count))
+    except (ValueError, OverflowError):
         raise UsageError(f"--seeds {text!r}: give a count (3) or a comma list (0,5,7)") from None
     if not seeds or any(s < 0 for s in seeds):
         raise UsageError(f"--seeds {text!r}: need at least one seed, none negative")
+    if len(seeds) != len(set(seeds)):
+        raise UsageError(f"--seeds {text!r}: a seed is listed twice; give each seed once")
     return seeds

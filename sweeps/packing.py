@@ -1,21 +1,22 @@
 """Packs: trials that share a dataset, a split and a model shape, trained together in one Tune trial.
 
-A pack is one Tune trial whose config is ``{"pack": [member config, ...]}``; the trainable trains
-its members with ``models.packed.PackedTrainer`` and the results writer still stores one row per
-member, with the member's own config, key and metrics. Members may differ only in the scalar
-hyperparameters of ``models.packed.SCALAR_FIELDS`` and the seed; everything else (the dataset,
-split, data, evaluation settings, architecture, objective, latent size, batch, run length) is the
-pack's. Trials that differ there are put in different packs, never refused.
+Every Tune trial's config is ``{"members": [trial settings, ...]}``: one trial, or a pack of them
+(an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``, resolved by ``members_of``).
+The trainable trains the members with ``models.packed.PackedTrainer`` and the results writer
+stores one row per member, with the member's own config, key and metrics. Members may differ
+only in the scalar hyperparameters of ``models.packed.SCALAR_FIELDS`` and the seed; everything
+else (the dataset, split, data, evaluation settings, architecture, objective, latent size, batch,
+run length) is the pack's. Trials that differ there are put in different packs, never refused.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+from collections.abc import Sequence
 
 from sweeps.errors import UsageError
-from sweeps.grid import complete_config
+from sweeps.trials import TrialConfig
 
 # Keys that name a trial or follow from the others, not part of what a pack shares.
 _NOT_SHARED = ("trial_key", "condition", "preset", "scale")
@@ -26,62 +27,57 @@ ASSUMED_GPU_BYTES = 24 * 2**30
 AUTO_LIMIT = 64
 
 
-def is_pack(config: dict) -> bool:
-    return "pack" in config
+def tune_config(members: Sequence[TrialConfig]) -> dict:
+    """The Tune trial config of one trial or of a pack."""
+    return {"members": [member.to_dict() for member in members]}
 
 
-def shared_key(config: dict) -> str:
+def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
+    """The trials a Tune trial config holds. An Optuna trial names a planned trial of ``base``
+    and the values sampled for it, which replace the planned ones (validated again)."""
+    if "members" in config:
+        return [TrialConfig(member) for member in config["members"]]
+    if "base" in config:
+        return [base[config["base"]].replace("search", **config["sampled"])]
+    raise ValueError("not a disgen trial config: it holds neither 'members' nor 'base' (an experiment "
+                     "started by an older disgen cannot be resumed by this one; start a new one)")
+
+
+def shared_key(trial: TrialConfig) -> str:
     """Trials with equal keys may share a pack."""
-    from models import ModelConfig
     from models.packed import SCALAR_FIELDS, pack_key
 
-    model = ModelConfig.from_dict(config)
-    rest = {k: v for k, v in config.items()
-            if k not in _NOT_SHARED and k not in SCALAR_FIELDS and k not in model.to_dict()}
-    return json.dumps([rest, pack_key(model)], sort_keys=True, default=str)
+    model_fields = trial.model.to_dict()
+    rest = {k: v for k, v in trial.items()
+            if k not in _NOT_SHARED and k not in SCALAR_FIELDS and k not in model_fields}
+    return json.dumps([rest, pack_key(trial.model)], sort_keys=True, default=str)
 
 
-def make_packs(configs: list[dict], pack_size: int) -> list[list[dict]]:
-    """The trial configs grouped into packs of at most ``pack_size`` (first-seen order)."""
+def make_packs(trials: Sequence[TrialConfig], pack_size: int) -> list[list[TrialConfig]]:
+    """The trials grouped into packs of at most ``pack_size`` (first-seen order)."""
     if pack_size < 1:
         raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {pack_size}")
-    groups: dict[str, list[dict]] = {}
-    for config in configs:
-        complete = complete_config(config)
-        groups.setdefault(shared_key(complete), []).append(config)
+    groups: dict[str, list[TrialConfig]] = {}
+    for trial in trials:
+        groups.setdefault(shared_key(trial), []).append(trial)
     return [members[start:start + pack_size] for members in groups.values()
             for start in range(0, len(members), pack_size)]
 
 
-def pack_key(members: list[dict]) -> str:
+def pack_key(members: Sequence[TrialConfig]) -> str:
     """A pack's stable identifier: a hash of its members' trial keys."""
-    keys = sorted(complete_config(m)["trial_key"] for m in members)
+    keys = sorted(m.trial_key for m in members)
     return hashlib.sha1(",".join(keys).encode()).hexdigest()[:10]
 
 
-def pack_dirname(members: list[dict]) -> str:
-    first = complete_config(members[0])
-    return f"pack{len(members)}-{first['split']}-{pack_key(members)[:6]}"
+def dirname(members: Sequence[TrialConfig]) -> str:
+    """The Tune trial's folder: the trial's own name, or the pack's."""
+    if len(members) == 1:
+        return members[0].dirname
+    return f"pack{len(members)}-{members[0].data.split}-{pack_key(members)[:6]}"
 
 
-@functools.cache
-def dataset_channels(dataset: str) -> int:
-    """Image channels of a dataset (1 or 3), from one rendered grid point."""
-    from data_pipeline import factor_space, load_procedural
-
-    space = factor_space(dataset)
-    return load_procedural(dataset, classes=space.classes_of([0])).channels
-
-
-def member_model(config: dict):
-    """The ModelConfig of one trial config, with its dataset's channels."""
-    from models import ModelConfig
-
-    config = complete_config(config)
-    return ModelConfig.from_dict({**config, "channels": dataset_channels(config["dataset"])})
-
-
-def resolve_pack_size(requested: str | int | None, configs: list[dict], gpus_per_trial: float,
+def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
                       gpu_free_bytes: int | None) -> int:
     """The pack size to use. ``auto``: 1 for CPU trials (a CPU pack is a loop, and would take
     parallel slots from Ray), else as many members as fit in the GPU share's memory, up to
@@ -89,7 +85,7 @@ def resolve_pack_size(requested: str | int | None, configs: list[dict], gpus_per
     largest that fits."""
     from models.packed import free_memory_bytes, max_pack_size, member_memory_bytes
 
-    model = max((member_model(c) for c in configs), key=member_memory_bytes)
+    model = max((trial.model for trial in trials), key=member_memory_bytes)
     if gpus_per_trial > 0:
         device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
         where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.0f} GiB free"

@@ -8,11 +8,13 @@ per trial.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import socket
 import sys
 
+from data_pipeline.cli import Parser
 from sweeps import storage
 from sweeps.errors import UsageError
 from sweeps.grid import (
@@ -22,7 +24,9 @@ from sweeps.grid import (
     load_grid_file,
     parse_seeds,
     pin_setting,
+    search_space,
     trial_configs,
+    unpin_axis,
 )
 from sweeps.presets import PRESETS, SCALES
 
@@ -31,7 +35,7 @@ DEFAULT_STORAGE = "./disgen_results"
 
 def build_parser() -> argparse.ArgumentParser:
     presets = "; ".join(f"{name}: {spec['description']}" for name, spec in PRESETS.items())
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m sweeps.paper_grid",
         description="Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
                     "arguments: the default study at the 'smoke' scale on a local Ray "
@@ -71,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CPUs for the local Ray (default: all); ignored with --address")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="checkpoint every N steps so failed trials resume (default: about "
-                             "5 checkpoints per trial)")
+                             "5 checkpoints per trial; 0: only the final one)")
     parser.add_argument("--search", choices=["grid", "optuna"], default="grid",
                         help="grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
                              "grid's 'search' space for --num-samples trials")
@@ -129,8 +133,36 @@ def check_address(address: str | None) -> None:
         ) from None
 
 
-def plan(args) -> dict:
-    """Validate everything that can be validated without Ray."""
+def check_options(args) -> None:
+    """The command line's numbers and names, each refused with the option's name and a fix."""
+    for option, least in (("cpus_per_trial", 0.0), ("gpus_per_trial", 0.0)):
+        value = getattr(args, option)
+        flag = f"--{option.replace('_', '-')}"
+        if value is not None and not (math.isfinite(value) and value >= least):
+            raise UsageError(f"{flag} must be a finite number >= {least:g}; got {value}")
+    if args.cpus_per_trial <= 0:
+        raise UsageError(f"--cpus-per-trial must be > 0 (a trial needs a CPU share, e.g. 0.5 or 1); "
+                         f"got {args.cpus_per_trial:g}")
+    for option, least in (("max_failures", 0), ("num_cpus", 1), ("checkpoint_every", 0),
+                          ("max_concurrent_trials", 1), ("num_samples", 1)):
+        value = getattr(args, option)
+        if value is not None and value < least:
+            raise UsageError(f"--{option.replace('_', '-')} must be at least {least}; got {value}")
+    if args.pack_size != "auto":
+        if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
+            raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
+        if int(args.pack_size) > 1 and (args.search == "optuna" or args.scheduler == "asha"):
+            raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler "
+                             "asha, which decide trial by trial; use --pack-size 1")
+    if args.name is not None and (not args.name or args.name in (".", "..") or "/" in args.name
+                                  or "\\" in args.name or os.path.isabs(args.name)):
+        raise UsageError(f"--name {args.name!r}: an experiment name is one folder name (no '/', not '..'); "
+                         "use --storage-path to choose where it goes")
+
+
+def load_spec(args) -> tuple[dict, str]:
+    """The study's spec and name: a preset or a grid file, with the command line's data settings pinned
+    and, for --search optuna, the searched settings taken off the axes."""
     if args.grid:
         spec, preset = load_grid_file(args.grid), os.path.splitext(os.path.basename(args.grid))[0]
     else:
@@ -138,28 +170,25 @@ def plan(args) -> dict:
     data_source = args.data_source or ("real" if args.data_dir else None)
     if data_source:
         spec = pin_setting(spec, "data_source", data_source)
-    data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
+    if args.search == "optuna":
+        for setting in search_space(spec, preset):
+            spec = unpin_axis(spec, setting)
+    return spec, preset
+
+
+def plan(args) -> dict:
+    """Everything that can be decided and validated without Ray: the study's trials (each complete,
+    validated and frozen: ``sweeps.trials.TrialConfig``), the experiment folder and the datasets."""
+    check_options(args)
+    spec, preset = load_spec(args)
     if args.data_dir and not os.path.isdir(args.data_dir):
         raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
                          "the real data files")
+    data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
     seeds = parse_seeds(args.seeds) if args.seeds else list(range(default_seeds(spec, args.scale)))
-    configs = trial_configs(spec, preset, args.scale, seeds)
+    trials = trial_configs(spec, preset, args.scale, seeds)
     if args.search == "optuna":
-        check_search_bounds(spec, preset, configs[0])
-        if args.num_samples < 1:
-            raise UsageError("--num-samples must be at least 1")
-    for option in ("cpus_per_trial", "gpus_per_trial"):
-        value = getattr(args, option)
-        if value is not None and value < 0:
-            raise UsageError(f"--{option.replace('_', '-')} must be >= 0; got {value}")
-    if args.pack_size != "auto":
-        if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
-            raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
-        if int(args.pack_size) > 1 and (args.search == "optuna" or args.scheduler == "asha"):
-            raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler "
-                             "asha, which decide trial by trial; use --pack-size 1")
-    if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
-        raise UsageError("--max-concurrent-trials must be at least 1")
+        check_search_bounds(spec, preset, trials[0])
     name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")
     storage_path = check_storage(args.storage_path)
     check_address(args.address)
@@ -175,9 +204,9 @@ def plan(args) -> dict:
 
     # Rendered or loaded here, on the driver, so that a missing or malformed real file stops the
     # run before Ray starts.
-    datasets = load_datasets(configs, data_dir)
+    datasets = load_datasets(trials, data_dir)
     return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "configs": configs, "datasets": datasets}
+            "preset": preset, "seeds": seeds, "trials": trials, "datasets": datasets}
 
 
 def print_commands(experiment_dir: str, argv: list[str]) -> None:
@@ -222,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from analysis.report import correlation_text, trials_table
 
-    planned = args.num_samples if args.search == "optuna" else len(run_plan["configs"])
+    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
     if summary["failed"]:

@@ -23,8 +23,7 @@ from analysis.schema import (
     read_results,
 )
 from sweeps import storage
-from sweeps.grid import complete_config
-from sweeps.packing import is_pack
+from sweeps.packing import members_of
 
 ERRORS_FILE = "errors.jsonl"
 
@@ -40,6 +39,7 @@ def trial_row(experiment: str, config: dict, result: dict) -> dict:
 
 
 def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dict]:
+    """history.parquet rows of one model: its progress reports, keyed by its trial."""
     names = set(HISTORY_SCHEMA.names)
     return [{**{k: v for k, v in report.items() if k in names},
              "experiment": experiment, "trial_key": config["trial_key"]} for report in history]
@@ -50,8 +50,9 @@ class ResultsWriter(tune.Callback):
     folder. For a remote store (s3://…) it edits a local copy of each file and uploads it whole:
     one PUT, so readers see the old file or the new one, never a torn one."""
 
-    def __init__(self, experiment_dir: str):
+    def __init__(self, experiment_dir: str, base_trials=()):
         self.experiment_dir = experiment_dir
+        self.base_trials = base_trials  # the planned trials an Optuna trial's config names
         self.experiment = os.path.basename(os.path.normpath(experiment_dir.split("://")[-1]))
 
     def _edit(self, filename: str, change) -> None:
@@ -66,30 +67,26 @@ class ResultsWriter(tune.Callback):
             storage.upload(copy, remote)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl)."""
         result = trial.last_result or {}
         if not result.get("done"):
             return
-        if "members" in result:  # a pack: one row per model, with the model's own config
-            shared = {k: result[k] for k in ("node_id", "device") if k in result}
-            finished = [(complete_config(m["config"]), {**m, **shared}) for m in result["members"]
-                        if "error" not in m]
-            failed = [m for m in result["members"] if "error" in m]
-        else:
-            finished, failed = [(complete_config(trial.config), result)], []
+        shared = {k: result[k] for k in ("node_id", "device") if k in result}
+        finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
         history = [row for config, member in finished
                    for row in history_rows(self.experiment, config, member.get("history", []))]
         rows = [trial_row(self.experiment, config, member) for config, member in finished]
         if rows:
             self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
             self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, rows))
-        for member in failed:  # a pack member whose loss diverged: its error, as a failed trial's
-            self._error({"trial_key": complete_config(member["config"])["trial_key"],
-                         "trial_id": trial.trial_id, "error": member["error"]})
+        for member in result["members"]:
+            if "error" in member:
+                self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                             "error": member["error"]})
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        members = trial.config["pack"] if is_pack(trial.config) else [trial.config]
-        for member in members:
-            self._error({"trial_key": complete_config(member)["trial_key"], "trial_id": trial.trial_id,
+        for member in members_of(trial.config, self.base_trials):
+            self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id,
                          "error_file": getattr(trial, "error_file", None)})
 
     def _error(self, record: dict) -> None:

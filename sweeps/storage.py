@@ -12,9 +12,10 @@ import uuid
 
 import pyarrow.fs as pafs
 
-# Environment variables a remote store needs; they are passed on to Ray's workers.
-STORAGE_ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                       "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION")
+# Where a remote store is; passed on to Ray's workers. Never its credentials: a runtime
+# environment is shown by the dashboard. On AWS, nodes get theirs from an instance profile
+# (cluster/iam); a local Ray's workers inherit the driver's environment.
+STORAGE_ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION")
 
 
 def is_remote(path: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import ray
@@ -23,13 +24,12 @@ from torch.utils.tensorboard import SummaryWriter
 from analysis.figures import reconstruction_grid
 from analysis.task_evaluation import evaluate_task
 from data_pipeline.splits import get_split
-from models import ModelConfig, NonFiniteLossError, reconstruct
+from models import NonFiniteLossError, reconstruct
+from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
-from sweeps.data import data_key
-from sweeps.grid import complete_config, trial_dirname
-from sweeps.packing import is_pack
+from sweeps.packing import members_of
+from sweeps.trials import TrialConfig
 
-CHECKPOINT_FILE = "trainer.pt"
 N_GRID_IMAGES = 8
 
 
@@ -37,20 +37,20 @@ class _ModelLog:
     """One model's TensorBoard folder, the training and held-out images its grids show, and its
     loss history."""
 
-    def __init__(self, config: dict, data, train_rows, test_rows, log_dir: str, total_steps: int):
-        self.config, self.data, self.history = config, data, []
+    def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
+        self.trial, self.data, self.history = trial, data, []
         self.writer = SummaryWriter(log_dir)
-        rng = np.random.default_rng(config["seed"])
+        rng = np.random.default_rng(trial.model.seed)
         self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
                       for side, rows in (("train", train_rows), ("test", test_rows))}
         # reconstructions of the same training images about five times during training, then at the end
-        self.image_every = max(1, total_steps // config["report_every"] // 5)
+        self.image_every = max(1, total_steps // trial.evaluation.report_every // 5)
         self.total_steps = total_steps
 
     def reconstructions(self, model, side: str, step: int) -> None:
         rows = self.shown[side]
         # the ground-truth decoder has no encoder, and CompositionNet's reconstruction skips its latent op
-        if len(rows) and self.config.get("task", "vae") == "vae":
+        if len(rows) and self.trial.model.task == "vae":
             originals = self.data.images[rows]
             grid = reconstruction_grid(originals, reconstruct(model, originals))
             self.writer.add_image(f"reconstructions/{side}", grid, step)
@@ -70,19 +70,20 @@ class _ModelLog:
         metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}  # not the names
         for name, value in metrics.items():
             self.writer.add_scalar(f"eval/{name}", value, step)
-        hparams = {k: v for k, v in self.config.items() if isinstance(v, (int, float, str, bool))}
+        hparams = {k: v for k, v in self.trial.items() if isinstance(v, (int, float, str, bool))}
         self.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in metrics.items()}, run_name=".",
                                 global_step=step)
         self.writer.close()
 
 
-def _evaluate(trainer, data, split, config: dict, run_info: dict) -> dict:
+def _evaluate(trainer, data, split, trial: TrialConfig, cpus: float) -> dict:
+    evaluation = trial.evaluation
     started = time.perf_counter()
-    metrics = evaluate_task(trainer, data, split, n_nll=config["n_nll"], seed=config["seed"],
-                            n_metric=config["n_metric"], n_jobs=max(1, int(run_info["cpus_per_trial"])),
-                            dci_estimator=None if config.get("dci_estimator") == "none"
-                            else config.get("dci_estimator", "gbt"),
-                            **({"metrics": tuple(config["metrics"])} if "metrics" in config else {}))
+    metrics = evaluate_task(trainer, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
+                            n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
+                            dci_estimator=None if evaluation.dci_estimator == "none"
+                            else evaluation.dci_estimator,
+                            **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics
 
@@ -100,93 +101,102 @@ def _pack_progress(reports: dict[int, dict], members: int) -> dict:
     return out
 
 
-def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
-    """Train, evaluate and report one trial: a model, or a pack of models (``{"pack": [...]}``).
-    ``datasets`` maps ``data_key`` to a shared dataset; ``run_info`` holds the experiment folder,
-    the CPUs per trial and the checkpoint interval."""
-    torch.set_num_threads(max(1, int(run_info["cpus_per_trial"])))
-    packed = is_pack(config)
-    members = [complete_config(m) for m in config["pack"]] if packed else [complete_config(config)]
-    first = members[0]
-    if data_key(first) not in datasets:
-        raise RuntimeError(f"trial {first['trial_key']} needs {first['data_source']} {first['dataset']} data "
-                           "that the driver did not load; resume with the same --data-source/--data-dir "
+def _dataset(first: TrialConfig, datasets: dict):
+    if first.data.key not in datasets:
+        raise RuntimeError(f"trial {first.trial_key} needs {first.data.data_source} {first.data.dataset} "
+                           "data that the driver did not load; resume with the same --data-source/--data-dir "
                            "options the experiment started with")
-    data = datasets[data_key(first)]
-    split = get_split(first["dataset"], first["split"])
-    train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
-    model_configs = [ModelConfig.from_dict({**m, "channels": data.channels}) for m in members]
-    # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
-    trainer = PackedTrainer(model_configs, data.images, train_rows, factors=data.classes,
-                            factor_space=data.factor_space, mode=run_info.get("pack_mode", "auto"))
+    return datasets[first.data.key]
 
-    root = run_info["tensorboard_root"]
-    working = os.getcwd()
-    log_dirs = [os.path.join(root, trial_dirname(m)) if root
-                else (os.path.join(working, trial_dirname(m)) if packed else working) for m in members]
-    logs = [_ModelLog(m, data, train_rows, test_rows, d, t.total_steps)
-            for m, d, t in zip(members, log_dirs, trainer.members)]
 
-    finished = False
+def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:
+    """Continue from Tune's checkpoint, if any; True if training had already finished."""
     checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            state = torch.load(os.path.join(folder, CHECKPOINT_FILE), weights_only=False)
-        finished = bool(state.get("final"))
-        if finished:  # training had finished: evaluate and report again, train nothing
-            for member, weights, step in zip(trainer.members, state["models"], state["steps"]):
-                member.model.load_state_dict(weights)
-                member.step = step
-            trainer.errors = dict(state.get("errors", {}))
-        else:
-            trainer.load_state_dict(state["trainer"])
-        for log, history in zip(logs, state["histories"]):
-            log.history = history
+    if checkpoint is None:
+        return False
+    with checkpoint.as_directory() as folder:
+        state = trainer_file.load(folder)
+    for log, history in zip(logs, state["histories"]):
+        log.history = history
+    if not state.get("final"):
+        trainer.load_state_dict(state["trainer"])
+        return False
+    for member, weights, step in zip(trainer.members, state["models"], state["steps"]):
+        member.model.load_state_dict(weights)
+        member.step = step
+    trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
+    return True
 
-    checkpoint_every = run_info.get("checkpoint_every", 0)
-    node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
-    started = time.perf_counter()
-    for reports in ([] if finished else trainer.run(report_every=first["report_every"])):
+
+def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, checkpoint_every: int,
+           node_id: str) -> None:
+    """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps. A lone
+    model whose loss diverges fails its trial (Tune retries or records it); a pack member stops alone."""
+    packed = len(trainer.members) > 1
+    for reports in trainer.run(report_every=report_every):
         for k, report in reports.items():
-            if "error" in report:
-                if not packed:  # a lone model fails its trial, which Tune retries or records
-                    raise NonFiniteLossError(report["error"])
-                continue
-            logs[k].progress(report, trainer.members[k].model)
-        progress = {**_pack_progress(reports, len(members)), "node_id": node_id}
+            if "error" not in report:
+                logs[k].progress(report, trainer.members[k].model)
+            elif not packed:
+                raise NonFiniteLossError(report["error"])
+        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id}
         step = progress["step"]
         if checkpoint_every and step % checkpoint_every == 0 and step < trainer.total_steps:
             with tempfile.TemporaryDirectory() as folder:
-                torch.save({"trainer": trainer.state_dict(), "histories": [log.history for log in logs]},
-                           os.path.join(folder, CHECKPOINT_FILE))
+                trainer_file.save_training(folder, trainer.state_dict(), [log.history for log in logs])
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
         else:
             tune.report(progress)
-    train_seconds = time.perf_counter() - started
 
+
+def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[TrialConfig], data, split,
+            cpus: float, train_seconds: float) -> list[dict]:
+    """Evaluate every model that trained to the end: one result per member, with its config."""
     results = []
-    for k, (member, log, config_k) in enumerate(zip(trainer.members, logs, members)):
+    for k, (member, log, trial) in enumerate(zip(trainer.members, logs, members)):
         if k in trainer.errors:
-            results.append({"config": config_k, "error": trainer.errors[k], "history": log.history})
+            results.append({"config": trial.to_dict(), "error": trainer.errors[k], "history": log.history})
             continue
-        metrics = _evaluate(member, data, split, config_k, run_info)
+        metrics = _evaluate(member, data, split, trial, cpus)
         # members of a pack train together: each is credited an equal share of the pack's time
         metrics["train_seconds"] = train_seconds / len(members)
         log.final(member.model, member.step, metrics)
-        results.append({"config": config_k, **metrics, "history": log.history, "step": member.step})
+        results.append({"config": trial.to_dict(), **metrics, "history": log.history, "step": member.step})
+    return results
 
-    # The final checkpoint holds the trained weights only (a third of the size with Adam's state):
-    # nothing resumes training from it; a trial restored from it is evaluated again, not retrained.
-    device = str(trainer.device)
+
+def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
+    """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
+    ``datasets`` maps ``DataConfig.key`` to a shared dataset; ``run_info`` holds the TensorBoard
+    root, the CPUs per trial, the checkpoint interval and the planned trials (for Optuna's)."""
+    cpus = run_info["cpus_per_trial"]
+    torch.set_num_threads(max(1, int(cpus)))
+    members = members_of(config, run_info.get("base_trials", ()))
+    first = members[0]
+    data = _dataset(first, datasets)
+    split = get_split(first.data.dataset, first.data.split)
+    train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
+    # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
+    trainer = PackedTrainer([m.model for m in members], data.images, train_rows, factors=data.classes,
+                            factor_space=data.factor_space)
+    root = run_info["tensorboard_root"] or os.getcwd()
+    log_dirs = [os.path.join(root, m.dirname) if run_info["tensorboard_root"] or len(members) > 1 else root
+                for m in members]
+    logs = [_ModelLog(m, data, train_rows, test_rows, d, t.total_steps)
+            for m, d, t in zip(members, log_dirs, trainer.members)]
+
+    node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
+    started = time.perf_counter()
+    if not _restore(trainer, logs):
+        _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id)
+    results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started)
+
+    final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
+             "node_id": node_id, "device": str(trainer.device)}
+    if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
+        final.update({k: v for k, v in results[0].items() if k not in ("config", "history")})
     with tempfile.TemporaryDirectory() as folder:
-        torch.save({"final": True, "models": [m.model.state_dict() for m in trainer.members],
-                    "steps": [m.step for m in trainer.members], "errors": trainer.errors,
-                    "histories": [log.history for log in logs], "config": config},
-                   os.path.join(folder, CHECKPOINT_FILE))
-        if packed:
-            final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
-                     "node_id": node_id, "device": device}
-        else:
-            final = {**{k: v for k, v in results[0].items() if k != "config"}, "done": True,
-                     "node_id": node_id, "device": device}
+        trainer_file.save_final(folder, [m.model.state_dict() for m in trainer.members],
+                                [m.step for m in trainer.members], trainer.errors,
+                                [log.history for log in logs], {"members": [m.to_dict() for m in members]})
         tune.report(final, checkpoint=tune.Checkpoint.from_directory(folder))

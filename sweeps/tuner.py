@@ -17,16 +17,10 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from sweeps import storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
-from sweeps.grid import complete_config, grid_axes, search_space, trial_dirname  # noqa: E402
-from sweeps.packing import is_pack, make_packs, pack_dirname, resolve_pack_size  # noqa: E402
+from sweeps.grid import search_space  # noqa: E402
+from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
 from sweeps.results import ResultsWriter, read_trials  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
-
-
-def _dirname(trial) -> str:
-    if is_pack(trial.config):
-        return pack_dirname(trial.config["pack"])
-    return trial_dirname(complete_config(trial.config))
 
 
 def _gpu_free_bytes(gpus: float) -> int | None:
@@ -44,12 +38,12 @@ def _gpu_free_bytes(gpus: float) -> int | None:
         return None
 
 
-def _pack_size(args, configs: list[dict], gpus: float, cluster_gpus: float) -> int:
+def _pack_size(args, trials, gpus: float, cluster_gpus: float) -> int:
     requested = getattr(args, "pack_size", "auto")
     if args.search == "optuna" or args.scheduler == "asha":
         return 1  # both decide per trial (checked in plan() for an explicit size)
     free = _gpu_free_bytes(gpus) if gpus > 0 and cluster_gpus > 0 else None
-    return resolve_pack_size(requested, configs, gpus, free)
+    return resolve_pack_size(requested, trials, gpus, free)
 
 
 def _existing_local_cluster() -> bool:
@@ -63,21 +57,22 @@ def _existing_local_cluster() -> bool:
 
 
 def _connect(args) -> bool:
-    """Start or join Ray; True if this call started it (and so should stop it)."""
+    """Start or join Ray; True if this call started it (and so should stop it). Without --address
+    the run gets a private local Ray, even where another Ray already runs on this machine (it says
+    so: on a cluster's head node, pass --address auto to use the cluster)."""
     if ray.is_initialized():
         return False
     if not args.address and _existing_local_cluster():
-        args.address = "auto"  # e.g. on a cluster's head node: join it rather than start another
+        print("note: a Ray cluster already runs on this machine; starting a private local Ray for this "
+              "run (pass --address auto to run on that cluster instead)", flush=True)
     try:
         environment = storage.worker_environment()
         runtime_env = {"env_vars": environment} if environment else None
-        if args.address == "local":  # a fresh private instance, even where another Ray runs
+        if args.address and args.address != "local":
+            ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
+        else:  # a fresh private instance, even where another Ray runs
             ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
                      runtime_env=runtime_env)
-        elif args.address:
-            ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
-        else:
-            ray.init(num_cpus=args.num_cpus, include_dashboard=False, runtime_env=runtime_env)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
     return True
@@ -106,38 +101,99 @@ def _tune_space(space: dict) -> dict:
             else make[next(iter(spec))](*next(iter(spec.values()))) for name, spec in space.items()}
 
 
+def _gpus_per_trial(args) -> float:
+    """The GPUs each trial reserves: as asked, or 1 where the cluster has GPUs; refused on a local
+    Ray without GPUs."""
+    gpus, cluster_gpus = args.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
+    if gpus is None:
+        gpus = 1.0 if cluster_gpus > 0 else 0.0
+    if gpus > 0 and cluster_gpus == 0:
+        if not args.address:
+            raise UsageError(f"--gpus-per-trial {gpus:g} but this machine's Ray has no GPUs; "
+                             "use --gpus-per-trial 0, or join a GPU cluster with --address")
+        print(f"warning: --gpus-per-trial {gpus:g} but the cluster has no GPUs yet; trials wait "
+              "until the autoscaler adds GPU nodes", flush=True)
+    return gpus
+
+
+def _checkpoint_every(args, trials) -> int:
+    """Steps between checkpoints: as asked, or about five per trial (never under one report)."""
+    if args.checkpoint_every is not None:
+        return args.checkpoint_every
+    every = max(t.evaluation.report_every for t in trials)
+    return max(every, trials[0].model.steps // 5)
+
+
+def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
+    """(Tune's param_space, search algorithm, samples): the planned trials, one by one or in packs,
+    as a grid search; or for --search optuna, the planned trials to pick from and the search space."""
+    trials = plan["trials"]
+    if args.search == "optuna":
+        search = plan["spec"]["search"]
+        space = _tune_space(search_space(plan["spec"], plan["preset"]))
+        param_space = {"base": tune.choice(list(range(len(trials)))), "sampled": space}
+        algorithm = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
+        return param_space, algorithm, args.num_samples
+    pack_size = _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
+    packs = make_packs(trials, pack_size)
+    if pack_size > 1:
+        print(f"Packing {len(trials)} trials into {len(packs)} packs of up to {pack_size} "
+              "models (one Tune trial each; one row per model)", flush=True)
+    return {"members": tune.grid_search([tune_config(pack)["members"] for pack in packs])}, None, 1
+
+
+def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.Tuner:
+    param_space, search_alg, num_samples = _param_space(args, plan, gpus)
+    scheduler = None
+    if args.scheduler == "asha":
+        steps = plan["trials"][0].model.steps
+        scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps,
+                                                  grace_period=max(1, steps // 8), reduction_factor=3)
+    base = plan["trials"]
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            reuse_actors=True,
+            max_concurrent_trials=args.max_concurrent_trials,
+            trial_dirname_creator=lambda trial: dirname(members_of(trial.config, base)),
+            search_alg=search_alg,
+            num_samples=num_samples,
+            scheduler=scheduler,
+        ),
+        run_config=tune.RunConfig(
+            name=plan["name"],
+            storage_path=plan["storage"],
+            callbacks=[ResultsWriter(plan["experiment_dir"], base), JsonLoggerCallback(),
+                       CSVLoggerCallback()],
+            failure_config=tune.FailureConfig(max_failures=args.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            sync_config=tune.SyncConfig(sync_artifacts=remote),
+            verbose=1,
+        ),
+    )
+
+
 def run_sweep(args, plan: dict) -> dict:
-    experiment_dir, configs = plan["experiment_dir"], plan["configs"]
+    """Run (or resume) the planned sweep on Ray; returns the finished rows and the failure count."""
+    experiment_dir = plan["experiment_dir"]
     restoring = args.resume and tune.Tuner.can_restore(experiment_dir)
     if args.resume and not restoring:
         raise UsageError(f"{experiment_dir} holds results but no Tune state to resume from; "
                          "start a new experiment with --name NEW")
-
     started_ray = _connect(args)
     started = time.perf_counter()
     try:
-        gpus, cluster_gpus = args.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
-        if gpus is None:
-            gpus = 1.0 if cluster_gpus > 0 else 0.0
-        if gpus > 0 and cluster_gpus == 0:
-            if not args.address:
-                raise UsageError(f"--gpus-per-trial {gpus:g} but this machine's Ray has no GPUs; "
-                                 "use --gpus-per-trial 0, or join a GPU cluster with --address")
-            print(f"warning: --gpus-per-trial {gpus:g} but the cluster has no GPUs yet; trials wait "
-                  "until the autoscaler adds GPU nodes", flush=True)
-        datasets = plan["datasets"]
-        steps = configs[0]["steps"]
-        checkpoint_every = args.checkpoint_every or max(config["report_every"] for config in configs)
-        if args.checkpoint_every is None:
-            checkpoint_every = max(checkpoint_every, steps // 5)
+        gpus = _gpus_per_trial(args)
         # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
         # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
         remote = storage.is_remote(experiment_dir)
         run_info = {"tensorboard_root": None if remote else experiment_dir,
                     "cpus_per_trial": args.cpus_per_trial,
-                    "checkpoint_every": checkpoint_every}
+                    "checkpoint_every": _checkpoint_every(args, plan["trials"]),
+                    "base_trials": plan["trials"] if args.search == "optuna" else ()}
         trainable = tune.with_resources(
-            tune.with_parameters(train_trial, datasets=datasets, run_info=run_info),
+            tune.with_parameters(train_trial, datasets=plan["datasets"], run_info=run_info),
             {"cpu": args.cpus_per_trial, "gpu": gpus},
         )
         filesystem, inner = storage.resolve(experiment_dir)
@@ -146,53 +202,8 @@ def run_sweep(args, plan: dict) -> dict:
             print(f"Resuming {experiment_dir}", flush=True)
             tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
         else:
-            fixed, axes = grid_axes(plan["spec"], plan["preset"], args.scale, plan["seeds"])
-            search_alg, num_samples = None, 1
-            if args.search == "optuna":
-                search = plan["spec"]["search"]
-                space = _tune_space(search_space(plan["spec"], plan["preset"]))
-                param_space = {**fixed, **{name: tune.choice(values) for name, values in axes.items()
-                                           if name not in space}, **space}
-                search_alg = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
-                num_samples = args.num_samples
-            else:
-                pack_size = _pack_size(args, configs, gpus, cluster_gpus)
-                if pack_size > 1:
-                    packs = make_packs(configs, pack_size)
-                    print(f"Packing {len(configs)} trials into {len(packs)} packs of up to {pack_size} "
-                          "models (one Tune trial each; one row per model)", flush=True)
-                    param_space = {"pack": tune.grid_search(packs)}
-                else:
-                    param_space = {**fixed, **{name: tune.grid_search(values)
-                                               for name, values in axes.items()}}
-            scheduler = None
-            if args.scheduler == "asha":
-                scheduler = tune.schedulers.ASHAScheduler(
-                    time_attr="step", metric="loss", mode="min", max_t=steps,
-                    grace_period=max(1, steps // 8), reduction_factor=3)
-            tuner = tune.Tuner(
-                trainable,
-                param_space=param_space,
-                tune_config=tune.TuneConfig(
-                    reuse_actors=True,
-                    max_concurrent_trials=args.max_concurrent_trials,
-                    trial_dirname_creator=_dirname,
-                    search_alg=search_alg,
-                    num_samples=num_samples,
-                    scheduler=scheduler,
-                ),
-                run_config=tune.RunConfig(
-                    name=plan["name"],
-                    storage_path=plan["storage"],
-                    callbacks=[ResultsWriter(experiment_dir), JsonLoggerCallback(), CSVLoggerCallback()],
-                    failure_config=tune.FailureConfig(max_failures=args.max_failures),
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                    sync_config=tune.SyncConfig(sync_artifacts=remote),
-                    verbose=1,
-                ),
-            )
-        results = tuner.fit()
-        failed = results.num_errors
+            tuner = _new_tuner(args, plan, trainable, gpus, remote)
+        failed = tuner.fit().num_errors
     finally:
         if started_ray:
             ray.shutdown()

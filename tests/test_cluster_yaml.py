@@ -1,12 +1,22 @@
-"""cluster.yaml passes Ray's own validator offline and describes the cluster the README promises."""
+"""cluster.yaml passes Ray's own validator offline, describes the cluster the README promises, and is
+closed by default: no Ray port open to the outside, token authentication on, instance profiles
+with the policies in cluster/iam, and no AWS secret copied or forwarded."""
 
+import importlib.util
+import ipaddress
+import json
 import pathlib
+import re
 
 import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 CLUSTER_YAML = pathlib.Path(__file__).resolve().parents[1] / "cluster.yaml"
+_spec = importlib.util.spec_from_file_location("create_profiles",
+                                               CLUSTER_YAML.parent / "cluster" / "iam" / "create_profiles.py")
+create_profiles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(create_profiles)
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +47,147 @@ def test_setup_installs_disgen(cluster):
 def test_a_broken_config_is_rejected(cluster):
     with pytest.raises(ValueError, match="head_node_type"):
         validate_config(prepare_config({**cluster, "head_node_type": "missing"}))
+
+
+# --- closed by default -------------------------------------------------------------------------
+
+ROOT = CLUSTER_YAML.parent
+IAM = ROOT / "cluster" / "iam"
+BUCKET_ARNS = {"arn:aws:s3:::DISGEN_BUCKET", "arn:aws:s3:::DISGEN_BUCKET/*"}
+
+
+def _start_commands(cluster):
+    return [c for c in cluster["head_start_ray_commands"] + cluster["worker_start_ray_commands"]
+            if "ray start" in c]
+
+
+def _statements(name):
+    document = json.loads((IAM / name).read_text())
+    return [{**s, "Action": _as_list(s["Action"]), "Resource": _as_list(s["Resource"])}
+            for s in document["Statement"]]
+
+
+def _as_list(value):
+    return [value] if isinstance(value, str) else list(value)
+
+
+def test_the_dashboard_listens_on_the_heads_loopback_only(cluster):
+    assert "0.0.0.0" not in CLUSTER_YAML.read_text()
+    head = " ".join(cluster["head_start_ray_commands"])
+    hosts = re.findall(r"--dashboard-host[= ](\S+)", head)
+    # loopback: `ray dashboard cluster.yaml` forwards localhost:8265 to the head's localhost:8265
+    assert hosts and all(ipaddress.ip_address(h).is_loopback for h in hosts)
+    for command in _start_commands(cluster):  # nothing else is bound to every interface
+        assert not re.search(r"--(node-ip-address|ray-client-server-host)[= ]0", command)
+
+
+def test_the_security_group_admits_only_the_cluster(cluster):
+    group = cluster["provider"]["security_group"]
+    assert group["GroupName"]
+    # Ray's own rules for the group: the group itself, and SSH for ray up/attach/dashboard;
+    # nothing may be opened on top of them, to addresses or otherwise.
+    assert not group.get("IpPermissions")
+    for node_type in cluster["available_node_types"].values():  # no other group replaces it
+        assert "SecurityGroupIds" not in node_type["node_config"]
+        assert "NetworkInterfaces" not in node_type["node_config"]
+
+
+def test_token_authentication_stays_on(cluster):
+    text = CLUSTER_YAML.read_text()
+    assert "RAY_AUTH_MODE=disabled" not in text and "RAY_AUTH_MODE=0" not in text
+    commands = _start_commands(cluster)
+    assert len(commands) == 2 and all("RAY_AUTH_MODE=token" in c for c in commands)
+    assert any("RAY_AUTH_MODE=token" in c for c in cluster["initialization_commands"])  # shells too
+    assert cluster["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+
+
+def test_no_aws_secret_is_copied_or_forwarded(cluster, monkeypatch):
+    text = CLUSTER_YAML.read_text()
+    for secret in ("AWS_SECRET", "AWS_ACCESS_KEY", "AWS_SESSION_TOKEN", "aws_secret", ".aws"):
+        assert secret not in text
+    assert not any(".aws" in str(local) for local in cluster["file_mounts"].values())
+    from sweeps import storage
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret",
+                        "AWS_SESSION_TOKEN": "token", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)
+    forwarded = storage.worker_environment()  # what Ray's runtime_env (and its dashboard) gets
+    assert forwarded == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+
+
+def test_nodes_get_instance_profiles_from_cluster_iam(cluster):
+    profiles = {name: t["node_config"].get("IamInstanceProfile", {}).get("Name")
+                for name, t in cluster["available_node_types"].items()}
+    head = profiles.pop(cluster["head_node_type"])
+    assert head == "disgen-head" and set(profiles.values()) == {"disgen-worker"}
+    assert set(create_profiles.ROLES) == {"disgen-head", "disgen-worker"}
+    assert all((IAM / f).is_file() for f in create_profiles.ROLES.values())
+
+
+def test_workers_may_use_the_results_bucket_and_nothing_else():
+    statements = _statements("worker-policy.json")
+    assert statements and all(s["Effect"] == "Allow" and "Condition" not in s for s in statements)
+    assert {r for s in statements for r in s["Resource"]} == BUCKET_ARNS
+    actions = {a for s in statements for a in s["Action"]}
+    assert all(a.startswith("s3:") and "*" not in a for a in actions)
+    assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket"} <= actions
+
+
+def test_the_head_may_do_what_the_autoscaler_needs_plus_the_bucket(cluster):
+    statements = _statements("head-policy.json")
+    assert all(s["Effect"] == "Allow" for s in statements)
+    s3 = [s for s in statements if any(a.startswith("s3:") for a in s["Action"])]
+    assert {r for s in s3 for r in s["Resource"]} == BUCKET_ARNS
+    assert all(a.startswith("s3:") for s in s3 for a in s["Action"])  # no bucket rule grants more
+    others = {a for s in statements for a in s["Action"] if not a.startswith("s3:")}
+    assert others == {"ec2:RunInstances", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
+                      "ec2:DescribeImages", "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole",
+                      "iam:CreateServiceLinkedRole"}
+    for statement in statements:
+        if "ec2:TerminateInstances" in statement["Action"]:  # only this cluster's nodes
+            tag = statement["Condition"]["StringEquals"]["aws:ResourceTag/ray-cluster-name"]
+            assert tag == cluster["cluster_name"]
+        if "iam:PassRole" in statement["Action"]:  # hands workers their role, no other
+            assert [r.rsplit(":", 1)[1] for r in statement["Resource"]] == ["role/disgen-worker"]
+        if "iam:CreateServiceLinkedRole" in statement["Action"]:
+            assert statement["Condition"]["StringLike"]["iam:AWSServiceName"] == "spot.amazonaws.com"
+
+
+def test_the_bucket_is_named_in_one_place(cluster):
+    text = CLUSTER_YAML.read_text()
+    assert re.findall(r"s3://([^/\s\"']+)", text) and set(re.findall(r"s3://([^/\s\"']+)", text)) == {
+        "$DISGEN_BUCKET"}
+    for name in ("head-policy.json", "worker-policy.json"):
+        assert "DISGEN_BUCKET" in (IAM / name).read_text()
+    filled = create_profiles.policy("worker-policy.json", "my-lab-disgen", "123456789012")
+    assert "DISGEN_BUCKET" not in json.dumps(filled) and "arn:aws:s3:::my-lab-disgen/*" in json.dumps(filled)
+
+
+def test_create_profiles_makes_both_profiles_with_the_bucket_filled_in(monkeypatch):
+    moto = pytest.importorskip("moto", reason="moto is in the test extra")
+    import boto3
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws():
+        monkeypatch.setenv("DISGEN_BUCKET", "first-bucket")
+        assert create_profiles.main([]) == 0
+        assert create_profiles.main(["--bucket", "my-lab-disgen"]) == 0  # again: updates in place
+        iam = boto3.client("iam")
+        for role in ("disgen-head", "disgen-worker"):
+            profile = iam.get_instance_profile(InstanceProfileName=role)["InstanceProfile"]
+            assert [r["RoleName"] for r in profile["Roles"]] == [role]
+            document = json.dumps(iam.get_role_policy(RoleName=role, PolicyName=role)["PolicyDocument"])
+            assert "my-lab-disgen" in document and "first-bucket" not in document
+            assert "DISGEN_BUCKET" not in document and "ACCOUNT_ID" not in document
+            trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
+            assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+
+
+@pytest.mark.parametrize("bucket", ["", "UPPER", "a", "bad_name", "-dash", "x" * 64, "two..dots"])
+def test_create_profiles_refuses_a_bad_bucket_name(bucket, monkeypatch, capsys):
+    monkeypatch.delenv("DISGEN_BUCKET", raising=False)
+    assert create_profiles.main([f"--bucket={bucket}"] if bucket else []) == 2
+    assert "bucket" in capsys.readouterr().err

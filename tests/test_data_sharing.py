@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def test_two_holders_on_a_node_read_one_shared_read_only_copy(ray_session):
-    from data_pipeline.ray_sharing import DatasetHolder, memory_mapping
+    from sweeps.ray_sharing import DatasetHolder, memory_mapping
 
     ray = ray_session
     data = load_procedural("circles")  # 1,024 images of 64×64: 4 MiB, far above Ray's inline limit

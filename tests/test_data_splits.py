@@ -14,7 +14,7 @@ from data_pipeline.splits.__main__ import split_table
 
 PI = np.pi
 
-# The authors' definitions on raw values (M21/M22 code; SPEC §2 for the text variants).
+# The authors' definitions on raw values (M21/M22 code; the papers' text for the text variants).
 # dSprites columns: shape (1 square, 2 ellipse, 3 heart), scale, orientation (rad), posX, posY.
 DSPRITES_RULES = {
     "blank_side": lambda v: v[:, 3] > 0.5,

@@ -21,7 +21,8 @@ from models.lie_group_vae import (
     exponential_map,
     hessian_penalty,
 )
-from models.objectives import LOSS_TERMS, OBJECTIVES, Schedule, bernoulli_nll, build_objective, gaussian_kl
+from models.objectives import Schedule, bernoulli_nll, gaussian_kl
+from models.registry import LOSS_TERMS, OBJECTIVES, build_objective
 from models.wae_gan import adversarial_penalty, adversary_loss
 
 M22_OBJECTIVES = ["wae_gan", "cascade_vae", "lie_group_vae"]

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from sweeps.grid import get_spec, trial_configs, trial_key
+from sweeps.grid import get_spec, trial_configs
 from sweeps.paper_grid import main
+from sweeps.trials import trial_key
 
 BAD_INPUT = {
     "unknown_preset": (["--preset", "nope"], "unknown preset 'nope'; choose one of: default"),

@@ -1,4 +1,4 @@
-"""The paper presets: the exact grids of SPEC §4, valid at every scale, and runnable."""
+"""The paper presets: the exact grids of the papers (docs/presets.md), valid at every scale, and runnable."""
 
 import pandas as pd
 import pytest

@@ -1,4 +1,4 @@
-"""Held-out splits: which factor combinations are test-only (SPEC §2).
+"""Held-out splits: which factor combinations are test-only.
 
 ``rules`` defines what a split is; ``registry`` lists every split of the three studies;
 ``generic`` builds splits that fit any factor space (a user's labelled dataset);

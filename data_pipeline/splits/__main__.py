@@ -5,10 +5,9 @@ Run ``python -m data_pipeline.splits [DATASET ...]``.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
+from data_pipeline.cli import Parser, dataset_name
 from data_pipeline.spaces import DATASETS, factor_space
 from data_pipeline.splits.registry import modifiers_of, splits_of
 
@@ -32,8 +31,9 @@ def split_table(datasets=DATASETS) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("datasets", nargs="*", default=list(DATASETS), help="datasets to list")
+    parser = Parser(prog="python -m data_pipeline.splits", description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="*", type=dataset_name, default=list(DATASETS),
+                        help=f"datasets to list (default: all of {', '.join(DATASETS)})")
     args = parser.parse_args(argv)
     rows = split_table(args.datasets)
     header = (f"{'dataset':<10} {'split':<30} {'condition':<26} {'train':>9} {'test':>8}  "

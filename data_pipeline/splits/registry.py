@@ -1,9 +1,9 @@
-"""The split registry: every held-out split of M21, M22 and D21 as data (SPEC §2).
+"""The split registry: every held-out split of M21, M22 and D21 as data.
 
 Each rule is written on factor classes. The comment beside it gives the authors' value-based
 definition it reproduces; ``tests/test_data_splits.py`` checks every one against that definition
-on the full grid. Names follow SPEC §2; where an M22 name misleads, disgen's name says what the
-split holds out and the authors' name stays as an alias.
+on the full grid. Names follow the papers (docs/data.md lists them); where an M22 name misleads,
+disgen's name says what the split holds out and the authors' name stays as an alias.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ _DSPRITES_MODIFIERS = [
 # 3DShapes. hues 0..9 = 0, 0.1 .. 0.9; scale 0..7 = linspace(0.75, 1.25, 8);
 # shape 0 cube / 1 cylinder / 2 sphere / 3 capsule; orientation 0..14 = linspace(-30, 30, 15).
 # ---------------------------------------------------------------------------------------------
-# D21 protocol on object hue (SPEC §2): the encoder never sees hues 2 and 7 (OOD2-A); the
+# D21 protocol on object hue: the encoder never sees hues 2 and 7 (OOD2-A); the
 # downstream regressors' OOD1 subsets live inside the other eight.
 D21_ENCODER_HELD_OUT_HUES = (2, 7)
 D21_ENCODER_HUES = (0, 1, 3, 4, 5, 6, 8, 9)
@@ -130,7 +130,7 @@ _SHAPES3D = [
     Split("odd_wnf_hue", "shapes3d", "interpolation",
           ({"wall_hue": (1, 3, 5, 7, 9)}, {"floor_hue": (1, 3, 5, 7, 9)}),
           "an odd wall-hue or floor-hue class never seen in training", source="M22"),
-    # D21's OOD protocol run on object hue (SPEC §2).
+    # D21's OOD protocol run on object hue.
     Split("d21_ood2a", "shapes3d", "interpolation", {"object_hue": D21_ENCODER_HELD_OUT_HUES},
           "OOD2-A: the encoder never sees object hues 2 and 7", source="D21 (on 3DShapes)"),
     Split("d21_ood1a", "shapes3d", "extrapolation", {"object_hue": D21_ENCODER_HUES[1:]},
@@ -161,7 +161,7 @@ _SHAPES3D_MODIFIERS = [
 # ---------------------------------------------------------------------------------------------
 _MPI3D = [
     # The authors' code trains on < 20 and tests on > 20, so class 20 is in neither set; here it
-    # trains (SPEC §2).
+    # trains.
     Split("horz_gt20", "mpi3d", "extrapolation", {"horizontal_axis": _c(21, 39)},
           "horizontal axis > 20 never seen in training (class 20 trains)", source="M21, M22"),
     Split("objc_gt3", "mpi3d", "extrapolation", {"object_color": _c(4, 5)},

@@ -2,7 +2,7 @@
 
 A :class:`Split` marks images test-only; training sees every other image (Montero et al. 2021,
 2022). Its rule is written on factor *classes*, not raw values, because the authors' thresholds
-sit on grid points where float comparisons decide by accident (SPEC §2).
+sit on grid points where float comparisons decide by accident.
 
 A rule is one *clause* or a tuple of clauses (an image matches when any clause matches). A clause
 is a dict ``{factor: allowed}``; an image matches it when, for every factor named, its class is

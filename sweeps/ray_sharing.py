@@ -7,8 +7,8 @@ arrays that are views of the same shared-memory bytes: zero-copy, and read-only 
 raises). Splits are index arrays into those images; a trial converts to float per batch.
 
 :class:`DatasetHolder` is a small actor that receives a dataset the same way and reports where its
-images live, so a test can show the mechanism on a real Ray. Like :mod:`data_pipeline.prepare`,
-this module imports Ray; the rest of ``data_pipeline`` does not.
+images live, so a test can show the mechanism on a real Ray. Like the rest of the Ray wiring,
+it lives in ``sweeps``, the one package that imports Ray.
 """
 
 from __future__ import annotations

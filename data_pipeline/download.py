@@ -1,0 +1,281 @@
+"""Download a real dataset file, checked, into the data folder: one command per file.
+
+Run ``python -m data_pipeline.download NAME [--to DIR]`` with NAME one of ``dsprites`` (npz),
+``dsprites_hdf5``, ``3dshapes``, ``mpi3d_toy``, ``mpi3d_realistic``, ``mpi3d_real``
+(``--list`` shows them, their URLs and checksums, and which are already in DIR). DIR defaults to
+``$DISGEN_DATA``, else ``./data``; the sweeps find the files there (``--data-dir DIR``).
+
+The file streams into ``<name>.part`` next to its final place, with a progress bar (bytes, rate,
+time left) on stderr. An interrupted download resumes from the partial file with an HTTP Range
+request where the server honours it, and starts again where it does not. Transient failures
+(refused or dropped connections, time-outs, HTTP 5xx) are retried ``--retries`` times with
+exponential backoff; HTTP 4xx is not retried. When every byte is in, the file's checksums (see
+:mod:`data_pipeline.sources`) are checked and only then is it renamed into place, atomically. A
+mismatch deletes the partial file and says what was expected and found. So a file under the final
+name has always matched its checksum.
+
+``--url URL`` fetches the file from another address, and ``$DISGEN_MIRROR`` (a base URL holding
+the files under their published names) from a mirror; the checksums stay the same. ``--sha
+ALGO:HEX`` checks your own expected digest instead, and with ``--url`` also fetches a file the
+table does not know (saved under the URL's last path component).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import http.client
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_pipeline.sources import SOURCES, mismatches, parse_checksum, source
+
+BLOCK = 1 << 20
+USER_AGENT = "disgen-download/1"
+
+
+class DownloadError(RuntimeError):
+    """A download that could not finish; the message says why and what to do."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying (the connection, not the request, went wrong)."""
+
+
+@dataclass
+class Plan:
+    """What to fetch, from where, checked how, into which file."""
+    name: str
+    url: str
+    target: Path
+    checksums: tuple[tuple[str, str], ...]
+
+    @property
+    def partial(self) -> Path:
+        return self.target.with_name(self.target.name + ".part")
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get("DISGEN_DATA") or "data")
+
+
+def plan(name: str, to=None, url: str | None = None, sha: str | None = None) -> Plan:
+    """Resolve NAME, the folder, the URL (``url``, else ``$DISGEN_MIRROR``, else the table's) and
+    the checksums (``sha`` replaces the table's). ValueError on bad input."""
+    folder = Path(to) if to is not None else default_folder()
+    checksums = (parse_checksum(sha),) if sha else None
+    try:
+        row = source(name)
+    except ValueError:
+        if not (url and sha):
+            raise ValueError(f"unknown dataset file {name!r}; expected one of {', '.join(SOURCES)} "
+                             "(or pass --url and --sha for a file of your own)") from None
+        filename = Path(urllib.parse.urlparse(url).path).name
+        if not filename:
+            raise ValueError(f"--url {url!r}: no file name at the end of its path") from None
+        return Plan(name, url, folder / filename, checksums)
+    mirror = os.environ.get("DISGEN_MIRROR")
+    if url is None and mirror:
+        url = mirror.rstrip("/") + "/" + row.filename
+    return Plan(row.name, url or row.url, folder / row.filename, checksums or row.checksums)
+
+
+class Progress:
+    """A one-line progress bar on a stream: bytes done (of total), percent, rate, time left."""
+
+    def __init__(self, label: str, total: int | None, done: int = 0, stream=None, every: float = 0.2):
+        self.label, self.total, self.done, self.start_bytes = label, total, done, done
+        self.stream = stream if stream is not None else sys.stderr
+        self.every, self.started, self.shown = every, time.monotonic(), 0.0
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = (self.done - self.start_bytes) / elapsed
+        text = f"{self.label}: {_size(self.done)}"
+        if self.total:
+            text += f" of {_size(self.total)} ({100 * self.done / self.total:.0f}%)"
+        text += f", {_size(rate)}/s"
+        if self.total and rate > 0:
+            text += f", {_duration((self.total - self.done) / rate)} left"
+        return text
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.shown >= self.every:
+            self.shown = now
+            self.stream.write("\r" + self.line().ljust(79))
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r" + self.line().ljust(79) + "\n")
+        self.stream.flush()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
+    """One attempt: append to the partial file (from its current size, if the server allows)."""
+    offset = job.partial.stat().st_size if job.partial.exists() else 0
+    request = urllib.request.Request(job.url, headers={"User-Agent": USER_AGENT})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as error:
+        if error.code == 416 and offset:  # nothing left to send: the partial file may be complete
+            return
+        if error.code >= 500:
+            raise _Transient(f"HTTP {error.code} {error.reason}") from None
+        raise DownloadError(f"{job.url}: HTTP {error.code} {error.reason}; check the URL (or the mirror "
+                            "in DISGEN_MIRROR), or pass --url with a working one") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", error)
+        raise _Transient(f"{type(reason).__name__}: {reason}") from None
+    with response:
+        content_range = response.headers.get("Content-Range") or f"bytes {offset}-"
+        if offset and response.status == 206 and not content_range.startswith(f"bytes {offset}-"):
+            job.partial.unlink()
+            raise _Transient(f"asked for the bytes from {offset:,} but got {content_range!r}; "
+                             "the partial file was dropped")
+        if offset and response.status == 206:
+            mode, done = "ab", offset
+        else:
+            if offset:
+                print(f"{job.url}: the server does not resume downloads (no Range support); "
+                      "starting again from the first byte", file=sys.stderr)
+            mode, done = "wb", 0
+        length = response.headers.get("Content-Length")
+        total = done + int(length) if length is not None else None
+        bar = Progress(job.target.name, total, done) if progress else None
+        try:
+            with open(job.partial, mode) as out:
+                while True:
+                    try:
+                        block = response.read(BLOCK)
+                    except (OSError, http.client.HTTPException) as error:
+                        raise _Transient(f"connection lost after {_size(done)}: {error!r}") from None
+                    if not block:
+                        break
+                    out.write(block)
+                    done += len(block)
+                    if bar:
+                        bar.update(len(block))
+        except OSError as error:  # writing (or flushing on close) failed
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            saved = job.partial.stat().st_size if job.partial.exists() else 0
+            raise DownloadError(
+                f"{job.partial}: no space left on the device while writing {job.url}; free some space "
+                f"(or pick another folder with --to) and run the same command again: it resumes from the "
+                f"{saved:,} bytes already saved") from None
+        finally:
+            if bar:
+                bar.close()
+        if total is not None and done < total:
+            raise _Transient(f"connection closed after {done:,} of {total:,} bytes")
+
+
+def download(name: str, to=None, url: str | None = None, sha: str | None = None, retries: int = 4,
+             backoff: float = 1.0, timeout: float = 60.0, progress: bool = True) -> Path:
+    """Download NAME into ``to`` (see the module docstring); the checked file's path.
+
+    ValueError on bad input; :class:`DownloadError` when the file cannot be fetched or does not
+    match its checksums (then no file is left under its final name).
+    """
+    job = plan(name, to, url, sha)
+    if job.target.exists():
+        wrong = mismatches(job.target, job.checksums)
+        if wrong:
+            raise DownloadError(f"{job.target} exists but does not match ({'; '.join(wrong)}); move it "
+                                "away or delete it, then run the command again")
+        if progress:
+            print(f"{job.target} is already there and matches its checksum", file=sys.stderr)
+        return job.target
+    job.target.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(retries + 1):
+        try:
+            _fetch_once(job, timeout, progress)
+            break
+        except _Transient as error:
+            if attempt == retries:
+                raise DownloadError(
+                    f"{job.url}: {error} (after {retries + 1} tries); check that this machine is online "
+                    "and can reach the address, or use a mirror (--url URL or DISGEN_MIRROR=BASE_URL). "
+                    "Run the same command again to resume") from None
+            wait = backoff * 2 ** attempt
+            print(f"{job.url}: {error}; trying again in {wait:.1f} s ({attempt + 1} of {retries})",
+                  file=sys.stderr)
+            time.sleep(wait)
+    wrong = mismatches(job.partial, job.checksums)
+    if wrong:
+        job.partial.unlink()
+        raise DownloadError(f"{job.url}: the downloaded file does not match its checksum "
+                            f"({'; '.join(wrong)}); the partial file was deleted. Run the command again; "
+                            "if it keeps failing, the file on the server changed (pass --sha ALGO:HEX "
+                            "if you trust it)")
+    with open(job.partial, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(job.partial, job.target)
+    return job.target
+
+
+def list_sources(folder: Path) -> str:
+    lines = [f"data folder: {folder}"]
+    for row in SOURCES.values():
+        here = "present" if (folder / row.filename).exists() else "absent"
+        checks = ", ".join(f"{a} {h}" for a, h in row.checksums)
+        lines.append(f"{row.name:16s} {row.filename}  [{here}]\n{'':16s} {row.url}\n{'':16s} {checks}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", nargs="?", help=f"one of {', '.join(SOURCES)}")
+    parser.add_argument("--to", default=None, help="data folder (default: $DISGEN_DATA, else ./data)")
+    parser.add_argument("--list", action="store_true", help="list the files, URLs and checksums")
+    parser.add_argument("--url", default=None, help="fetch from this URL instead (a mirror)")
+    parser.add_argument("--sha", default=None,
+                        help="expected checksum ALGO:HEX (ALGO: md5, sha1, sha256 or git-blob-sha1)")
+    parser.add_argument("--retries", type=int, default=4, help="retries of a transient failure (default 4)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds without data before retrying")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    folder = Path(args.to) if args.to else default_folder()
+    if args.list:
+        print(list_sources(folder))
+        return
+    if not args.name:
+        parser.error(f"name: which file? one of {', '.join(SOURCES)} (or --list)")
+    if args.retries < 0 or args.timeout <= 0:
+        parser.error("--retries must be at least 0 and --timeout positive")
+    try:
+        path = download(args.name, folder, args.url, args.sha, retries=args.retries,
+                        timeout=args.timeout, progress=not args.quiet)
+    except ValueError as error:
+        parser.error(str(error))
+    except DownloadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(f"{path} ({path.stat().st_size:,} bytes, checksum verified)")
+
+
+if __name__ == "__main__":
+    main()

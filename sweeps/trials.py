@@ -1,0 +1,258 @@
+"""One trial's configuration: complete, validated and frozen.
+
+``TrialConfig.complete`` is the one place where a trial's settings are completed and checked: the
+grid's variants are merged in, defaults filled, the split's condition, the dataset's channels and
+the trial key derived, and every field validated with its name in the error. ``sweeps.paper_grid.
+plan`` calls it once per trial; everything downstream (the trainable, packing, costs, the results
+writer) reads the finished record and fills in nothing.
+
+A ``TrialConfig`` is a read-only mapping of its flat settings (what a grid file writes, what a
+``trials.parquet`` row holds), with typed parts that each consumer takes whole:
+
+- ``model``: a ``models.ModelConfig`` (architecture, objective and its hyperparameters, optimisation);
+- ``data``: a ``DataConfig`` (dataset, split, images);
+- ``evaluation``: an ``EvaluationConfig`` (sample budgets, metrics, reporting).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+
+from data_pipeline import dataset_channels, get_split
+from sweeps.errors import UsageError
+
+# Settings that change how a trial is logged, not what it computes; left out of the trial key.
+NOT_IN_KEY = ("report_every", "preset", "scale")
+# Settings that follow from the others: never given, always derived.
+DERIVED = ("condition", "trial_key", "channels")
+DATA_SOURCES = ("procedural", "real")
+DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")
+RUN_KEYS = {"preset": "the study's name", "scale": "tiny, smoke, small or full"}
+DATA_KEYS = {
+    "dataset": "dataset name",
+    "split": "held-out split name",
+    "n_images": "grid points to render (null: the full grid)",
+    "data_seed": "seed of the image subset",
+    "data_source": "procedural (rendered by disgen's generators, the default) or real (the dataset's "
+                   "real file from --data-dir or $DISGEN_DATA)",
+}
+EVALUATION_KEYS = {
+    "report_every": "steps between progress reports",
+    "n_nll": "images per side for the NLL",
+    "n_metric": "codes for the disentanglement metrics",
+    "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
+    "metrics": "the metrics to compute (analysis.evaluation.METRICS; default: all)",
+}
+
+
+def _whole(value, name: str, least: int) -> int:
+    """``value`` as a whole number >= ``least``, or a UsageError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name}: expected a whole number >= {least}; got {value!r}")
+    if value < least:
+        raise UsageError(f"{name}: must be at least {least}; got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where a trial's images come from and which of them it trains on."""
+
+    dataset: str
+    split: str
+    condition: str
+    n_images: int | None
+    data_seed: int
+    data_source: str = "procedural"
+
+    @classmethod
+    def parse(cls, settings: dict) -> DataConfig:
+        for key in ("dataset", "split", "n_images", "data_seed"):
+            if key not in settings:
+                hint = " (null for the whole grid)" if key == "n_images" else ""
+                raise UsageError(f"{key}: not set; set it under 'fixed', 'axes' or a scale{hint}")
+        try:
+            condition = get_split(settings["dataset"], settings["split"]).condition
+        except KeyError as error:
+            raise UsageError(error.args[0]) from None
+        n_images = settings["n_images"]
+        if n_images is not None:
+            _whole(n_images, "n_images", 1)
+        source = settings.get("data_source", "procedural")
+        if source not in DATA_SOURCES:
+            raise UsageError(f"data_source: unknown {source!r}; choose one of {', '.join(DATA_SOURCES)}")
+        return cls(settings["dataset"], settings["split"], condition, n_images,
+                   _whole(settings["data_seed"], "data_seed", 0), source)
+
+    @property
+    def key(self) -> tuple:
+        """Trials with equal keys share one dataset array."""
+        return (self.data_source, self.dataset, self.n_images, self.data_seed)
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """How a trained model is evaluated and how often training reports."""
+
+    report_every: int
+    n_nll: int
+    n_metric: int
+    dci_estimator: str = "gbt"
+    metrics: tuple[str, ...] | None = None  # None: every metric
+
+    @classmethod
+    def parse(cls, settings: dict) -> EvaluationConfig:
+        from analysis.evaluation import METRICS
+
+        for key in ("report_every", "n_nll", "n_metric"):
+            if key not in settings:
+                raise UsageError(f"{key}: not set; set it under 'fixed' or a scale ({EVALUATION_KEYS[key]})")
+        estimator = settings.get("dci_estimator", "gbt")
+        if estimator not in DCI_ESTIMATORS:
+            raise UsageError(f"dci_estimator: unknown {estimator!r}; choose one of "
+                             f"{', '.join(DCI_ESTIMATORS)}")
+        metrics = settings.get("metrics")
+        if metrics is not None:
+            if not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics):
+                raise UsageError(f"metrics: expected a list of metric names, e.g. [dci, mig]; "
+                                 f"got {metrics!r}")
+            unknown = [m for m in metrics if m not in METRICS]
+            if unknown:
+                raise UsageError(f"metrics: unknown {unknown[0]!r}; choose from {', '.join(METRICS)}")
+            metrics = tuple(metrics)
+        return cls(_whole(settings["report_every"], "report_every", 1), _whole(settings["n_nll"], "n_nll", 1),
+                   _whole(settings["n_metric"], "n_metric", 2), estimator, metrics)
+
+
+def flatten(config: dict) -> dict:
+    """Resolve a raw trial config into flat settings.
+
+    An axis value may be a mapping of settings (a *variant*, such as ``{objective: factor_vae,
+    gamma: 20}`` or ``{dataset: shapes3d, split: fhue_gt50}``): its settings are merged in. A
+    ``by_dataset`` mapping then applies the settings given for the trial's dataset (for example
+    M21's 65 epochs on 3DShapes against 100 on dSprites).
+    """
+    flat: dict = {}
+    variants: list[dict] = []
+    for key, value in config.items():
+        if isinstance(value, dict) and key != "by_dataset":
+            variants.append(value)
+        else:
+            flat[key] = value
+    for variant in variants:
+        flat.update(variant)
+    by_dataset = flat.pop("by_dataset", None) or {}
+    if not isinstance(by_dataset, dict):
+        raise UsageError(f"by_dataset: expected a mapping of dataset → settings; got {by_dataset!r}")
+    flat.update(by_dataset.get(flat.get("dataset"), {}))
+    return flat
+
+
+def trial_key(settings: Mapping) -> str:
+    """A short, stable identifier: a hash of everything that decides the trial's results."""
+    content = {k: v for k, v in sorted(settings.items())
+               if k not in NOT_IN_KEY and k not in ("trial_key", "channels")}
+    if content.get("data_source") == "procedural":  # the default: keys from before the setting stay
+        del content["data_source"]
+    digest = hashlib.sha1(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+    return digest[:10]
+
+
+def _model_keys() -> set[str]:
+    from models import ModelConfig
+
+    return {f.name for f in fields(ModelConfig)}
+
+
+def allowed_keys() -> set[str]:
+    return _model_keys() | set(DATA_KEYS) | set(EVALUATION_KEYS) | set(RUN_KEYS)
+
+
+class TrialConfig(Mapping):
+    """A complete, validated, read-only trial config (see the module docstring)."""
+
+    __slots__ = ("_settings", "model", "data", "evaluation")
+
+    def __init__(self, settings: Mapping):
+        """Read a complete config (from ``complete`` or ``to_dict``); completes nothing."""
+        from models import ModelConfig
+
+        missing = [k for k in ("trial_key", "condition", "channels") if k not in settings]
+        if missing:
+            raise ValueError(f"not a complete trial config (no {', '.join(missing)}); build it with "
+                             "TrialConfig.complete")
+        settings = dict(settings)
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "data", DataConfig.parse(settings))
+        object.__setattr__(self, "evaluation", EvaluationConfig.parse(settings))
+        object.__setattr__(self, "model", ModelConfig.from_dict(settings))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a TrialConfig is frozen; use replace() for a changed copy")
+
+    def __reduce__(self):
+        return TrialConfig, (self._settings,)
+
+    @classmethod
+    def complete(cls, raw: Mapping, source: str = "trial") -> TrialConfig:
+        """The one completion: a grid point's raw settings → a complete, validated TrialConfig.
+        Bad input raises a UsageError that starts with ``source`` and names the field."""
+        try:
+            settings = {k: v for k, v in flatten(dict(raw)).items() if k not in DERIVED}
+            unknown = sorted(set(settings) - allowed_keys())
+            if unknown:
+                raise UsageError(f"unknown setting {unknown[0]!r}; allowed: "
+                                 f"{', '.join(sorted(allowed_keys()))}")
+            settings.setdefault("data_source", "procedural")
+            data = DataConfig.parse(settings)
+            EvaluationConfig.parse(settings)
+            settings["condition"] = data.condition
+            settings["trial_key"] = trial_key(settings)
+            settings["channels"] = dataset_channels(data.dataset)
+            try:
+                return cls(settings)
+            except (ValueError, TypeError) as error:
+                raise UsageError(str(error)) from None
+        except UsageError as error:
+            raise UsageError(f"{source}: {error}") from None
+
+    def replace(self, source: str = "trial", **values) -> TrialConfig:
+        """A changed copy, completed and validated again (an Optuna trial's sampled values)."""
+        base = {k: v for k, v in self._settings.items() if k not in DERIVED}
+        return TrialConfig.complete({**base, **values}, source)
+
+    # -- the read-only mapping ------------------------------------------------------------------
+
+    def __getitem__(self, key: str):
+        return self._settings[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    def __repr__(self) -> str:
+        return f"TrialConfig({self._settings!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None
+
+    def to_dict(self) -> dict:
+        """The flat settings, as plain data (for Tune, checkpoints and result rows)."""
+        return dict(self._settings)
+
+    @property
+    def trial_key(self) -> str:
+        return self._settings["trial_key"]
+
+    @property
+    def dirname(self) -> str:
+        """A short, readable folder name for the trial, unique by its key."""
+        beta = f"{self._settings['beta']:g}" if "beta" in self._settings else "na"
+        return f"{self.data.split}-b{beta}-s{self.model.seed}-{self.trial_key[:6]}"
