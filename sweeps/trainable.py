@@ -82,7 +82,8 @@ def _evaluate(trainer, data, split, trial: TrialConfig, cpus: float) -> dict:
     metrics = evaluate_task(trainer, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
                             n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
                             dci_estimator=None if evaluation.dci_estimator == "none"
-                            else evaluation.dci_estimator,
+                            else evaluation.dci_estimator, transfer_factor=evaluation.transfer_factor,
+                            transfer_regressors=evaluation.transfer_regressors,
                             **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics
