@@ -22,6 +22,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ, W, C, L = "models/objectives.py", "models/wae_gan.py", "models/cascade_vae.py", "models/lie_group_vae.py"
+DIP = "models/dip_vae.py"
 
 # (label, file, text, replacement)
 MUTANTS = [
@@ -286,6 +287,31 @@ MUTANTS = [
         C,
         "slot_cost = duplicate_penalty * np.arange(rows)",
         "slot_cost = 0.0 * np.arange(rows)",
+    ),
+    # DIP-VAE-I
+    (
+        "DIP-VAE: penalty sign flipped",
+        DIP,
+        'terms["loss"] = terms["loss"] + penalty',
+        'terms["loss"] = terms["loss"] - penalty',
+    ),
+    (
+        "DIP-VAE: λ_d = λ_od (the factor 10 dropped)",
+        DIP,
+        'self.hyperparameter("lambda_diagonal", 10 * config.resolved_gamma)',
+        'self.hyperparameter("lambda_diagonal", config.resolved_gamma)',
+    ),
+    (
+        "DIP-VAE: off-diagonal term keeps the diagonal",
+        DIP,
+        "return covariance.pow(2).sum() - diagonal.pow(2).sum(), (diagonal - 1).pow(2).sum()",
+        "return covariance.pow(2).sum(), (diagonal - 1).pow(2).sum()",
+    ),
+    (
+        "DIP-VAE: unbiased covariance (1/(B − 1))",
+        DIP,
+        "covariance = centred.T @ centred / mean.shape[0]",
+        "covariance = centred.T @ centred / (mean.shape[0] - 1)",
     ),
     # LieGroupVAE
     (
