@@ -68,32 +68,27 @@ def test_metrics_can_be_chosen(trained):
         evaluate(model, data, split, metrics=("nope",))
 
 
-def test_beta_vae_and_factor_vae_scores_sample_the_full_grid_through_observe(trained):
-    from analysis.evaluation import grid_score_sizes
-    from analysis.metrics import grid_pool, sampled_beta_vae_score, sampled_factor_vae_score
-    from models import encode_means
+def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_default_does_not(trained):
+    import dataclasses
 
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=20, n_metric=120, seed=2, metrics=("beta_vae", "factor_vae"),
-                       score_sampling="grid")
-    # the same numbers by hand: render full-grid classes, encode them, score the pool
-    sizes = grid_score_sizes(120)
-    assert sizes == {"n_grid": 480, "batch_size": 64, "n_train": 120, "n_eval": 60, "n_variance": 120}
     rendered = []
 
-    def represent(classes):
-        rendered.append(classes)
-        images = data.observe(classes)
-        return encode_means(model, images, np.arange(len(images)))
+    def observe(classes):
+        rendered.append(np.asarray(classes))
+        return data.observe(classes)
 
-    pool = grid_pool(represent, data.factor_space, sizes["n_grid"], random_state=[2, 1])
-    batch = dict(batch_size=64, n_train=120, n_eval=60, random_state=2)
-    assert metrics["beta_vae_score"] == sampled_beta_vae_score(pool, **batch)["beta_vae_eval"]
-    factor_vae = sampled_factor_vae_score(pool, **batch, n_variance=120)
-    assert metrics["factor_vae_score"] == factor_vae["factor_vae_eval"]
+    recording = dataclasses.replace(data, observe=observe)
+    scores = ("beta_vae", "factor_vae")
+    grid = evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores,
+                    score_sampling="grid")
+    assert grid["score_sample"].startswith("full grid") and grid["score_pool_size"] == 480
     # the pool is drawn from the whole grid, not from the 1,500 images the dataset holds
     held = {tuple(row) for row in data.classes}
     assert sum(tuple(row) not in held for row in np.concatenate(rendered)) > 400
+    rendered.clear()
+    evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores)
+    assert not rendered  # the default reads the training images
 
 
 def test_without_observe_the_scores_read_the_training_images_and_grid_sampling_is_refused(trained):
