@@ -26,7 +26,7 @@ always computed, and every row records the sample sizes it used (``metric_n_trai
 is the squared error plus a constant; see ``analysis.metrics.reconstruction_nll``). The row names
 it in ``nll_likelihood``; NLLs under different likelihoods are not comparable.
 
-**Samples of the disentanglement metrics** (disentanglement_lib's, SPEC §5, on the training images
+**Samples of the disentanglement metrics** (disentanglement_lib's study's, on the training images
 only, as M21's appendix A computes the D-score "given the latent representations of the training
 images"): DCI, SAP and modularity/explicitness fit on ``n_metric`` training images and test on
 ``n_metric_test`` (default ``n_metric // 2``), the two drawn independently, uniformly with
@@ -142,7 +142,8 @@ def transfer_factor_position(factor_space, name: str | None, split=None) -> int:
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
     """The sample sizes of the BetaVAE and FactorVAE scores under evaluate's budget ``n_metric``:
-    SPEC §5's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances) as upper limits;
+    disentanglement_lib's study's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances)
+    as upper limits;
     ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
     return {"n_grid": min(10_000, 4 * n_metric) if n_grid is None else n_grid, "batch_size": 64,
             "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2)),

@@ -10,8 +10,9 @@ active code's variance within the batch by its global variance, and let the code
 ratio vote for ``k``. The majority-vote classifier maps each code to the factor it voted for most;
 its accuracy over the votes is the score, computed on ``n_train`` votes and on ``n_eval`` fresh ones.
 
-disentanglement_lib's sizes (SPEC §5) are the defaults: batch 64, 10,000 / 5,000 votes, 10,000
-samples for the variances. With no active code the score is 0 (as in disentanglement_lib).
+disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
+batch 64, 10,000 / 5,000 votes, 10,000 samples for the variances. With no active code the score
+is 0 (as in disentanglement_lib).
 
 As for the BetaVAE score there are two entry points: :func:`sampled_factor_vae_score` takes a
 representation function ``represent(classes) -> codes`` and the factor sizes and samples the whole
