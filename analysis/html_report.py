@@ -25,6 +25,7 @@ from analysis.aggregate import (
     cell_label,
     correlation_table,
     present,
+    seed_summary,
 )
 from analysis.figures import disentanglement_vs_nll, spearman_heatmap, violins_by
 from analysis.schema import CONFIG_FIELDS
@@ -131,6 +132,13 @@ def write_html_report(
     ]
     order = [c for c in ("experiment", "split", "beta", "seed") if c in columns]
     sections.append(f"<h2>Trials ({len(df)})</h2>" + _table(df[columns].sort_values(order)))
+
+    # --- seeds: M21 reports the most disentangled seed ----------------------------------------
+    if "seed" in df.columns and df["seed"].nunique() >= 2 and "d_score" in metrics:
+        summary = seed_summary(df, [m for m in ("train_nll", "test_nll", "d_score") if m in df.columns])
+        sections.append("<h2>Seeds</h2><p>Per configuration: <b>best</b> is the value at the seed with "
+                        "the highest d_score (what Montero et al. 2021 report, shown first), next to the "
+                        "mean ± sd over seeds.</p>" + _table(summary))
 
     # --- correlations ----------------------------------------------------------------------
     table = correlation_table(df, metrics=metrics, scores=scores, n_bootstrap=n_bootstrap)

@@ -77,3 +77,11 @@ def test_seed_summary_gives_best_and_mean_and_says_which_is_shown():
     assert set(seed_summary(seeds(), ["test_nll"], best_seed_by=None)["shown"]) == {"mean"}
     text = seed_text(seeds())
     assert "highest d_score" in text and "mean ± sd" in text and "50.000 ± 10.000" in text
+
+
+def test_the_html_report_shows_the_best_seed_and_says_so(tmp_path):
+    from analysis.html_report import write_html_report
+
+    df = seeds().assign(train_nll=1.0, trial_key=[str(i) for i in range(6)])
+    text = open(write_html_report([str(tmp_path)], str(tmp_path), df=df, max_models=0, n_bootstrap=10)).read()
+    assert "<h2>Seeds</h2>" in text and "best seed by d_score" in text and "highest d_score" in text
