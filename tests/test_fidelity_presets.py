@@ -65,3 +65,22 @@ def test_every_preset_value_has_a_source_in_the_docs():
             assert f"`{key}`" in section, (name, key)
     for claim in ("M22's β = 4", "`mlp` latent op", "3 seeds", "noise σ"):
         assert claim in text and "chosen by disgen" in text, claim
+
+
+def test_transfer_settings_are_validated_with_the_field_named():
+    import pytest
+
+    from sweeps.errors import UsageError
+    from sweeps.trials import TrialConfig
+
+    base = dict(dataset="shapes3d", split="d21_ood2a", report_every=5, n_nll=10, n_metric=10, steps=2,
+                n_images=100, data_seed=0)
+    chosen = {"transfer_factor": "object_hue", "transfer_regressors": ["gbt", "mlp"]}
+    trial = TrialConfig.complete({**base, **chosen})
+    assert trial.evaluation.transfer_factor == "object_hue"
+    assert trial.evaluation.transfer_regressors == ("gbt", "mlp")
+    for bad, message in [({"transfer_factor": "hue"}, "transfer_factor: shapes3d has no factor 'hue'"),
+                         ({"transfer_regressors": ["rf"]}, "transfer_regressors: unknown 'rf'"),
+                         ({"transfer_regressors": "gbt"}, "transfer_regressors: expected a non-empty list")]:
+        with pytest.raises(UsageError, match=message):
+            TrialConfig.complete({**base, **bad})
