@@ -8,6 +8,8 @@ import importlib
 
 _EXPORTS = {
     "add_derived_columns": "analysis.aggregate",
+    "best_seeds": "analysis.aggregate",
+    "seed_summary": "analysis.aggregate",
     "correlation_table": "analysis.aggregate",
     "correlations": "analysis.aggregate",
     "load_history": "analysis.aggregate",

@@ -2,8 +2,19 @@
 
 ``load_trials`` reads one or many experiments' ``trials.parquet`` into one DataFrame.
 ``correlation_table`` gives the Spearman ρ of every disentanglement metric against every
-generalisation and transfer score, with percentile-bootstrap 95% intervals, over all trials and
-within each group of supervision, architecture, dataset and held-out condition.
+generalisation and transfer score, with percentile-bootstrap 95% intervals, over all trials of a
+*cell* and within each group of supervision, architecture and held-out condition in the cell.
+
+**Cells.** A correlation never pools datasets or held-out splits: M21's ``leave1out`` exists on
+dSprites and on 3DShapes, and an NLL on one is not comparable with an NLL on the other. Every
+function here that correlates or summarises therefore groups by :data:`CELL` (dataset and split)
+first, and then by any columns the caller names with ``by=``. Pass ``within=()`` to pool on
+purpose.
+
+**Seeds.** Montero et al. 2021 (§3) report, for each model, the seed with the highest
+disentanglement, not the mean over seeds. :func:`best_seeds` keeps that seed of each
+configuration (``best_seed_by="d_score"``, or any metric), and :func:`seed_summary` gives both the
+mean ± sd over seeds and the best seed's value, saying in its ``shown`` column which is which.
 
 *Supervision* is a column of its own if the results have one; otherwise it is read off the
 objective: ``ada_gvae`` (trained on pairs that share factors) is "weak", every other objective
@@ -25,7 +36,12 @@ DISENTANGLEMENT_METRICS = ["d_score", "dci_disentanglement", "dci_completeness",
 GENERALISATION_SCORES = ["test_nll", "train_nll", "nll_gap"]
 TRANSFER_SCORES = [f"transfer_{regressor}_{scenario}" for regressor in ("gbt", "mlp")
                    for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")]
-GROUPINGS = ["supervision", "architecture", "dataset", "condition"]
+# the columns every correlation and summary is taken within (see the module docstring)
+CELL = ("dataset", "split")
+# the groupings correlation_table adds within each cell
+GROUPINGS = ["supervision", "architecture", "condition"]
+# columns that differ between the seeds of one configuration, or that are not settings at all
+NOT_SETTINGS = ("experiment", "trial_key", "seed", "config", "preset", "scale")
 WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
 
 
@@ -71,25 +87,36 @@ def spearman(df: pd.DataFrame, x: str, y: str, *, n_bootstrap: int = 1000,
     return result
 
 
-def correlations(df: pd.DataFrame, by: list[str] | None = None, *,
-                 metrics=None, scores=None, n_bootstrap: int = 1000) -> pd.DataFrame:
-    """Spearman ρ of every disentanglement metric against every generalisation score, over all
-    trials and, with ``by``, within each group. By default the metrics and scores of
-    :data:`DISENTANGLEMENT_METRICS` and :data:`GENERALISATION_SCORES` that ``df`` has."""
-    if metrics is None or scores is None:
-        derived = add_derived_columns(df)
-        df = derived
-        metrics = present(df, DISENTANGLEMENT_METRICS) if metrics is None else metrics
-        scores = present(df, GENERALISATION_SCORES) if scores is None else scores
-    groups = [((), df)] if not by else list(df.groupby(by, dropna=False))
+def cell_columns(df: pd.DataFrame, by=None, within=CELL) -> list[str]:
+    """The grouping columns: those of ``within`` (default :data:`CELL`) that ``df`` has, then the
+    columns named in ``by`` (a name or a list). A name in ``by`` that ``df`` lacks is an error."""
+    by = [by] if isinstance(by, str) else list(by or [])
+    missing = [c for c in by if c not in df.columns]
+    if missing:
+        raise KeyError(f"by: no column {missing} in the results; columns are {sorted(df.columns)}")
+    return [c for c in within if c in df.columns and c not in by] + by
+
+
+def correlations(df: pd.DataFrame, by=None, *, metrics=None, scores=None, n_bootstrap: int = 1000,
+                 within=CELL) -> pd.DataFrame:
+    """Spearman ρ of every disentanglement metric against every generalisation score within each
+    group of the cell columns (dataset and split, see the module docstring) and of ``by``. By
+    default the metrics and scores of :data:`DISENTANGLEMENT_METRICS` and
+    :data:`GENERALISATION_SCORES` that ``df`` has. One row per (group, metric, score), with the
+    grouping columns first."""
+    df = add_derived_columns(df)
+    metrics = present(df, DISENTANGLEMENT_METRICS) if metrics is None else metrics
+    scores = present(df, GENERALISATION_SCORES) if scores is None else scores
+    columns = cell_columns(df, by, within)
+    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
     rows = []
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         for metric in metrics:
             for score in scores:
                 row = spearman(group, metric, score, n_bootstrap=n_bootstrap)
-                rows.append({**dict(zip(by or [], key)), **row})
-    return pd.DataFrame(rows)
+                rows.append({**dict(zip(columns, key)), **row})
+    return pd.DataFrame(rows, columns=[*columns, "x", "y", "n", "rho", "low", "high"])
 
 
 def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -115,28 +142,103 @@ def present(df: pd.DataFrame, columns) -> list[str]:
     return out
 
 
-def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=GROUPINGS,
-                      n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:
+def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=GROUPINGS, by=None,
+                      within=CELL, n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format.
 
-    One block of rows over all trials (``group_by`` = "all"), then one per grouping column that
-    the results have with at least two distinct values, one row per (group, metric, score).
-    ``metrics`` defaults to the :data:`DISENTANGLEMENT_METRICS` and ``scores`` to the
-    :data:`GENERALISATION_SCORES` and :data:`TRANSFER_SCORES` that have values.
-    Columns: group_by, group, x, y, n, rho, low, high.
+    Within each cell (the columns of ``within``, default dataset and split, and of ``by``; see
+    :func:`cell_columns`): one block of rows over all the cell's trials (``group_by`` = "all"),
+    then one per grouping column that has at least two distinct values in the cell, one row per
+    (group, metric, score). ``metrics`` defaults to the :data:`DISENTANGLEMENT_METRICS` and
+    ``scores`` to the :data:`GENERALISATION_SCORES` and :data:`TRANSFER_SCORES` that have values.
+    Columns: the cell columns, then group_by, group, x, y, n, rho, low, high.
     """
     df = add_derived_columns(df)
     metrics = present(df, DISENTANGLEMENT_METRICS if metrics is None else metrics)
     scores = present(df, GENERALISATION_SCORES + TRANSFER_SCORES if scores is None else scores)
-    blocks = [("all", [("all", df)])]
-    for column in groupings:
-        if column in df.columns and df[column].nunique(dropna=True) >= 2:
-            blocks.append((column, [(str(key), group) for key, group in df.groupby(column, dropna=True)]))
+    columns = cell_columns(df, by, within)
+    cells = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
     rows = []
-    for group_by, groups in blocks:
-        for group, frame in groups:
-            for metric in metrics:
-                for score in scores:
-                    result = spearman(frame, metric, score, n_bootstrap=n_bootstrap, seed=seed)
-                    rows.append({"group_by": group_by, "group": group, **result})
-    return pd.DataFrame(rows, columns=["group_by", "group", "x", "y", "n", "rho", "low", "high"])
+    for key, cell in cells:
+        key = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
+        blocks = [("all", [("all", cell)])]
+        for column in groupings:
+            if column in cell.columns and column not in columns and cell[column].nunique(dropna=True) >= 2:
+                blocks.append((column, [(str(k), g) for k, g in cell.groupby(column, dropna=True)]))
+        for group_by, groups in blocks:
+            for group, frame in groups:
+                for metric in metrics:
+                    for score in scores:
+                        result = spearman(frame, metric, score, n_bootstrap=n_bootstrap, seed=seed)
+                        rows.append({**key, "group_by": group_by, "group": group, **result})
+    return pd.DataFrame(rows, columns=[*columns, "group_by", "group", "x", "y", "n", "rho", "low", "high"])
+
+
+def cell_label(row, columns=CELL) -> str:
+    """"dataset=…, split=…" for a row (a dict or Series) of a grouped table; "" without cell columns."""
+    return ", ".join(f"{c}={row[c]}" for c in columns if c in row and not pd.isna(row[c]))
+
+
+def configuration_columns(df: pd.DataFrame) -> list[str]:
+    """The columns that say what was run, apart from the seed: the configuration columns of the
+    results schema that ``df`` has, less :data:`NOT_SETTINGS`."""
+    from analysis.schema import CONFIG_FIELDS
+
+    return [f.name for f in CONFIG_FIELDS if f.name in df.columns and f.name not in NOT_SETTINGS]
+
+
+def best_seeds(df: pd.DataFrame, best_seed_by: str = "d_score", *, by=None) -> pd.DataFrame:
+    """One row per configuration: the seed with the highest ``best_seed_by`` (Montero et al. 2021,
+    §3: "we report the seed with the highest disentanglement").
+
+    A configuration is a distinct combination of :func:`configuration_columns` (every setting but
+    the seed), or of ``by`` if given. Rows where the metric is NaN are never chosen unless every
+    seed's is; ties go to the first row. Raises KeyError if the column is missing."""
+    if best_seed_by not in df.columns:
+        choices = ", ".join(present(df, DISENTANGLEMENT_METRICS)) or "d_score"
+        raise KeyError(f"best_seed_by: no column {best_seed_by!r} in the results; choose a metric such as "
+                       f"{choices}")
+    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
+    if not columns:
+        return df.iloc[[int(np.nanargmax(_finite_or_minus_inf(df[best_seed_by])))]]
+    keep = []
+    for _, group in df.groupby(columns, dropna=False, sort=True):
+        values = _finite_or_minus_inf(group[best_seed_by])
+        keep.append(group.index[int(np.argmax(values))])
+    return df.loc[keep]
+
+
+def _finite_or_minus_inf(values: pd.Series) -> np.ndarray:
+    values = pd.to_numeric(values, errors="coerce").astype(float).to_numpy()
+    return np.where(np.isfinite(values), values, -np.inf)
+
+
+def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "d_score",
+                 by=None) -> pd.DataFrame:
+    """Per configuration (see :func:`best_seeds`), each metric's mean ± sd over seeds and, with
+    ``best_seed_by``, its value at the seed with the highest ``best_seed_by``.
+
+    Long format: the configuration columns, then ``metric``, ``n_seeds``, ``mean``, ``sd``
+    (ddof 1; NaN with one seed), ``best_seed`` (the chosen seed), ``best`` (its value) and
+    ``shown``, the one a table built from it shows by default: "best seed by <metric>" (as M21)
+    or "mean" (without ``best_seed_by``)."""
+    df = add_derived_columns(df)
+    metrics = present(df, DISENTANGLEMENT_METRICS + GENERALISATION_SCORES + TRANSFER_SCORES) \
+        if metrics is None else list(metrics)
+    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
+    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
+    shown = f"best seed by {best_seed_by}" if best_seed_by else "mean"
+    rows = []
+    for key, group in groups:
+        key = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
+        best = best_seeds(group, best_seed_by, by=[]) if best_seed_by else None
+        best_seed = best["seed"].iloc[0] if best is not None and "seed" in best else None
+        for metric in metrics:
+            values = pd.to_numeric(group[metric], errors="coerce").astype(float)
+            rows.append({**key, "metric": metric, "n_seeds": int(values.notna().sum()),
+                         "mean": float(values.mean()), "sd": float(values.std(ddof=1)),
+                         "best_seed": best_seed,
+                         "best": np.nan if best is None else float(best[metric].iloc[0]),
+                         "shown": shown})
+    return pd.DataFrame(rows, columns=[*columns, "metric", "n_seeds", "mean", "sd", "best_seed", "best",
+                                       "shown"])

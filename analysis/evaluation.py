@@ -1,11 +1,6 @@
 """Evaluation of a trained model: reconstruction on train and held-out images, disentanglement,
 transfer, and M22's encoder-or-decoder diagnosis.
 
-Cost is bounded by sample budgets: NLL uses at most ``n_nll`` images of each side, and every
-other metric encodes at most ``n_metric`` training images (and ``n_metric`` held-out images for
-the scores that need them). A model is trained under one held-out split, so "each test condition"
-is that split's test images; a sweep over splits evaluates every condition.
-
 Metrics and what they write (all floats; NaN where a metric is not configured or not defined):
 
 ``"dci"``            dci_disentanglement, dci_completeness, dci_informativeness (``dci_estimator``)
@@ -13,27 +8,46 @@ Metrics and what they write (all floats; NaN where a metric is not configured or
 ``"mig"``            mig
 ``"sap"``            sap (discrete factors, LinearSVC)
 ``"modularity_explicitness"``  modularity, explicitness
-``"beta_vae"``       beta_vae_score   (eval accuracies, sampled on the full factor grid; see below)
+``"beta_vae"``       beta_vae_score   (eval accuracy; see below)
 ``"factor_vae"``     factor_vae_score
-``"transfer"``       transfer_<regressor>_ood1_a/b/c and _ood2 for each of ``transfer_regressors``
-``"encoder_decoder"``  encoder_error_train/test, decoder_nll_train/test
+``"transfer"``       transfer_<regressor>_ood1_a/b/c and _ood2 for each of ``transfer_regressors``,
+                     and transfer_factor (the OOD1 factor's name)
+``"encoder_decoder"``  encoder_error_train/test, decoder_nll_train/test, encoder_fails,
+                     decoder_fails and the rule's parameters diagnosis_ratio,
+                     diagnosis_encoder_margin, diagnosis_decoder_margin
 
-``train_nll``, ``test_nll``, ``n_train_images`` and ``n_test_images`` are always computed.
+``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images`` and ``n_test_images`` are
+always computed, and every row records the sample sizes it used (``metric_n_train``,
+``metric_n_test``, ``score_batch_size``, ``score_n_train``, ``score_n_eval``, ``score_n_variance``,
+``score_pool_size``, ``score_sample``).
 
-**BetaVAE and FactorVAE scores.** Both need pairs or batches of images that share one factor's
-value and vary at random in the others. The training rows of a random subset or of a held-out
-split are no factorial grid, and on such rows the scores are ill-defined (Dittadi et al. 2021).
-So, as disentanglement_lib does, evaluate() samples factor classes on the *full* grid, renders
-them with ``dataset.observe`` and encodes them with the model. The scores then describe the
-encoder on the whole grid, held-out combinations included; they do not depend on the split.
-To bound the cost, ``n_grid`` grid points (default ``min(10_000, 4 * n_metric)``) are drawn
-uniformly, rendered and encoded once, and both scores draw their pairs and batches from that
-pool (``analysis.metrics.grid_pool``: each pair or batch has disentanglement_lib's distribution;
-they are not independent of each other). Batch 64 as in SPEC §5; BetaVAE points and FactorVAE
-votes: ``min(10_000, n_metric)`` to train, ``min(5_000, n_metric // 2)`` to evaluate; the
-FactorVAE variances come from the whole pool. Where ``dataset.observe`` is None (images read
-from a file that is not a full grid), the scores are computed on the encoded training rows,
-which gives NaN unless they form a full factorial grid; the reason is logged.
+**Likelihood.** Each model is scored with the likelihood it was trained with (its config's
+``resolved_likelihood``): Bernoulli for "bernoulli", the Gaussian of variance ½ for "mse" (whose NLL
+is the squared error plus a constant; see ``analysis.metrics.reconstruction_nll``). The row names
+it in ``nll_likelihood``; NLLs under different likelihoods are not comparable.
+
+**Samples of the disentanglement metrics** (disentanglement_lib's study's, on the training images
+only, as M21's appendix A computes the D-score "given the latent representations of the training
+images"): DCI, SAP and modularity/explicitness fit on ``n_metric`` training images and test on
+``n_metric_test`` (default ``n_metric // 2``), the two drawn independently, uniformly with
+replacement, as disentanglement_lib's ``generate_batch_factor_code`` draws two batches (10,000 and
+5,000 in its study); MIG and the D-score use the ``n_metric`` sample, the D-score with its own
+5-fold split.
+
+**BetaVAE and FactorVAE scores** need pairs or batches of images that share one factor's value.
+disentanglement_lib samples them fresh from the whole dataset; here they are drawn from the
+model's training images: a first image uniformly, its partners uniformly among the training images
+that share the fixed factor's value (``analysis.metrics._grid.RowSampler``). Where the training
+images are not a full factorial grid (a held-out split, a random subset), Dittadi et al. 2021 call
+the scores ill-defined; ``score_sample`` says which case a row is. Batch 64; ``min(10_000,
+n_metric)`` training points or votes, ``min(5_000, n_metric // 2)`` evaluation ones, and
+``min(10_000, n_metric)`` images for the FactorVAE variances. To bound the cost (a fresh draw
+encodes 64 × 2 images per BetaVAE point), the images are by default drawn from a pool of
+``score_pool`` = ``min(10_000, 4 * n_metric)`` training images encoded once: each pair and batch
+then has the distribution above, but they are not independent of each other. ``score_pool=0``
+encodes every draw afresh, as disentanglement_lib does. ``score_sampling="grid"`` instead samples
+the full factor grid through ``dataset.observe`` (held-out combinations included), the previous
+behaviour.
 """
 
 from __future__ import annotations
@@ -42,16 +56,24 @@ import logging
 
 import numpy as np
 
-from analysis.metrics._grid import grid_pool
-from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
+from analysis.metrics._grid import GridPool, RowSampler, grid_pool
+from analysis.metrics.beta_vae_score import sampled_beta_vae_score
 from analysis.metrics.dci import dci
-from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
-from analysis.metrics.factor_vae_score import factor_vae_score, sampled_factor_vae_score
+from analysis.metrics.encoder_decoder_diagnosis import (
+    DECODER_MARGIN,
+    ENCODER_MARGIN,
+    RATIO,
+    encoder_decoder_diagnosis,
+)
+from analysis.metrics.factor_vae_score import sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
+from analysis.metrics.reconstruction_nll import likelihood_of
+from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
+from models.evaluation import reconstruct as _reconstruct
 
 _log = logging.getLogger(__name__)
 
@@ -59,8 +81,12 @@ METRICS = ("dci", "d_score", "mig", "sap", "modularity_explicitness", "beta_vae"
            "transfer", "encoder_decoder")
 # What a sweep computes unless told otherwise: everything, with the GBT transfer readout only
 # (the [256, 256] MLP costs seconds per factor and scenario; ask for it with
-# transfer_regressors=("gbt", "mlp")).
+# transfer_regressors=("gbt", "mlp"); the dittadi2021 preset does).
 DEFAULT_METRICS = METRICS
+# The OOD1 factor by default: a colour factor where the dataset has one (D21 varies colour), in
+# this order of preference; otherwise the factor with the fewest classes, at least 4.
+COLOUR_FACTORS = ("object_hue", "object_color", "hue", "color", "colour")
+SCORE_SAMPLINGS = ("training", "grid")
 
 _KEYS = {
     "dci": ["dci_disentanglement", "dci_completeness", "dci_informativeness"],
@@ -71,7 +97,8 @@ _KEYS = {
     "beta_vae": ["beta_vae_score"],
     "factor_vae": ["factor_vae_score"],
     "transfer": [f"transfer_{r}_{s}" for r in ("gbt", "mlp") for s in ("ood1_a", "ood1_b", "ood1_c", "ood2")],
-    "encoder_decoder": ["encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test"],
+    "encoder_decoder": ["encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test",
+                        "encoder_fails", "decoder_fails"],
 }
 
 
@@ -81,10 +108,20 @@ def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.nd
     return np.sort(rng.choice(indices, size=budget, replace=False))
 
 
+def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` rows drawn uniformly with replacement (disentanglement_lib's sampling)."""
+    return indices[rng.integers(0, len(indices), n)] if len(indices) else indices
+
+
 def transfer_factor_of(factor_space, split=None) -> int:
-    """The default OOD factor for OOD1: the factor with the fewest classes, at least 4, that the
-    split does not hold out (D21 used object colour, 8 values); on dSprites this is scale."""
+    """The default OOD factor for OOD1: a colour factor (:data:`COLOUR_FACTORS`, D21 varies
+    colour) with at least 4 classes that the split does not hold out; otherwise the factor with
+    the fewest classes, at least 4, that the split does not hold out (on dSprites, scale)."""
     held = set(getattr(split, "test_when", {}) or {})
+    for name in COLOUR_FACTORS:
+        if name in factor_space.names and name not in held and \
+                factor_space.sizes[factor_space.names.index(name)] >= 4:
+            return factor_space.names.index(name)
     candidates = [(size, i) for i, (name, size) in enumerate(zip(factor_space.names, factor_space.sizes))
                   if size >= 4 and name not in held]
     if not candidates:
@@ -92,39 +129,81 @@ def transfer_factor_of(factor_space, split=None) -> int:
     return min(candidates)[1]
 
 
+def transfer_factor_position(factor_space, name: str | None, split=None) -> int:
+    """The column of the OOD1 factor ``name`` (None: :func:`transfer_factor_of`); a clear error
+    naming the dataset's factors if it has no such factor."""
+    if name is None:
+        return transfer_factor_of(factor_space, split)
+    if name not in factor_space.names:
+        raise ValueError(f"transfer_factor: the dataset has no factor {name!r}; its factors are "
+                         f"{', '.join(factor_space.names)}")
+    return factor_space.names.index(name)
+
+
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
     """The sample sizes of the BetaVAE and FactorVAE scores under evaluate's budget ``n_metric``:
-    SPEC §5's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances) as upper limits."""
+    disentanglement_lib's study's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances)
+    as upper limits;
+    ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
     return {"n_grid": min(10_000, 4 * n_metric) if n_grid is None else n_grid, "batch_size": 64,
-            "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2))}
+            "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2)),
+            "n_variance": max(2, min(10_000, n_metric))}
+
+
+def model_likelihood(model) -> str:
+    """The likelihood a model is scored with: the one it was trained with (see the module docstring)."""
+    config = getattr(model, "config", None)
+    return likelihood_of(getattr(config, "resolved_likelihood", "bernoulli") or "bernoulli")
+
+
+def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, likelihood: str) -> np.ndarray:
+    """NLL per image of the rows' reconstructions (from the posterior means) under ``likelihood``:
+    the exact Bernoulli NLL from the logits, or the Gaussian one from the decoded pixel values."""
+    if likelihood == "bernoulli":
+        return nll_per_image(model, images, rows)
+    out = [numpy_nll(images[part], _reconstruct(model, images[part]), likelihood=likelihood)
+           for part in np.array_split(rows, max(1, -(-len(rows) // 512)))] if len(rows) else []
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, seed: int = 0,
              n_jobs: int | None = 1, dci_estimator: str | None = "gbt", metrics=DEFAULT_METRICS,
              transfer_regressors=("gbt",), transfer_factor: str | None = None,
-             n_grid: int | None = None) -> dict[str, float]:
+             n_grid: int | None = None, n_metric_test: int | None = None,
+             score_sampling: str = "training", diagnosis_ratio: float = RATIO,
+             diagnosis_encoder_margin: float = ENCODER_MARGIN,
+             diagnosis_decoder_margin: float = DECODER_MARGIN) -> dict[str, float]:
     """Metrics of ``model`` on ``dataset`` under the held-out ``split``.
 
-    Returns ``train_nll`` and ``test_nll`` (mean Bernoulli NLL per image, nats) and the metrics
-    named in ``metrics`` (see the module docstring), computed on at most ``n_metric`` images per
-    side. ``n_jobs`` is the number of processes fitting the DCI estimators (None: every core).
-    ``dci_estimator`` picks the DCI estimator (see ``analysis.metrics.dci``); None skips every
-    disentanglement metric, as before (they are then NaN). The standard GBT costs about 10 s on
-    dSprites' 113 factor classes whatever the sample size, since it grows 100 trees per class.
+    Returns ``train_nll`` and ``test_nll`` (mean NLL per image under the model's own likelihood,
+    nats, on at most ``n_nll`` images per side) and the metrics named in ``metrics`` (see the
+    module docstring for them and their samples). ``n_jobs`` is the number of processes fitting
+    the DCI estimators (None: every core). ``dci_estimator`` picks the DCI estimator (see
+    ``analysis.metrics.dci``); None skips every disentanglement metric (they are then NaN).
     ``transfer_factor`` names the OOD1 factor (default: :func:`transfer_factor_of`).
-    ``n_grid`` is the number of full-grid points rendered and encoded for the BetaVAE and
-    FactorVAE scores (default and sample sizes: :func:`grid_score_sizes`).
+    ``n_grid`` is the BetaVAE/FactorVAE pool (0: fresh draws; see :func:`grid_score_sizes`);
+    ``score_sampling`` "training" (default) or "grid". ``diagnosis_*`` are the encoder/decoder
+    rule's parameters (``analysis.metrics.encoder_decoder_diagnosis.fails``).
     """
     unknown = set(metrics) - set(METRICS)
     if unknown:
         raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {', '.join(METRICS)}")
-    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    if score_sampling not in SCORE_SAMPLINGS:
+        raise ValueError(f"score_sampling: unknown {score_sampling!r}; choose one of "
+                         f"{', '.join(SCORE_SAMPLINGS)}")
+    space = dataset.factor_space
+    ood = transfer_factor_position(space, transfer_factor, split) if "transfer" in metrics else None
+    train, test = split.train_test_indices(dataset.classes, space)
     rng = np.random.default_rng(seed)
+    likelihood = model_likelihood(model)
     out: dict[str, float] = {
         "n_train_images": int(len(train)),
         "n_test_images": int(len(test)),
-        "train_nll": float(nll_per_image(model, dataset.images, _sample(train, n_nll, rng)).mean()),
-        "test_nll": float(nll_per_image(model, dataset.images, _sample(test, n_nll, rng)).mean()),
+        "nll_likelihood": likelihood,
+        "train_nll": float(reconstruction_nll_per_image(
+            model, dataset.images, _sample(train, n_nll, rng), likelihood).mean()),
+        "test_nll": float(reconstruction_nll_per_image(
+            model, dataset.images, _sample(test, n_nll, rng), likelihood).mean()),
     }
     nan = float("nan")
     for name in METRICS:
@@ -132,13 +211,18 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
             out[key] = nan
     if dci_estimator is None:
         return out
-    rows = _sample(train, n_metric, rng)
-    test_rows = _sample(test, n_metric, rng)
+    n_test = max(2, n_metric // 2) if n_metric_test is None else n_metric_test
+    # two independent draws from the training images, as disentanglement_lib draws its train and
+    # test batches (a second stream, so the NLL sample above does not move with n_metric)
+    draws = np.random.default_rng([seed, 2])
+    rows, rows_test = _draw(train, n_metric, draws), _draw(train, n_test, draws)
+    out.update(metric_n_train=int(len(rows)), metric_n_test=int(len(rows_test)))
     codes, factors = encode_means(model, dataset.images, rows), dataset.classes[rows]
-    space = dataset.factor_space
+    codes_check, factors_check = encode_means(model, dataset.images, rows_test), dataset.classes[rows_test]
+    held_test = dict(codes_test=codes_check, factors_test=factors_check)
 
     if "dci" in metrics:
-        standard = dci(codes, factors, estimator=dci_estimator, random_state=seed, n_jobs=n_jobs)
+        standard = dci(codes, factors, **held_test, estimator=dci_estimator, random_state=seed, n_jobs=n_jobs)
         out["dci_disentanglement"] = float(standard["disentanglement"])
         out["dci_completeness"] = float(standard["completeness"])
         out["dci_informativeness"] = float(standard["informativeness_test"])
@@ -148,65 +232,90 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
     if "mig" in metrics:
         out["mig"] = mig(codes, factors)["mig"]
     if "sap" in metrics:
-        out["sap"] = sap(codes, factors, random_state=seed)["sap"]
+        out["sap"] = sap(codes, factors, **held_test, random_state=seed)["sap"]
     if "modularity_explicitness" in metrics:
-        result = modularity_explicitness(codes, factors, random_state=seed)
+        result = modularity_explicitness(codes, factors, **held_test, random_state=seed)
         out["modularity"], out["explicitness"] = result["modularity"], result["explicitness_test"]
     if {"beta_vae", "factor_vae"} & set(metrics):
-        out.update(_grid_scores(model, dataset, codes, factors, metrics, n_metric, n_grid, seed))
+        out.update(_grid_scores(model, dataset, train, metrics, n_metric, n_grid, score_sampling, seed))
 
     need_test = {"transfer", "encoder_decoder"} & set(metrics)
+    test_rows = _sample(test, n_metric, rng)
     codes_test = encode_means(model, dataset.images, test_rows) if need_test else None
     factors_test = dataset.classes[test_rows]
     ranges = np.stack([np.zeros(space.n_factors), np.asarray(space.sizes) - 1.0], axis=1)
     if "transfer" in metrics:
-        ood = space.position(transfer_factor) if transfer_factor else transfer_factor_of(space, split)
         held = [space.position(name) for name in split.test_when]
+        # OOD1 reads the training sample only: its values of the OOD factor are those the encoder
+        # trained on (D21: OOD1-A/B/C are defined on the encoder's training hues)
         result = transfer_score(codes, factors, ood_factor=ood, codes_ood2=codes_test,
                                 factors_ood2=factors_test,
                                 regressors=tuple(transfer_regressors), factor_ranges=ranges,
                                 ood2_excluded=held if len(held) == 1 else [], random_state=seed)
         out.update({k: v for k, v in result.items() if k.startswith("transfer_")})
-    if "encoder_decoder" in metrics and len(rows) >= 8:
+        out["transfer_factor"] = space.names[ood]
+    unique = np.unique(rows)  # the diagnosis splits its sample in two: no row on both sides
+    if "encoder_decoder" in metrics and len(unique) >= 8:
+        codes_unique = encode_means(model, dataset.images, unique)
         result = encoder_decoder_diagnosis(
-            codes, factors, codes_test, factors_test, decode=_decoder(model),
-            images=dataset.images[rows], images_test=dataset.images[test_rows], factor_ranges=ranges,
-            random_state=seed)
+            codes_unique, dataset.classes[unique], codes_test, factors_test, decode=_decoder(model),
+            images=dataset.images[unique], images_test=dataset.images[test_rows], factor_ranges=ranges,
+            ratio=diagnosis_ratio, encoder_margin=diagnosis_encoder_margin,
+            decoder_margin=diagnosis_decoder_margin, likelihood=likelihood, random_state=seed)
         out.update({k: result[k] for k in _KEYS["encoder_decoder"]})
+        out.update(diagnosis_ratio=float(diagnosis_ratio),
+                   diagnosis_encoder_margin=float(diagnosis_encoder_margin),
+                   diagnosis_decoder_margin=float(diagnosis_decoder_margin))
     return out
 
 
-def _grid_scores(model, dataset, codes, factors, metrics, n_metric, n_grid, seed):
-    """beta_vae_score and factor_vae_score, on a pool of full-grid points where the dataset can
-    render them, else on the encoded training rows (NaN unless they are a full grid)."""
+def _grid_scores(model, dataset, train, metrics, n_metric, n_grid, score_sampling, seed):
+    """beta_vae_score and factor_vae_score with their sample sizes (see the module docstring)."""
     sizes = grid_score_sizes(n_metric, n_grid)
     batch = dict(batch_size=sizes["batch_size"], n_train=sizes["n_train"], n_eval=sizes["n_eval"])
-    out = {}
-    if dataset.observe is not None:
+    space = dataset.factor_space
+    out = {"score_batch_size": sizes["batch_size"], "score_n_train": sizes["n_train"],
+           "score_n_eval": sizes["n_eval"], "score_n_variance": sizes["n_variance"],
+           "score_pool_size": sizes["n_grid"]}
+    # a stream of its own for the pool, apart from the scores' (seeded by ``seed``)
+    pool_seed = [seed, 1]
+    if score_sampling == "grid":
+        if dataset.observe is None:
+            raise ValueError(f"score_sampling: 'grid' renders grid points with dataset.observe, which "
+                             f"{dataset.name} lacks; use 'training'")
+
         def represent(classes):
             images = dataset.observe(classes)
             return encode_means(model, images, np.arange(len(images)))
 
-        # a stream of its own for the pool, apart from the scores' (seeded by ``seed``)
-        source = grid_pool(represent, dataset.factor_space.sizes, sizes["n_grid"], random_state=[seed, 1])
-        if "beta_vae" in metrics:
-            result = sampled_beta_vae_score(source, **batch, random_state=seed)
-            out["beta_vae_score"] = result["beta_vae_eval"]
-        if "factor_vae" in metrics:
-            result = sampled_factor_vae_score(source, **batch, n_variance=sizes["n_grid"], random_state=seed)
-            out["factor_vae_score"] = result["factor_vae_eval"]
-        return out
-    results = {}
+        if sizes["n_grid"]:
+            source = grid_pool(represent, space.sizes, sizes["n_grid"], random_state=pool_seed)
+        else:
+            source = represent
+        out["score_sample"] = "full grid (rendered), held-out combinations included"
+    else:
+        if len(train) < 2:
+            out.update(beta_vae_score=float("nan"), factor_vae_score=float("nan"),
+                       score_sample="training images: fewer than 2")
+            return out
+        full = len(np.unique(dataset.classes[train], axis=0)) == int(np.prod(space.sizes, dtype=np.int64))
+        out["score_sample"] = ("training images (a full factorial grid)" if full else "training images "
+                               "(not a full factorial grid: ill-defined, Dittadi et al. 2021)")
+        if sizes["n_grid"]:
+            pool_rows = _draw(train, sizes["n_grid"], np.random.default_rng(pool_seed))
+            source = GridPool(dataset.classes[pool_rows], encode_means(model, dataset.images, pool_rows),
+                              space.sizes)
+        else:
+            source = RowSampler(dataset.classes[train],
+                                lambda r: encode_means(model, dataset.images, train[r]), space.sizes)
+    factor_sizes = None if isinstance(source, GridPool) else space.sizes
     if "beta_vae" in metrics:
-        results["beta_vae_score"] = beta_vae_score(codes, factors, **batch, random_state=seed)
-        out["beta_vae_score"] = results["beta_vae_score"]["beta_vae_eval"]
+        out["beta_vae_score"] = sampled_beta_vae_score(source, factor_sizes, **batch,
+                                                       random_state=seed)["beta_vae_eval"]
     if "factor_vae" in metrics:
-        results["factor_vae_score"] = factor_vae_score(
-            codes, factors, **batch, n_variance=max(2, min(10_000, len(codes))), random_state=seed)
-        out["factor_vae_score"] = results["factor_vae_score"]["factor_vae_eval"]
-    for key, result in results.items():
-        if result["reason"]:
-            _log.info("%s is NaN: %s (dataset %s has no observe)", key, result["reason"], dataset.name)
+        out["factor_vae_score"] = sampled_factor_vae_score(
+            source, factor_sizes, **batch, n_variance=sizes["n_variance"], random_state=seed,
+        )["factor_vae_eval"]
     return out
 
 

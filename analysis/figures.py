@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.aggregate import cell_label  # noqa: E402
+
 
 def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray) -> np.ndarray:
     """Originals (top row) above their reconstructions (bottom row), as one (C, H, W) float image
@@ -32,6 +34,8 @@ def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score")
     """Montero et al. 2021 Figure 3: disentanglement (x) against train and test NLL (y), one
     panel each, coloured by held-out condition and marked by β. Writes a PNG to ``path``."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    # one colour per dataset and split: a split name (leave1out) exists on several datasets
+    df = df.assign(split=[cell_label(row) for _, row in df.iterrows()]) if "dataset" in df.columns else df
     conditions = sorted(df["split"].dropna().unique())
     colours = dict(zip(conditions, plt.cm.tab10.colors))
     markers = dict(zip(sorted(df["beta"].dropna().unique()), "osD^v<>p*h"))

@@ -17,12 +17,15 @@ import traceback
 import pandas as pd
 
 from analysis.aggregate import (
+    CELL,
     DISENTANGLEMENT_METRICS,
     GENERALISATION_SCORES,
     TRANSFER_SCORES,
     add_derived_columns,
+    cell_label,
     correlation_table,
     present,
+    seed_summary,
 )
 from analysis.figures import disentanglement_vs_nll, spearman_heatmap, violins_by
 from analysis.schema import CONFIG_FIELDS
@@ -78,7 +81,8 @@ def _correlation_rows(table: pd.DataFrame) -> pd.DataFrame:
         for low, high in zip(shown["low"], shown["high"])
     ]
     shown["rho"] = shown["rho"].map(lambda v: "–" if pd.isna(v) else f"{v:+.2f}")
-    return shown[["group_by", "group", "x", "y", "n", "rho", "95% interval"]].rename(
+    cell = [c for c in CELL if c in shown.columns]
+    return shown[[*cell, "group_by", "group", "x", "y", "n", "rho", "95% interval"]].rename(
         columns={"group_by": "grouped by", "x": "metric", "y": "score", "rho": "Spearman ρ"}
     )
 
@@ -129,6 +133,13 @@ def write_html_report(
     order = [c for c in ("experiment", "split", "beta", "seed") if c in columns]
     sections.append(f"<h2>Trials ({len(df)})</h2>" + _table(df[columns].sort_values(order)))
 
+    # --- seeds: M21 reports the most disentangled seed ----------------------------------------
+    if "seed" in df.columns and df["seed"].nunique() >= 2 and "d_score" in metrics:
+        summary = seed_summary(df, [m for m in ("train_nll", "test_nll", "d_score") if m in df.columns])
+        sections.append("<h2>Seeds</h2><p>Per configuration: <b>best</b> is the value at the seed with "
+                        "the highest d_score (what Montero et al. 2021 report, shown first), next to the "
+                        "mean ± sd over seeds.</p>" + _table(summary))
+
     # --- correlations ----------------------------------------------------------------------
     table = correlation_table(df, metrics=metrics, scores=scores, n_bootstrap=n_bootstrap)
     body = [
@@ -141,13 +152,18 @@ def write_html_report(
     if table.empty:
         body.append('<p class="note">No metric and score pair has values.</p>')
     else:
-        for (group_by, group), part in table.groupby(["group_by", "group"], sort=False):
-            name = "all trials" if group_by == "all" else f"{group_by} = {group}"
+        cell = [c for c in CELL if c in table.columns]
+        for key, part in table.groupby([*cell, "group_by", "group"], sort=False, dropna=False):
+            group_by, group = key[-2:]
+            where = cell_label(part.iloc[0], cell)
+            name = ("all trials" if group_by == "all" else f"{group_by} = {group}") + (
+                f" ({where})" if where else "")
             if not part["rho"].notna().any():
                 body.append(f'<p class="note">No correlation for {html.escape(name)}: it needs at least '
                             "3 trials that differ.</p>")
                 continue
-            path = os.path.join(figures_dir, f"spearman_{group_by}_{group}.png".replace("/", "_"))
+            path = os.path.join(figures_dir, f"spearman_{where}_{group_by}_{group}.png".replace("/", "_")
+                                .replace(", ", "_").replace("=", "-"))
             body.append(
                 _image(
                     spearman_heatmap(part, path, title=f"Spearman ρ, {name}"),

@@ -83,6 +83,25 @@ METRIC_FIELDS = [
     pa.field("decoder_nll_test", pa.float64()),
     pa.field("n_train_images", pa.int64()),
     pa.field("n_test_images", pa.int64()),
+    # Added by issue 14 (fidelity); null in files written before.
+    pa.field("nll_likelihood", pa.string()),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
+    pa.field("transfer_factor", pa.string()),  # the OOD1 factor of the transfer scores
+    pa.field("encoder_fails", pa.float64()),  # 1.0/0.0: encoder_error_test > ratio·train + margin
+    pa.field("decoder_fails", pa.float64()),  # the same rule for decoder_nll
+    pa.field("diagnosis_ratio", pa.float64()),  # the rule's parameters (disgen's, not M22's)
+    pa.field("diagnosis_encoder_margin", pa.float64()),
+    pa.field("diagnosis_decoder_margin", pa.float64()),
+    # the samples the metrics used: DCI/SAP/modularity fit on metric_n_train training images and
+    # test on metric_n_test drawn independently (MIG and D-score: the first); the BetaVAE/FactorVAE
+    # scores' batch, points, variance sample and pool (0: fresh draws), and what they were drawn from
+    pa.field("metric_n_train", pa.int64()),
+    pa.field("metric_n_test", pa.int64()),
+    pa.field("score_batch_size", pa.int64()),
+    pa.field("score_n_train", pa.int64()),
+    pa.field("score_n_eval", pa.int64()),
+    pa.field("score_n_variance", pa.int64()),
+    pa.field("score_pool_size", pa.int64()),
+    pa.field("score_sample", pa.string()),
     pa.field("node_id", pa.string()),  # the Ray node that trained the model
     pa.field("device", pa.string()),  # cpu, cuda or mps
     pa.field("train_seconds", pa.float64()),

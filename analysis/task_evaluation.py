@@ -102,7 +102,9 @@ def evaluate_task(trainer_or_model, dataset, split, n_nll: int = 1000, seed: int
         raise ValueError(f"n_nll: must be at least 1; got {n_nll}")
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     rng = np.random.default_rng(seed)
-    out: dict[str, float] = {"n_train_images": int(len(train)), "n_test_images": int(len(test))}
+    # both tasks train with the Bernoulli likelihood, and are scored with it
+    out: dict[str, float] = {"n_train_images": int(len(train)), "n_test_images": int(len(test)),
+                             "nll_likelihood": "bernoulli"}
     if isinstance(model, GroundTruthDecoder):
         values = dataset.factor_space.raw_values(dataset.classes)
         out["train_nll"] = _mean(ground_truth_nll(model, dataset.images, values, _sample(train, n_nll, rng)))

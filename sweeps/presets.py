@@ -2,6 +2,11 @@
 
 A preset names a study; a scale says how big to run it. ``tiny`` is for CI (seconds of training),
 ``smoke`` the laptop default (minutes), ``small`` one GPU (hours) and ``full`` the paper.
+
+Every value of the ``full`` scales and of ``fixed``/``axes`` carries its source in a comment: the
+paper's section, its public code, or "disgen" where neither fixes it (docs/presets.md lists them
+all). The ``tiny``, ``smoke`` and ``small`` scales are disgen's by construction: shorter runs,
+smaller samples, a smaller network where the paper's is too slow.
 """
 
 from __future__ import annotations
@@ -10,17 +15,60 @@ SCALES = ("tiny", "smoke", "small", "full")
 
 # Montero et al. 2021's models: the VAEs and the ground-truth decoder, which every scale from smoke
 # up runs, and the composition task, which needs the whole grid (small and full scales only).
+# Sources: M21 §3 and appendix A (models, β, γ, batch 128 for FactorVAE); the FactorVAE runs use
+# the kim network on both datasets (M21's FactorVAE scripts; appendix A); the discriminator is
+# Kim & Mnih's 6 hidden layers of 1,000 (7 linear layers; disentanglement_lib's fc_discriminator).
+FACTOR_VAE_M21 = {"objective": "factor_vae", "batch_size": 128, "architecture": "kim",
+                  "discriminator_layers": 7, "discriminator_width": 1000}
 M21_MODELS = [
-    {"objective": "vae", "beta": 1.0},
-    {"objective": "beta_vae", "beta": 8.0},
+    {"objective": "vae", "beta": 1.0},  # M21 §3
+    {"objective": "beta_vae", "beta": 8.0},  # M21 §3: β ∈ {8, 12} on the held-out splits
     {"objective": "beta_vae", "beta": 12.0},
-    {"objective": "factor_vae", "gamma": 20.0, "batch_size": 128},
-    {"objective": "factor_vae", "gamma": 50.0, "batch_size": 128},
-    {"objective": "factor_vae", "gamma": 100.0, "batch_size": 128},
-    # M21 trained it 1000 epochs (its code: 500 at lr 1e-3); here as long as the VAEs
+    {**FACTOR_VAE_M21, "gamma": 20.0},  # M21 §3: γ ∈ {20, 50, 100}
+    {**FACTOR_VAE_M21, "gamma": 50.0},
+    {**FACTOR_VAE_M21, "gamma": 100.0},
+    # M21 appendix A: an MLP decoder of the true factor values; as long as the VAEs below full scale
     {"task": "ground_truth_decoder", "objective": "vae", "beta": 1.0, "architecture": "higgins"},
 ]
-M21_COMPOSITION = {"task": "composition", "objective": "vae", "beta": 1.0, "latent_op": "linear"}
+# At full scale the ground-truth decoder trains 1,000 epochs (M21 appendix A's text). M21's code
+# instead runs 500 short epochs at lr 1e-3: M21_GT_DECODER_CODE, for a grid file that wants it.
+M21_GT_DECODER_PAPER = {**M21_MODELS[-1], "epochs": 1000}
+M21_GT_DECODER_CODE = {**M21_MODELS[-1], "epochs": 500, "lr": 1e-3}
+M21_COMPOSITION = {"task": "composition", "objective": "vae", "beta": 1.0,  # M21 §2.3: β = 1
+                   "latent_op": "linear"}  # M21 §2.3: h = W_r[z_r; a] + W_t[z_t; a]
+M21_MODELS_FULL = [*M21_MODELS[:-1], M21_GT_DECODER_PAPER, M21_COMPOSITION]
+# M21's splits, one of each condition type per dataset (M21 §2.1; the split names are M21's code's);
+# burgess_v2 is what the M21 scripts ran on dSprites, kim on 3DShapes.
+M21_HELD_OUT = [
+    {"dataset": "dsprites", "split": "blank_side", "architecture": "burgess_v2"},
+    {"dataset": "dsprites", "split": "shape2tx", "architecture": "burgess_v2"},
+    {"dataset": "dsprites", "split": "leave1out", "architecture": "burgess_v2"},
+    {"dataset": "shapes3d", "split": "fhue_gt50", "architecture": "kim"},
+    {"dataset": "shapes3d", "split": "shape2ohue", "architecture": "kim"},
+    {"dataset": "shapes3d", "split": "leave1out", "architecture": "kim"},
+]
+# M21 §3: 100 epochs on dSprites, 65 on 3DShapes (set with the split, so that the ground-truth
+# decoder's 1,000 epochs, a later variant, win)
+M21_HELD_OUT_FULL = [{**v, "epochs": 100 if v["dataset"] == "dsprites" else 65} for v in M21_HELD_OUT]
+
+# Montero et al. 2022's models (M22's code README and configs; docs/presets.md)
+M22_MODELS = [
+    {"objective": "vae", "beta": 1.0},
+    {"objective": "beta_vae", "beta": 4.0},  # β = 4: chosen by disgen (M22 does not fix one here)
+    # M22 MPI3D runs: λ1 ∈ {10, 20, 30}, λ2 = 1e-3, lr 1e-4
+    {"objective": "wae_mmd", "mmd_weight": 10.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
+    {"objective": "wae_mmd", "mmd_weight": 20.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
+    {"objective": "wae_mmd", "mmd_weight": 30.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
+    # M22: 6 continuous latents and 3 categories, β (2, 10), 20k steps per dimension, lr 3e-4
+    {"objective": "cascade_vae", "latent_dim": 6, "discrete_categories": 3, "beta_low": 2.0,
+     "beta_high": 10.0, "cascade_steps": 20000, "lr": 3e-4},
+    # M22: batch 256, lr 1e-4 (and 50 epochs at full scale: M22_MODELS_FULL)
+    {"objective": "lie_group_vae", "batch_size": 256, "lr": 1e-4},
+    # the latent op: "mlp" chosen by disgen (M22 runs CompositionNet; its op is not fixed in our copy)
+    {"task": "composition", "objective": "vae", "beta": 1.0, "latent_op": "mlp"},
+]
+# M22: LieVAE trains 50 epochs
+M22_MODELS_FULL = [{**m, "epochs": 50} if m.get("objective") == "lie_group_vae" else m for m in M22_MODELS]
 
 PRESETS: dict[str, dict] = {
     "default": {
@@ -64,20 +112,14 @@ PRESETS: dict[str, dict] = {
             "recombination-to-range and a recombination-to-element split, and the composition task "
             "with β = 1 (small and full scales: it needs the whole grid); 3 seeds at full scale"
         ),
+        # M21 §3 / appendix A: latent size 10, Adam lr 1e-4 (the text also says 5e-4 once), batch 64;
+        # no KL warm-up (none is described); data_seed: disgen's (the image subset at small scales)
         "fixed": {"latent_dim": 10, "lr": 1e-4, "batch_size": 64, "data_seed": 0,
                   "kl_warmup_steps": 0},
         # held_out comes first: a later variant's settings win, so the ground-truth decoder keeps
         # its MLP decoder where the held-out variant names the VAEs' network.
         "axes": {
-            "held_out": [
-                # burgess_v2 is what the M21 scripts ran on dSprites; kim on 3DShapes.
-                {"dataset": "dsprites", "split": "blank_side", "architecture": "burgess_v2"},
-                {"dataset": "dsprites", "split": "shape2tx", "architecture": "burgess_v2"},
-                {"dataset": "dsprites", "split": "leave1out", "architecture": "burgess_v2"},
-                {"dataset": "shapes3d", "split": "fhue_gt50", "architecture": "kim"},
-                {"dataset": "shapes3d", "split": "shape2ohue", "architecture": "kim"},
-                {"dataset": "shapes3d", "split": "leave1out", "architecture": "kim"},
-            ],
+            "held_out": M21_HELD_OUT,
             "model": [*M21_MODELS, M21_COMPOSITION],
         },
         "scales": {
@@ -99,8 +141,9 @@ PRESETS: dict[str, dict] = {
                       "n_nll": 5000, "n_metric": 10000},
             # The paper: 100 epochs on dSprites, 65 on 3DShapes, Adam lr 1e-4, 3 seeds (M21 reports
             # the seed with the highest disentanglement).
-            "full": {"n_images": None, "epochs": 100, "by_dataset": {"shapes3d": {"epochs": 65}},
-                     "report_every": 1000, "n_nll": 10000, "n_metric": 10000, "seeds": 3},
+            # the ground-truth decoder: 1,000 epochs (M21 appendix A; M21_GT_DECODER_PAPER)
+            "full": {"n_images": None, "report_every": 1000, "n_nll": 10000, "n_metric": 10000, "seeds": 3,
+                     "axes": {"held_out": M21_HELD_OUT_FULL, "model": M21_MODELS_FULL}},
         },
     },
     "montero2022": {
@@ -109,22 +152,11 @@ PRESETS: dict[str, dict] = {
             "CompositionNet (small and full scales: it needs the whole grid) on dSprites, 3DShapes, "
             "MPI3D, Circles and Simple over M22's splits"
         ),
+        # M22's code: the montero network, 10 latents, lr 5e-4, batch 64
         "fixed": {"architecture": "montero", "latent_dim": 10, "lr": 5e-4, "batch_size": 64,
                   "data_seed": 0},
         "axes": {
-            "model": [
-                {"objective": "vae", "beta": 1.0},
-                {"objective": "beta_vae", "beta": 4.0},
-                {"objective": "wae_mmd", "mmd_weight": 10.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
-                {"objective": "wae_mmd", "mmd_weight": 20.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
-                {"objective": "wae_mmd", "mmd_weight": 30.0, "logvar_l1_weight": 1e-3, "lr": 1e-4},
-                # M22: 6 continuous latents and 3 categories, β (2, 10), 20k steps per dimension, lr 3e-4
-                {"objective": "cascade_vae", "latent_dim": 6, "discrete_categories": 3, "beta_low": 2.0,
-                 "beta_high": 10.0, "cascade_steps": 20000, "lr": 3e-4},
-                # M22: batch 256, lr 1e-4 (and 50 epochs at full scale, below)
-                {"objective": "lie_group_vae", "batch_size": 256, "lr": 1e-4},
-                {"task": "composition", "objective": "vae", "beta": 1.0, "latent_op": "mlp"},
-            ],
+            "model": M22_MODELS,
             "held_out": [
                 {"dataset": "dsprites", "split": "sqr2scl"},
                 {"dataset": "dsprites", "split": "shape2tx"},
@@ -159,9 +191,10 @@ PRESETS: dict[str, dict] = {
                       ]}},
             "small": {"n_images": None, "steps": 30000, "report_every": 250, "n_nll": 5000,
                       "n_metric": 10000},
-            # M22's defaults: 66 epochs; lr 5e-4 (1e-4 for WAE-MMD, set in its variants).
+            # M22's defaults: 66 epochs; lr 5e-4 (1e-4 for WAE-MMD, set in its variants); LieVAE 50
+            # epochs (M22_MODELS_FULL); 3 seeds: chosen by disgen
             "full": {"n_images": None, "epochs": 66, "report_every": 1000, "n_nll": 10000,
-                     "n_metric": 10000, "seeds": 3},
+                     "n_metric": 10000, "seeds": 3, "axes": {"model": M22_MODELS_FULL}},
         },
     },
     "dittadi2021": {
@@ -172,17 +205,25 @@ PRESETS: dict[str, dict] = {
             "available, so it runs on 3DShapes with 2 of the 10 object hues held out from the encoder "
             "(OOD2-A), with the residual architecture at 64 px"
         ),
+        # D21 §4 and appendix: Adam lr 1e-4, batch 64, the residual network (at 64 px: disgen's
+        # adaptation), global gradient-norm clipping; the data is disgen's stand-in for D21's robot
+        # scene (3DShapes, 2 of 10 object hues never seen by the encoder: OOD2-A)
         "fixed": {"dataset": "shapes3d", "split": "d21_ood2a", "architecture": "dittadi",
                   "lr": 1e-4, "batch_size": 64, "data_seed": 0,
                   # The paper's clipping value and noise σ did not survive in our copy: our choices.
-                  "grad_clip_norm": 1.0},
+                  "grad_clip_norm": 1.0,
+                  # D21 §5: OOD1 varies the colour, never the factor with the fewest values; here
+                  # object hue. D21 reports a GBT and an MLP [256, 256] readout: both.
+                  "transfer_factor": "object_hue", "transfer_regressors": ["gbt", "mlp"]},
         "axes": {
+            # D21 §4: supervision × β × KL warm-up × latent size × noise = 108 configurations
             "supervision": [{"objective": "beta_vae"},
                             {"objective": "ada_gvae", "pair_factors_changed": 1,
                              "pair_divergence": "symmetric_kl"}],
             "beta": [1.0, 2.0, 4.0],
             "kl_warmup_steps": [0, 10000, 50000],
             "latent_dim": [10, 25, 50],
+            # D21: noise off or on, two components; the σ values are chosen by disgen (lost from our copy)
             "input_noise": [{"input_noise_subpixel_std": 0.0, "input_noise_greyscale_std": 0.0},
                             {"input_noise_subpixel_std": 0.03, "input_noise_greyscale_std": 0.05}],
         },

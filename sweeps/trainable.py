@@ -67,6 +67,7 @@ class _ModelLog:
     def final(self, model, step: int, metrics: dict) -> None:
         for side in self.shown:
             self.reconstructions(model, side, step)
+        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}  # not the names
         for name, value in metrics.items():
             self.writer.add_scalar(f"eval/{name}", value, step)
         hparams = {k: v for k, v in self.trial.items() if isinstance(v, (int, float, str, bool))}
@@ -81,7 +82,8 @@ def _evaluate(trainer, data, split, trial: TrialConfig, cpus: float) -> dict:
     metrics = evaluate_task(trainer, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
                             n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
                             dci_estimator=None if evaluation.dci_estimator == "none"
-                            else evaluation.dci_estimator,
+                            else evaluation.dci_estimator, transfer_factor=evaluation.transfer_factor,
+                            transfer_regressors=evaluation.transfer_regressors,
                             **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics

@@ -45,6 +45,9 @@ EVALUATION_KEYS = {
     "n_metric": "codes for the disentanglement metrics",
     "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
     "metrics": "the metrics to compute (analysis.evaluation.METRICS; default: all)",
+    "transfer_factor": "the OOD1 factor of the transfer scores, a factor name of the dataset (default: its "
+                       "colour factor, else the factor with the fewest classes, at least 4)",
+    "transfer_regressors": "the transfer readouts, a list of gbt and/or mlp (default: [gbt])",
 }
 
 
@@ -102,6 +105,8 @@ class EvaluationConfig:
     n_metric: int
     dci_estimator: str = "gbt"
     metrics: tuple[str, ...] | None = None  # None: every metric
+    transfer_factor: str | None = None  # None: analysis.evaluation.transfer_factor_of
+    transfer_regressors: tuple[str, ...] = ("gbt",)
 
     @classmethod
     def parse(cls, settings: dict) -> EvaluationConfig:
@@ -124,7 +129,39 @@ class EvaluationConfig:
                 raise UsageError(f"metrics: unknown {unknown[0]!r}; choose from {', '.join(METRICS)}")
             metrics = tuple(metrics)
         return cls(_whole(settings["report_every"], "report_every", 1), _whole(settings["n_nll"], "n_nll", 1),
-                   _whole(settings["n_metric"], "n_metric", 2), estimator, metrics)
+                   _whole(settings["n_metric"], "n_metric", 2), estimator, metrics,
+                   _transfer_factor(settings), _transfer_regressors(settings))
+
+
+def _transfer_factor(settings: dict) -> str | None:
+    """The OOD1 factor's name, checked against the dataset's factor names where disgen knows them."""
+    name = settings.get("transfer_factor")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise UsageError(f"transfer_factor: expected a factor name; got {name!r}")
+    from data_pipeline.spaces import factor_space
+
+    try:
+        names = factor_space(settings.get("dataset", "")).names
+    except (KeyError, ValueError):  # a user's labelled dataset: evaluate checks it on load
+        return name
+    if name not in names:
+        raise UsageError(f"transfer_factor: {settings.get('dataset')} has no factor {name!r}; "
+                         f"choose one of {', '.join(names)}")
+    return name
+
+
+def _transfer_regressors(settings: dict) -> tuple[str, ...]:
+    from analysis.metrics.transfer_score import REGRESSORS
+
+    chosen = settings.get("transfer_regressors", ["gbt"])
+    if not isinstance(chosen, (list, tuple)) or not chosen or not all(isinstance(r, str) for r in chosen):
+        raise UsageError(f"transfer_regressors: expected a non-empty list such as [gbt, mlp]; got {chosen!r}")
+    unknown = [r for r in chosen if r not in REGRESSORS]
+    if unknown:
+        raise UsageError(f"transfer_regressors: unknown {unknown[0]!r}; choose from {', '.join(REGRESSORS)}")
+    return tuple(dict.fromkeys(chosen))
 
 
 def flatten(config: dict) -> dict:

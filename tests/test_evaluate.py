@@ -54,7 +54,7 @@ def test_every_metric_is_computed_and_in_range(trained):
     for key in ["beta_vae_score", "factor_vae_score"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     assert np.isnan(metrics["transfer_mlp_ood2"])  # the MLP readout is opt-in
-    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    assert all(isinstance(v, (int, float, str)) for v in metrics.values())
     # every key is a column of the results schema, so a sweep can store it
     from analysis.schema import TRIALS_SCHEMA
     assert set(metrics) <= set(TRIALS_SCHEMA.names)
@@ -68,41 +68,37 @@ def test_metrics_can_be_chosen(trained):
         evaluate(model, data, split, metrics=("nope",))
 
 
-def test_beta_vae_and_factor_vae_scores_sample_the_full_grid_through_observe(trained):
-    from analysis.evaluation import grid_score_sizes
-    from analysis.metrics import grid_pool, sampled_beta_vae_score, sampled_factor_vae_score
-    from models import encode_means
+def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_default_does_not(trained):
+    import dataclasses
 
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=20, n_metric=120, seed=2, metrics=("beta_vae", "factor_vae"))
-    # the same numbers by hand: render full-grid classes, encode them, score the pool
-    sizes = grid_score_sizes(120)
-    assert sizes == {"n_grid": 480, "batch_size": 64, "n_train": 120, "n_eval": 60}
     rendered = []
 
-    def represent(classes):
-        rendered.append(classes)
-        images = data.observe(classes)
-        return encode_means(model, images, np.arange(len(images)))
+    def observe(classes):
+        rendered.append(np.asarray(classes))
+        return data.observe(classes)
 
-    pool = grid_pool(represent, data.factor_space, sizes["n_grid"], random_state=[2, 1])
-    batch = dict(batch_size=64, n_train=120, n_eval=60, random_state=2)
-    assert metrics["beta_vae_score"] == sampled_beta_vae_score(pool, **batch)["beta_vae_eval"]
-    factor_vae = sampled_factor_vae_score(pool, **batch, n_variance=480)
-    assert metrics["factor_vae_score"] == factor_vae["factor_vae_eval"]
+    recording = dataclasses.replace(data, observe=observe)
+    scores = ("beta_vae", "factor_vae")
+    grid = evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores,
+                    score_sampling="grid")
+    assert grid["score_sample"].startswith("full grid") and grid["score_pool_size"] == 480
     # the pool is drawn from the whole grid, not from the 1,500 images the dataset holds
     held = {tuple(row) for row in data.classes}
     assert sum(tuple(row) not in held for row in np.concatenate(rendered)) > 400
+    rendered.clear()
+    evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores)
+    assert not rendered  # the default reads the training images
 
 
-def test_without_observe_the_grid_scores_are_nan_with_the_reason_logged(trained, caplog):
+def test_without_observe_the_scores_read_the_training_images_and_grid_sampling_is_refused(trained):
     import dataclasses
-    import logging
 
     model, data, split = trained
     no_renderer = dataclasses.replace(data, observe=None)
-    with caplog.at_level(logging.INFO, logger="analysis.evaluation"):
-        metrics = evaluate(model, no_renderer, split, n_nll=20, n_metric=100,
-                           metrics=("beta_vae", "factor_vae"))
-    assert np.isnan(metrics["beta_vae_score"]) and np.isnan(metrics["factor_vae_score"])
-    assert "not a full factorial grid" in caplog.text and "beta_vae_score" in caplog.text
+    metrics = evaluate(model, no_renderer, split, n_nll=20, n_metric=100, metrics=("beta_vae", "factor_vae"))
+    assert 0 <= metrics["beta_vae_score"] <= 1 and 0 <= metrics["factor_vae_score"] <= 1
+    assert "not a full factorial grid" in metrics["score_sample"]
+    with pytest.raises(ValueError, match="score_sampling: 'grid'.*observe"):
+        evaluate(model, no_renderer, split, n_nll=20, n_metric=100, metrics=("beta_vae",),
+                 score_sampling="grid")

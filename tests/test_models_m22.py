@@ -241,31 +241,11 @@ def test_group_penalties_closed_form():
     assert math.isclose(hessian_penalty(commuting).item(), 2 * 8.0 / 4)
 
 
-def test_lie_loss_adds_its_terms_and_the_decoder_reads_the_chosen_group():
-    config = ModelConfig(objective="lie_group_vae", latent_dim=3, lie_matrix_size=3, beta=2.0,
-                         group_reconstruction_weight=0.5, hessian_weight=7.0, commutator_weight=3.0,
-                         lie_basis_init_std=0.3)
-    model, objective = build(config), build_objective(config)
-    assert model.encode(torch.rand(2, 1, 64, 64))[0].shape == (2, 3)
-    x = torch.from_numpy(blobs(4)).float() / 255
-    noise = objective.draw_noise(torch.Generator().manual_seed(0), 4, "cpu")
-    for choice, reads_encoder in [(0.1, True), (0.9, False)]:  # p = 0.2
-        noise["group_choice"] = torch.tensor(choice)
-        terms = objective(model, x, x, noise, Schedule(step=0, kl_weight=0.5))
-        with torch.no_grad():
-            group, mean, logvar = model.encode_group(x)
-            z = mean + noise["posterior"] * torch.exp(0.5 * logvar)
-            exp_group = torch.linalg.matrix_exp(torch.einsum("bk,kij->bij", z, model.lie_basis)).flatten(1)
-            pixels = torch.sigmoid(model.decoder(group if reads_encoder else exp_group))
-            reconstruction = (pixels - x).pow(2).sum((1, 2, 3)).mean()
-            group_reconstruction = (group - exp_group).pow(2).sum(1).mean()
-            kl = gaussian_kl(mean, logvar).sum(1).mean()
-        assert torch.allclose(terms["reconstruction"], reconstruction, rtol=1e-5)
-        assert torch.allclose(terms["group_reconstruction"], group_reconstruction, rtol=1e-5)
-        expected = (reconstruction + 2.0 * 0.5 * kl + 0.5 * group_reconstruction
-                    + 7.0 * hessian_penalty(model.lie_basis) + 3.0 * commutator_penalty(model.lie_basis))
-        assert torch.allclose(terms["loss"], expected, rtol=1e-5)
-    assert terms["hessian_penalty"].item() > 0 and terms["commutator_penalty"].item() > 0
+def test_lie_model_encodes_to_its_latent_size():
+    # the loss itself is checked by value, for both groups the decoder may read, in
+    # tests/test_objective_values.py
+    config = ModelConfig(objective="lie_group_vae", latent_dim=3, lie_matrix_size=3)
+    assert build(config).encode(torch.rand(2, 1, 64, 64))[0].shape == (2, 3)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,14 +190,21 @@ class GridPool(_Sampler):
     """
 
     def __init__(self, classes, codes, sizes):
-        self.classes, self.codes, self.sizes = classes, codes, sizes
-        # per factor: pool rows sorted by the factor's class, and where each class starts
+        self.codes = codes
+        self._index(classes, sizes)
+
+    def _index(self, classes, sizes):
+        self.classes, self.sizes, self.n_rows = classes, np.asarray(sizes), len(classes)
+        # per factor: rows sorted by the factor's class, and where each class starts
         self._order = np.argsort(classes, axis=0, kind="stable")
-        self._counts = [np.bincount(classes[:, k], minlength=size) for k, size in enumerate(sizes)]
+        self._counts = [np.bincount(classes[:, k], minlength=size) for k, size in enumerate(self.sizes)]
         self._starts = [np.concatenate([[0], np.cumsum(c)[:-1]]) for c in self._counts]
 
+    def _codes(self, rows):
+        return self.codes[rows]
+
     def _rows_sharing(self, anchors, factor, rng):
-        """For each pool row ``anchors[i]``, a random pool row with the same class of ``factor[i]``."""
+        """For each row ``anchors[i]``, a random row with the same class of ``factor[i]``."""
         value = self.classes[anchors, factor]
         out = np.empty_like(anchors)
         for k in np.unique(factor):
@@ -208,16 +215,37 @@ class GridPool(_Sampler):
         return out
 
     def sample(self, n, rng):
-        return self.codes[rng.integers(0, len(self.codes), n)]
+        return self._codes(rng.integers(0, self.n_rows, n))
 
     def pairs(self, fixed, rng):
-        first = rng.integers(0, len(self.codes), len(fixed))
-        return self.codes[first], self.codes[self._rows_sharing(first, fixed, rng)]
+        first = rng.integers(0, self.n_rows, len(fixed))
+        second = self._rows_sharing(first, fixed, rng)
+        codes = self._codes(np.concatenate([first, second]))
+        return codes[: len(fixed)], codes[len(fixed):]
 
     def batches(self, fixed, batch_size, rng):
-        anchors = rng.integers(0, len(self.codes), len(fixed))
+        anchors = rng.integers(0, self.n_rows, len(fixed))
         rows = self._rows_sharing(np.repeat(anchors, batch_size), np.repeat(fixed, batch_size), rng)
-        return self.codes[rows].reshape(len(fixed), batch_size, -1)
+        return self._codes(rows).reshape(len(fixed), batch_size, -1)
+
+
+class RowSampler(GridPool):
+    """Samples drawn from a fixed set of rows, such as a model's training images, and encoded
+    afresh at every draw, as disentanglement_lib draws fresh observations: a point is a uniform
+    row; the partner of a pair, or a batch member, that must share factor ``k``'s value with a
+    first row is a uniform row among those with that value. ``classes`` (N, F) are the rows'
+    factor classes, ``encode(rows)`` gives the codes (M, n_codes) of row numbers 0..N−1. On a full
+    factorial grid this is disentanglement_lib's distribution; on any other set of rows (a
+    held-out split's training images) it is its restriction to those rows."""
+
+    def __init__(self, classes, encode, sizes):
+        self._encode, self._n_codes = encode, None
+        self._index(np.asarray(classes), check_factor_sizes(sizes))
+
+    def _codes(self, rows):
+        codes = represent_in_chunks(self._encode, rows, n_codes=self._n_codes)
+        self._n_codes = codes.shape[1]
+        return codes
 
 
 def grid_pool(represent, factor_sizes, n_pool, *, random_state=0):

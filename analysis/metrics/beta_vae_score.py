@@ -4,7 +4,8 @@ One training point: pick a factor ``k`` at random, draw ``batch_size`` pairs of 
 share the value of factor ``k`` and differ at random in the others, and average ``|z_1 − z_2|`` over
 the pairs. A logistic regression (scikit-learn's defaults) learns to tell ``k`` from that vector.
 The score is its accuracy on ``n_train`` training points and on ``n_eval`` fresh points.
-disentanglement_lib's sizes (SPEC §5) are the defaults: batch 64, 10,000 / 5,000 points.
+disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
+batch 64, 10,000 / 5,000 points.
 
 Two entry points:
 

@@ -1,14 +1,18 @@
 """The FactorVAE score (Kim & Mnih, 2018), as disentanglement_lib computes it.
 
-The variance of each code over ``n_variance`` random samples is its global variance; codes with a
-global variance below ``prune_threshold`` (0.05) are inactive and ignored. One vote: pick a factor
+The variance of each code over ``n_variance`` random samples is its global variance; a code is
+active when the square root of its global variance (its standard deviation) is at least
+``prune_threshold`` (0.05), as disentanglement_lib's ``prune_dims`` keeps ``np.sqrt(variances) >=
+threshold`` with ``prune_dims.threshold = 0.05`` in its study's gin configs. That is a variance of
+at least 0.0025; inactive codes are ignored. One vote: pick a factor
 ``k`` at random, draw ``batch_size`` samples that share the value of factor ``k``, divide each
 active code's variance within the batch by its global variance, and let the code with the smallest
 ratio vote for ``k``. The majority-vote classifier maps each code to the factor it voted for most;
 its accuracy over the votes is the score, computed on ``n_train`` votes and on ``n_eval`` fresh ones.
 
-disentanglement_lib's sizes (SPEC §5) are the defaults: batch 64, 10,000 / 5,000 votes, 10,000
-samples for the variances. With no active code the score is 0 (as in disentanglement_lib).
+disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
+batch 64, 10,000 / 5,000 votes, 10,000 samples for the variances. With no active code the score
+is 0 (as in disentanglement_lib).
 
 As for the BetaVAE score there are two entry points: :func:`sampled_factor_vae_score` takes a
 representation function ``represent(classes) -> codes`` and the factor sizes and samples the whole
@@ -110,7 +114,7 @@ def _check_budget(batch_size, n_train, n_eval, n_variance):
 def _score(grid, batch_size, n_train, n_eval, n_variance, prune_threshold, rng):
     sample = grid.sample(n_variance, rng)
     global_variance = sample.var(axis=0, ddof=1)
-    active = np.flatnonzero(global_variance >= prune_threshold)
+    active = np.flatnonzero(np.sqrt(global_variance) >= prune_threshold)
     if active.size == 0:
         return {"factor_vae_train": 0.0, "factor_vae_eval": 0.0, "n_active_codes": 0.0, "reason": ""}
     train_votes = _votes(grid, active, global_variance, n_train, batch_size, rng)

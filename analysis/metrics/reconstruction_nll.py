@@ -5,13 +5,31 @@ to [0, 1] (uint8 images are divided by 255) and p the decoder's pixel probabilit
 [1e-7, 1 − 1e-7] so that a confident wrong pixel costs a large but finite amount. Give ``logits``
 instead of ``probabilities`` for the exact value (log-sigmoid, no clipping). The papers report the
 mean over images, separately for training images and for each held-out condition's images.
+
+A model trained with the squared error (WAE-MMD, WAE-GAN, LieGroupVAE: ``likelihood="mse"``) is
+scored with the likelihood whose NLL that is, up to a constant: the Gaussian with mean p and
+variance ½ per pixel, NLL = Σ_pixels (x − p)² + (D/2)·log π for D pixels
+(:func:`gaussian_nll_per_image`). :func:`nll_per_image` picks by name: "bernoulli" or "gaussian".
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["reconstruction_nll", "bernoulli_nll_per_image"]
+__all__ = ["reconstruction_nll", "bernoulli_nll_per_image", "gaussian_nll_per_image", "nll_per_image",
+           "LIKELIHOODS", "likelihood_of"]
+
+LIKELIHOODS = ("bernoulli", "gaussian")
+# a model's training reconstruction term (models.config.LIKELIHOODS) → the likelihood it scores with
+_OF_TRAINING = {"bernoulli": "bernoulli", "mse": "gaussian"}
+
+
+def likelihood_of(training_likelihood: str) -> str:
+    """The likelihood that scores a model trained with ``training_likelihood`` ("bernoulli" or "mse")."""
+    if training_likelihood not in _OF_TRAINING:
+        raise ValueError(f"likelihood: unknown {training_likelihood!r}; choose one of "
+                         f"{', '.join(_OF_TRAINING)}")
+    return _OF_TRAINING[training_likelihood]
 
 _CLIP = 1e-7
 
@@ -52,6 +70,26 @@ def bernoulli_nll_per_image(images, probabilities=None, *, logits=None):
         # −[x log σ(l) + (1 − x) log(1 − σ(l))] = softplus(l) − x l
         per_pixel = np.logaddexp(0.0, output) - x * output
     return per_pixel.reshape(x.shape[0], -1).sum(axis=1)
+
+
+def gaussian_nll_per_image(images, probabilities):
+    """NLL (nats) of each image under N(p, ½) per pixel: Σ (x − p)² + (D/2)·log π; shape (n_images,)."""
+    x = _check_images(images, "images")
+    p = _check_images(probabilities, "probabilities")
+    if p.shape != x.shape:
+        raise ValueError(f"probabilities must have the shape of images, {x.shape}; got {p.shape}.")
+    squared = ((x - p) ** 2).reshape(x.shape[0], -1)
+    return squared.sum(axis=1) + 0.5 * squared.shape[1] * np.log(np.pi)
+
+
+def nll_per_image(images, probabilities, *, likelihood="bernoulli"):
+    """Per-image NLL of ``images`` under decoded pixel values ``probabilities`` and ``likelihood``
+    ("bernoulli" or "gaussian", see the module docstring)."""
+    if likelihood == "bernoulli":
+        return bernoulli_nll_per_image(images, probabilities)
+    if likelihood == "gaussian":
+        return gaussian_nll_per_image(images, probabilities)
+    raise ValueError(f"likelihood: unknown {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
 
 
 def reconstruction_nll(images, probabilities=None, *, logits=None):

@@ -13,6 +13,10 @@ factor that defines the shift (the OOD factor). Lower is better. Two regressors,
 ``"mlp"``
     ``MLPRegressor(hidden_layer_sizes=(256, 256))`` on standardised codes, scikit-learn's other
     defaults (ReLU, Adam, learning rate 1e-3, up to 200 epochs). Fitted with one BLAS thread.
+    The codes are standardised with the mean and scale of all the encoder's in-distribution codes
+    given (``codes``), not of one scenario's training subset: in OOD1-A the subset holds one value
+    of the OOD factor, its code is nearly constant there, and dividing by that tiny scale sent the
+    test codes thousands of units away.
 
 The scenarios (D21 §5), for an OOD factor with ordered values v_0 < … < v_{m−1}:
 
@@ -67,14 +71,17 @@ def _regressor(kind, seed):
     return MLPRegressor(hidden_layer_sizes=(256, 256), random_state=seed)
 
 
-def readout_mae(codes, factors, codes_test, factors_test, *, regressor="gbt", random_state=0):
+def readout_mae(codes, factors, codes_test, factors_test, *, regressor="gbt", random_state=0,
+                standardise_by=None):
     """MAE per factor of one regressor per factor, trained on (codes, factors) and scored on the
     test arrays. Factors must already be normalised. Returns an array of shape (n_factors,). A factor
-    that is constant on the training set is predicted as that constant."""
+    that is constant on the training set is predicted as that constant. The MLP's codes are
+    standardised with the statistics of ``standardise_by`` (default: ``codes``)."""
     if regressor not in REGRESSORS:
         raise ValueError(f"regressor must be one of {REGRESSORS}; got {regressor!r}.")
     if regressor == "mlp":
-        mean, scale = codes.mean(axis=0), codes.std(axis=0)
+        reference = codes if standardise_by is None else standardise_by
+        mean, scale = reference.mean(axis=0), reference.std(axis=0)
         scale[scale == 0] = 1.0
         codes, codes_test = (codes - mean) / scale, (codes_test - mean) / scale
     seeds = np.random.default_rng(random_state).integers(0, 2**31 - 1, factors.shape[1])
@@ -178,6 +185,7 @@ def transfer_score(
                 normalise(y_test)[:, keep],
                 regressor=kind,
                 random_state=random_state,
+                standardise_by=codes,
             )
             out[key] = float(errors.mean())
     return out

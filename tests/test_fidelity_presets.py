@@ -1,0 +1,86 @@
+"""Issue 14, points 1, 2 and 7: the presets' values from the sources, and the settings they use."""
+
+import pandas as pd
+
+from sweeps.grid import get_spec, trial_configs
+
+
+def full(preset, seeds=(0,)):
+    return pd.DataFrame(trial_configs(get_spec(preset), preset, "full", list(seeds)))
+
+
+def test_montero2021_ground_truth_decoder_trains_1000_epochs_and_factor_vae_uses_kim():
+    configs = full("montero2021")
+    tasks = configs["task"].fillna("vae") if "task" in configs else pd.Series("vae", index=configs.index)
+    assert set(configs.loc[tasks == "ground_truth_decoder", "epochs"]) == {1000}  # M21 appendix A
+    factor = configs[configs["objective"] == "factor_vae"]
+    assert set(factor["architecture"]) == {"kim"}  # on dSprites too
+    assert set(factor["discriminator_layers"]) == {7} and set(factor["discriminator_width"]) == {1000}
+
+
+def test_the_discriminator_has_six_hidden_layers_of_1000():
+    import torch
+
+    from models import ModelConfig, build_objective
+
+    settings = full("montero2021").query("objective == 'factor_vae'").iloc[0]
+    config = ModelConfig(objective="factor_vae", discriminator_layers=int(settings["discriminator_layers"]),
+                         discriminator_width=int(settings["discriminator_width"]))
+    linear = [m for m in build_objective(config).discriminator if isinstance(m, torch.nn.Linear)]
+    assert [m.out_features for m in linear] == [1000] * 6 + [2]
+
+
+def test_montero2022_lie_group_vae_trains_50_epochs():
+    configs = full("montero2022")
+    lie = configs[configs["objective"] == "lie_group_vae"]
+    assert set(lie["epochs"]) == {50} and set(lie["batch_size"]) == {256} and set(lie["lr"]) == {1e-4}
+    others = configs[(configs["objective"] != "lie_group_vae") & configs["task"].isna()]
+    assert set(others["epochs"]) == {66}
+
+
+def test_dittadi2021_varies_object_hue_and_runs_both_readouts():
+    for scale in ("tiny", "full"):
+        configs = pd.DataFrame(trial_configs(get_spec("dittadi2021"), "dittadi2021", scale, [0]))
+        assert set(configs["transfer_factor"]) == {"object_hue"}
+        assert {tuple(r) for r in configs["transfer_regressors"]} == {("gbt", "mlp")}
+
+
+def test_every_preset_value_has_a_source_in_the_docs():
+    """docs/presets.md names a source (a paper section, a code file, or "chosen by disgen") for every
+    setting of every preset's fixed settings, axes and full scale."""
+    import os
+
+    from sweeps.presets import PRESETS
+
+    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "presets.md")).read()
+    for name, preset in PRESETS.items():
+        assert f"## {name}" in text, name
+        section = text.split(f"## {name}")[1].split("\n## ")[0]
+        keys = set(preset["fixed"]) | set(preset["axes"]) | set(preset["scales"]["full"])
+        for variants in preset["axes"].values():
+            for variant in variants:
+                if isinstance(variant, dict):
+                    keys |= set(variant)
+        for key in keys - {"axes", "by_dataset"}:
+            assert f"`{key}`" in section, (name, key)
+    for claim in ("M22's β = 4", "`mlp` latent op", "3 seeds", "noise σ"):
+        assert claim in text and "chosen by disgen" in text, claim
+
+
+def test_transfer_settings_are_validated_with_the_field_named():
+    import pytest
+
+    from sweeps.errors import UsageError
+    from sweeps.trials import TrialConfig
+
+    base = dict(dataset="shapes3d", split="d21_ood2a", report_every=5, n_nll=10, n_metric=10, steps=2,
+                n_images=100, data_seed=0)
+    chosen = {"transfer_factor": "object_hue", "transfer_regressors": ["gbt", "mlp"]}
+    trial = TrialConfig.complete({**base, **chosen})
+    assert trial.evaluation.transfer_factor == "object_hue"
+    assert trial.evaluation.transfer_regressors == ("gbt", "mlp")
+    for bad, message in [({"transfer_factor": "hue"}, "transfer_factor: shapes3d has no factor 'hue'"),
+                         ({"transfer_regressors": ["rf"]}, "transfer_regressors: unknown 'rf'"),
+                         ({"transfer_regressors": "gbt"}, "transfer_regressors: expected a non-empty list")]:
+        with pytest.raises(UsageError, match=message):
+            TrialConfig.complete({**base, **bad})
