@@ -1,5 +1,10 @@
 """Trained models from a sweep's checkpoints, and the figures that need them: reconstruction grids
-of training and held-out images, and latent traversals. Imports torch (through ``models``)."""
+of training and held-out images, and latent traversals. Imports torch (through ``models``).
+
+Every way a checkpoint can fail to load (missing, truncated, corrupt, or one that would need
+pickle) raises :class:`CheckpointError` with a reason a person can act on, so that the report can
+skip that model, say why, and draw the rest.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,44 @@ from analysis.figures import hinton, reconstruction_figure, traversal_figure
 from analysis.metrics.dci import dci
 
 CHECKPOINT_FILE = "trainer.pt"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot give its models; ``str(error)`` says why."""
+
+
+def read_checkpoint(path: str) -> dict:
+    """The state dict saved in a ``trainer.pt``: the one place a checkpoint file is unpickled."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _read(path: str) -> dict:
+    """:func:`read_checkpoint`, with every failure turned into a :class:`CheckpointError`."""
+    import pickle
+    import zipfile
+
+    if not os.path.exists(path):
+        raise CheckpointError(f"missing: no checkpoint file {path}")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"truncated: {path} is empty")
+    try:
+        state = read_checkpoint(path)
+    except pickle.UnpicklingError as error:
+        if "weights_only" in str(error) or "Weights only" in str(error):
+            raise CheckpointError(f"needs pickle: {path} holds objects a weights-only load refuses "
+                                  f"({str(error).splitlines()[0]})") from error
+        raise CheckpointError(f"corrupt: {path} cannot be unpickled ({error})") from error
+    except (EOFError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"truncated: {path} ends early ({error!r})") from error
+    except Exception as error:  # torch raises RuntimeError for a damaged zip archive, among others
+        message = str(error).splitlines()[0] if str(error) else repr(error)
+        kind = "truncated" if "central directory" in message or "EOF" in message else "corrupt"
+        raise CheckpointError(f"{kind}: {path} cannot be read ({message})") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(f"corrupt: {path} holds a {type(state).__name__}, not a checkpoint")
+    return state
 
 
 def find_checkpoints(experiment_dir: str) -> list[str]:
@@ -31,7 +74,7 @@ def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
     trial's config, or ``{"pack": [member configs]}``); older ones held ``trainer`` or ``model``.
     """
     if "config" not in state or not ({"models", "model", "trainer"} & set(state)):
-        raise ValueError(f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
+        raise CheckpointError(f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
     configs = state["config"]["pack"] if "pack" in state["config"] else [state["config"]]
     if "models" in state:
         weights = state["models"]
@@ -44,14 +87,19 @@ def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
 
 
 def count_models(path: str) -> int:
-    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint)."""
-    import torch
-
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint); a
+    :class:`CheckpointError` if it cannot be read."""
     try:
-        return len(_trained_weights(state, path))
-    except ValueError:
-        return 0
+        return len(_trained_weights(_read(path), path))
+    except CheckpointError as error:
+        if "not a final trial checkpoint" in str(error):
+            return 0
+        raise
+
+
+def member_keys(path: str) -> list[str | None]:
+    """The trial key of each trained model in a ``trainer.pt``, in member order."""
+    return [config.get("trial_key") for config, _ in _trained_weights(_read(path), path)]
 
 
 def load_checkpoints(path: str) -> list[tuple]:
@@ -61,12 +109,10 @@ def load_checkpoints(path: str) -> list[tuple]:
 
     The dataset is rebuilt procedurally from the configuration (dataset, n_images, data_seed).
     """
-    import torch
-
     from data_pipeline import load_procedural
     from models import ModelConfig, build
 
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = _read(path)
     loaded, datasets = [], {}
     for config, weights in _trained_weights(state, path):
         key = (config["dataset"], config.get("n_images"), config.get("data_seed", 0))
@@ -74,7 +120,11 @@ def load_checkpoints(path: str) -> list[tuple]:
             datasets[key] = load_procedural(key[0], key[1], seed=key[2])
         data = datasets[key]
         model = build(ModelConfig.from_dict({**config, "channels": data.channels}))
-        model.load_state_dict(weights)
+        try:
+            model.load_state_dict(weights)
+        except (RuntimeError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"corrupt: {path}: the weights do not fit the model its config "
+                                  f"describes ({str(error).splitlines()[0]})") from error
         model.eval()
         loaded.append((model, config, data))
     return loaded
@@ -82,7 +132,10 @@ def load_checkpoints(path: str) -> list[tuple]:
 
 def load_checkpoint(path: str, member: int = 0):
     """(model, config, dataset) of one model of a ``trainer.pt`` (``member``: which, in a pack)."""
-    return load_checkpoints(path)[member]
+    loaded = load_checkpoints(path)
+    if not 0 <= member < len(loaded):
+        raise CheckpointError(f"missing: {path} holds {len(loaded)} trained model(s), not member {member}")
+    return loaded[member]
 
 
 def model_figures(

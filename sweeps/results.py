@@ -23,8 +23,8 @@ from analysis.schema import (
     read_results,
 )
 from sweeps import storage
-from sweeps.grid import complete_config
-from sweeps.packing import is_pack
+from sweeps.grid import complete_config, trial_dirname
+from sweeps.packing import is_pack, pack_dirname
 
 ERRORS_FILE = "errors.jsonl"
 
@@ -78,13 +78,21 @@ class ResultsWriter(tune.Callback):
             finished, failed = [(complete_config(trial.config), result)], []
         history = [row for config, member in finished
                    for row in history_rows(self.experiment, config, member.get("history", []))]
-        rows = [trial_row(self.experiment, config, member) for config, member in finished]
+        rows = [{**trial_row(self.experiment, config, member), "trial_id": trial.trial_id,
+                 "tensorboard_dir": self._tensorboard_dir(trial, config)} for config, member in finished]
         if rows:
             self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
             self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, rows))
         for member in failed:  # a pack member whose loss diverged: its error, as a failed trial's
             self._error({"trial_key": complete_config(member["config"])["trial_key"],
                          "trial_id": trial.trial_id, "error": member["error"]})
+
+    def _tensorboard_dir(self, trial, config: dict) -> str:
+        """A model's TensorBoard folder relative to the experiment (see sweeps/trainable.py): its
+        own folder there, except on remote storage, where a pack's members sit in the pack's."""
+        if storage.is_remote(self.experiment_dir) and is_pack(trial.config):
+            return f"{pack_dirname(trial.config['pack'])}/{trial_dirname(config)}"
+        return trial_dirname(config)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         members = trial.config["pack"] if is_pack(trial.config) else [trial.config]
