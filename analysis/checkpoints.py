@@ -74,7 +74,8 @@ def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
     trial's config, or ``{"pack": [member configs]}``); older ones held ``trainer`` or ``model``.
     """
     if "config" not in state or not ({"models", "model", "trainer"} & set(state)):
-        raise CheckpointError(f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
+        raise CheckpointError(
+            f"{path}: not a final trial checkpoint (needs 'config' and the trained weights)")
     configs = state["config"]["pack"] if "pack" in state["config"] else [state["config"]]
     if "models" in state:
         weights = state["models"]

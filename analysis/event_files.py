@@ -35,7 +35,8 @@ def check_event_file(data: bytes, name: str = "event file") -> dict:
             raise EventFileError(f"corrupt: {name}: bad length checksum at byte {offset}")
         end = offset + 12 + length + 4
         if end > len(data):
-            raise EventFileError(f"truncated: {name} ends inside record {events + 1} (byte {len(data)} of {end})")
+            raise EventFileError(
+                f"truncated: {name} ends inside record {events + 1} (byte {len(data)} of {end})")
         payload = data[offset + 12:offset + 12 + length]
         (payload_crc,) = struct.unpack("<I", data[end - 4:end])
         if masked_crc32c(payload) != payload_crc:

@@ -58,7 +58,8 @@ def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score")
     values, and the marker size (larger β, larger marker) where there are more (an Optuna run).
     Any number of conditions: a colour map, and a legend outside the axes. Writes a PNG."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    split = df["split"].astype(object).fillna("?") if "split" in df.columns else pd.Series("all", index=df.index)
+    split = (df["split"].astype(object).fillna("?") if "split" in df.columns
+             else pd.Series("all", index=df.index))
     conditions = sorted(split.unique())
     colours = dict(zip(conditions, palette(len(conditions))))
     beta = pd.to_numeric(df["beta"], errors="coerce").astype(float) if "beta" in df.columns else pd.Series(
@@ -75,10 +76,11 @@ def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score")
             rows = (split == condition).to_numpy()
             if few_betas:
                 for value in betas + [np.nan]:
-                    chosen = rows & (beta.isna().to_numpy() if np.isnan(value) else (beta == value).to_numpy())
+                    match = beta.isna() if np.isnan(value) else beta == value
+                    chosen = rows & match.to_numpy()
                     if chosen.any():
                         ax.scatter(x[chosen], y[chosen], color=colours[condition],
-                                   marker=markers.get(value, "x"), s=40, edgecolor="black", linewidth=0.4)
+                                   marker=markers.get(value, "X"), s=40, edgecolor="black", linewidth=0.4)
             else:
                 ax.scatter(x[rows], y[rows], color=colours[condition], s=sizes[rows], marker="o",
                            edgecolor="black", linewidth=0.3, alpha=0.8)

@@ -87,19 +87,14 @@ def image(path: str, caption: str) -> str:
 def table(df: pd.DataFrame, *, links: dict[str, str] | None = None) -> str:
     """A sortable table in its own scrolling box. ``links`` maps a column to the column that holds
     each row's link target (relative URL): that column's cells become links."""
-    shown = df.copy()
-    escape = True
+    shown = pd.DataFrame({c: df[c].astype(object).map(_cell) for c in df.columns}, index=df.index)
     if links:
-        escape = False
-        for column in shown.columns:
-            if column not in links:
-                shown[column] = shown[column].map(_cell)
         for column, target in links.items():
             text = df[column].astype(object).map(_cell)
-            href = df[target].astype(object).map(lambda v: None if pd.isna(v) else html.escape(str(v), quote=True))
+            href = df[target].astype(object).map(
+                lambda v: None if pd.isna(v) else html.escape(str(v), quote=True))
             shown[column] = [t if h is None else f'<a href="{h}/">{t}</a>' for t, h in zip(text, href)]
-    body = shown.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.3f}",
-                         escape=escape, classes="sortable")
+    body = shown.to_html(index=False, border=0, escape=False, classes="sortable")
     return f'<div class="scroll">{body}</div>'
 
 
@@ -107,7 +102,7 @@ def _cell(value) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "–"
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return f"{value:.3f}" if abs(value) < 1e6 else f"{value:.4g}"
     return html.escape(str(value))
 
 

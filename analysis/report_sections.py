@@ -31,7 +31,8 @@ def summary(df, errors, skipped, correlations, experiments) -> str:
             values = sorted(str(v) for v in df[column].dropna().unique())
             shown = ", ".join(values[:8]) + (f" and {len(values) - 8} more" if len(values) > 8 else "")
             items.append(f"{column}: {html.escape(shown)}")
-    failed = len(errors) + int(tables.numeric(df["train_nll"]).isna().sum() if "train_nll" in df.columns else 0)
+    no_values = tables.numeric(df["train_nll"]).isna().sum() if "train_nll" in df.columns else 0
+    failed = len(errors) + int(no_values)
     items.append(f"<b>Failed:</b> {failed} trial(s)" + (" (see the seed table)" if failed else "")
                  + f"; {len(skipped)} model(s) skipped in the figures" + (" (see “skipped, and why”)."
                                                                          if skipped else "."))
@@ -103,9 +104,9 @@ def m21_nll(df, figures_dir) -> str:
     for best in (False, True):
         name = "nll_bars_best_seed.png" if best else "nll_bars_mean_sd.png"
         path = study_figures.nll_bars(table, _path(figures_dir, name), best_seed=best)
+        which = "the best seed (highest disentanglement, as M21 reports)" if best else "mean ± sd over seeds"
         body.append(html_page.image(path, "Per model and condition: NLL on training images against "
-                                    "held-out images; " + ("the best seed (highest disentanglement, as "
-                                                           "M21 reports)" if best else "mean ± sd over seeds")))
+                                    f"held-out images; {which}"))
     body.append(html_page.table(table))
     return "\n".join(body)
 
@@ -198,7 +199,8 @@ def trained_models(drawn, skipped, note: str | None) -> str:
 
 
 def configuration(df, experiments, command, spec_files) -> str:
-    config_columns = [f.name for f in CONFIG_FIELDS if f.name in df.columns and f.name != "config"]
+    config_columns = [f.name for f in CONFIG_FIELDS
+                      if f.name in df.columns and f.name != "config" and df[f.name].notna().any()]
     body = [
         "<h2>Configuration</h2>",
         "<p>Command: <code>" + html.escape(" ".join(command or ["(called from Python)"])) + "</code></p>",

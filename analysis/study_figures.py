@@ -118,7 +118,8 @@ def training_curves(history: pd.DataFrame, labels: pd.Series, terms: list[str], 
     the ``max_configurations`` with the most seeds are drawn, the rest counted in the title."""
     history = history.assign(_configuration=history["trial_key"].astype(object).map(labels))
     history = history.dropna(subset=["_configuration"])
-    counts = history.groupby("_configuration")["trial_key"].nunique().sort_values(ascending=False, kind="stable")
+    counts = history.groupby("_configuration")["trial_key"].nunique()
+    counts = counts.sort_values(ascending=False, kind="stable")
     chosen = list(counts.index[:max_configurations])
     colours = dict(zip(chosen, palette(len(chosen))))
     fig, axes = _grid(len(terms), columns=3, size=(4.0, 2.8))
@@ -141,7 +142,8 @@ def training_curves(history: pd.DataFrame, labels: pd.Series, terms: list[str], 
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colours[c], linewidth=2) for c in chosen]
     legend_outside(fig, handles, chosen, max_entries=max_configurations)
-    more = f" ({len(chosen)} of {len(counts)} configurations, most seeds first)" if len(counts) > len(chosen) else ""
+    more = (f" ({len(chosen)} of {len(counts)} configurations, most seeds first)"
+            if len(counts) > len(chosen) else "")
     fig.suptitle(f"Training curves: seeds thin, their mean thick{more}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.8, 0.95))
     return _save(fig, path)

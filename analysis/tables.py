@@ -64,7 +64,8 @@ def trials_text(df: pd.DataFrame) -> str:
 
 def trials_frame(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     """Every trial: the key columns first, then the varying configuration, then ``values``."""
-    first = [c for c in ["experiment", *TABLE_COLUMNS] if c in df.columns]
+    names = ["experiment", *TABLE_COLUMNS[:4], "supervision", *TABLE_COLUMNS[4:]]
+    first = [c for c in names if c in df.columns]
     rest = [c for c in config_columns(df) + values if c in df.columns and c not in first]
     columns = list(dict.fromkeys(first + rest + [c for c in ("tensorboard_dir",) if c in df.columns]))
     order = [c for c in ("experiment", "split", "beta", "seed") if c in columns]
@@ -122,13 +123,14 @@ def model_label(df: pd.DataFrame) -> pd.Series:
         if column in df.columns:
             value = numeric(df[column])
             if value.nunique() > 1:
-                name = name + value.map(lambda v: "" if np.isnan(v) else f" {symbol}={v:g}")
+                name = name + value.map(lambda v, s=symbol: "" if np.isnan(v) else f" {s}={v:g}")
     return name
 
 
 def condition_label(df: pd.DataFrame) -> pd.Series:
     """The held-out condition of each row: its split, with the dataset where there are several."""
-    split = df["split"].astype(object).fillna("?") if "split" in df.columns else pd.Series("all", index=df.index)
+    split = (df["split"].astype(object).fillna("?") if "split" in df.columns
+             else pd.Series("all", index=df.index))
     if "dataset" in df.columns and df["dataset"].nunique() > 1:
         return df["dataset"].astype(object).fillna("?") + "/" + split
     return split
@@ -145,7 +147,8 @@ def nll_table(df: pd.DataFrame) -> pd.DataFrame:
                       test_sd=("test_nll", "std"))
     best = best_seeds(df)
     best_frame = pd.DataFrame({"condition": condition_label(best), "model": model_label(best),
-                               "train_best": numeric(best["train_nll"]), "test_best": numeric(best["test_nll"])})
+                               "train_best": numeric(best["train_nll"]),
+                               "test_best": numeric(best["test_nll"])})
     best_frame = best_frame.groupby(["condition", "model"], sort=True)[["train_best", "test_best"]].first()
     return out.join(best_frame).reset_index()
 

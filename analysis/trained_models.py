@@ -55,8 +55,8 @@ class _Experiment:
     def last_checkpoint(self, folder: str) -> str | None:
         fs, inner = resolve(join(self.location, folder))
         infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-        names = sorted(os.path.basename(i.path) for i in infos
-                       if i.type == pafs.FileType.Directory and os.path.basename(i.path).startswith("checkpoint_"))
+        names = sorted(os.path.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
+        names = [n for n in names if n.startswith("checkpoint_")]
         return join(self.location, folder, names[-1], CHECKPOINT_FILE) if names else None
 
     def local(self, location: str) -> str:
@@ -135,7 +135,6 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
             folder = experiment.trial_folder(key)
             tensorboard = row.get("tensorboard_dir")
             tensorboard = folder if pd.isna(tensorboard) else str(tensorboard)
-            events = check_events(experiment, tensorboard)
             checkpoint = experiment.last_checkpoint(folder) if folder else None
             member = 0
             if checkpoint is None:
@@ -143,6 +142,7 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
                 if found is None:
                     raise CheckpointError(f"missing: no checkpoint_*/{CHECKPOINT_FILE} for trial {key}")
                 checkpoint, member = found
+            events = check_events(experiment, tensorboard)
             checkpoint = experiment.local(checkpoint)
             if count_models(checkpoint) == 0:
                 raise CheckpointError("no encoder to draw (a ground-truth decoder or composition task)")
