@@ -42,10 +42,14 @@ def _read(path: str) -> dict:
     try:
         state = read_checkpoint(path)
     except pickle.UnpicklingError as error:
-        if "weights_only" in str(error) or "Weights only" in str(error):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        needs = [line for line in lines if "allowed global" in line or "Unsupported global" in line]
+        if needs:
             raise CheckpointError(f"needs pickle: {path} holds objects a weights-only load refuses "
-                                  f"({str(error).splitlines()[0]})") from error
-        raise CheckpointError(f"corrupt: {path} cannot be unpickled ({error})") from error
+                                  f"({needs[0][:300]})") from error
+        detail = next((line for line in lines if "WeightsUnpickler error" in line or "load key" in line),
+                      lines[0] if lines else repr(error))
+        raise CheckpointError(f"corrupt: {path} cannot be unpickled ({detail[:300]})") from error
     except (EOFError, zipfile.BadZipFile) as error:
         raise CheckpointError(f"truncated: {path} ends early ({error!r})") from error
     except Exception as error:  # torch raises RuntimeError for a damaged zip archive, among others
