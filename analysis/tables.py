@@ -88,7 +88,7 @@ def seed_table(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     meta = pd.DataFrame({"seeds": seeds, "failed": np.where(failed, seeds, None)}, index=df.index)
     meta = meta.groupby(keys, sort=True, dropna=False).agg(
         seeds=("seeds", lambda s: ", ".join(s)), n=("seeds", "size"),
-        failed=("failed", lambda s: ", ".join(x for x in s if x is not None)))
+        failed=("failed", lambda s: ", ".join(str(x) for x in s if pd.notna(x))))
     out = meta.copy()
     out["failed"] = np.where(out["failed"] == "", "–", "seed " + out["failed"] + " failed")
     for v in values:
