@@ -19,6 +19,13 @@ CHROMIUM_FLAGS = [
 ]
 
 
+def dump_dom(path, profile) -> str:
+    """The page's DOM after its scripts ran."""
+    command = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+               "--dump-dom", path.as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180).stdout
+
+
 def open_page(path, profile) -> dict:
     """{"images_total", "images_ok", "script_errors", "console": [lines]} of the page at ``path``."""
     command = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from _chromium import CHROMIUM, open_page
+from _chromium import CHROMIUM, dump_dom, open_page
 
 from analysis.figures import disentanglement_vs_nll
 from analysis.html_report import write_html_report
@@ -122,6 +122,39 @@ def test_each_opens_in_headless_chromium_without_console_errors(rendered, tmp_pa
     seen = open_page(out / "report.html", tmp_path / "profile")
     assert seen["images_total"] >= 6 and seen["images_ok"] == seen["images_total"]
     assert seen["script_errors"] == 0 and seen["console"] == []
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_tables_scroll_in_their_box_and_sort_on_a_click(rendered, tmp_path):
+    name, rows, out = rendered
+    if name != "optuna_60_betas":
+        pytest.skip("one page is enough")
+    page = (out / "report.html").read_text()
+    assert page.count('<div class="scroll"><table class="dataframe sortable">') >= 4
+    trials = page[page.index("<h2>Trials"):]
+    headers = re.findall(r"<th>([^<]*)</th>", trials[:trials.index("</thead>")])
+    assert headers[:3] == ["experiment", "trial_key", "split"]  # the key columns first
+    column = headers.index("d_score") + 1  # the table comes sorted by split, β and seed
+    click = (f'<script>window.addEventListener("load", function () {{ document.querySelector('
+             f'"table.sortable th:nth-child({column})").click(); }});</script></body>')
+    clicked = out / "clicked.html"
+    clicked.write_text(page.replace("</body>", click))
+    dom = dump_dom(clicked, tmp_path / "profile")
+    body = dom[dom.index("<h2>Trials"):]
+    body = body[body.index("<tbody>"):body.index("</tbody>")]
+    rows_shown = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    values = [float(re.findall(r"<td>(.*?)</td>", row)[column - 1]) for row in rows_shown]
+    before = [float(f"{r['d_score']:.3f}") for r in sorted(rows, key=lambda r: r["beta"])]
+    assert len(values) == 60 and values == sorted(values) and before != sorted(before)
+
+
+def test_summary_names_what_ran_what_failed_and_the_strongest_correlations(rendered):
+    name, rows, out = rendered
+    page = (out / "report.html").read_text()
+    summary = page[page.index("<h2>Summary</h2>"):page.index("<h2>Trials")]
+    assert f"{len(rows)} trained models" in summary and "<b>Failed:</b> 0 trial(s)" in summary
+    strongest = re.findall(r"ρ = ([+-]\d\.\d\d) \[([+-]\d\.\d\d), ([+-]\d\.\d\d)\], n = (\d+)", summary)
+    assert strongest and all(float(low) <= float(rho) <= float(high) for rho, low, high, _ in strongest)
 
 
 def test_scatter_takes_any_number_of_conditions_and_betas(tmp_path):
