@@ -49,9 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("experiment_dirs", nargs="+", metavar="EXPERIMENT",
                    help="experiment folder(s) or URI(s) holding trials.parquet, e.g. "
                         "./disgen_results/default or s3://bucket/disgen/dittadi2021-full")
-    p.add_argument("--out", default=None,
-                   help="local folder for report.html and the figures; None means the first "
-                        "EXPERIMENT if it is a folder, else ./report-<name>")
+    p.add_argument("--out", default=argparse.SUPPRESS,
+                   help="local folder for report.html and the figures (default: the first "
+                        "EXPERIMENT if it is a folder, else ./report-<name>)")
     p.add_argument("--max-models", type=int, default=4,
                    help="trained models (checkpoints) to draw reconstructions and traversals for")
     p.add_argument("--with-checkpoints", action="store_true",
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(correlation_text(df))
     first = args.experiment_dirs[0]
-    out = args.out or (f"report-{experiment_name(first)}" if is_uri(first) else first)
+    out = getattr(args, "out", None) or (f"report-{experiment_name(first)}" if is_uri(first) else first)
     os.makedirs(out, exist_ok=True)
     path = disentanglement_vs_nll(df, os.path.join(out, "disentanglement_vs_nll.png"), args.metric)
     print(f"\nfigure: {path}")
