@@ -1,16 +1,66 @@
 """Trained models from a sweep's checkpoints, and the figures that need them: reconstruction grids
-of training and held-out images, and latent traversals. Imports torch (through ``models``)."""
+of training and held-out images, and latent traversals. Imports torch (through ``models``).
+
+Every way a checkpoint can fail to load (missing, truncated, corrupt, or one that would need
+pickle) raises :class:`CheckpointError` with a reason a person can act on, so that the report can
+skip that model, say why, and draw the rest.
+"""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import numpy as np
 
 from analysis.figures import hinton, reconstruction_figure, traversal_figure
 from analysis.metrics.dci import dci
-from models.checkpoint import CHECKPOINT_FILE, CheckpointError, load
+from models.checkpoint import CHECKPOINT_FILE, FORMAT, CheckpointError
+
+
+def read_checkpoint(path: str) -> dict:
+    """The state dict saved in a ``trainer.pt``, read as data only (``weights_only=True``: no code
+    in a checkpoint runs; models/checkpoint.py defines the format)."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _read(path: str) -> dict:
+    """:func:`read_checkpoint`, with every failure turned into a :class:`CheckpointError`."""
+    import pickle
+    import zipfile
+
+    if not os.path.exists(path):
+        raise CheckpointError(f"missing: no checkpoint file {path}")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"truncated: {path} is empty")
+    try:
+        state = read_checkpoint(path)
+    except pickle.UnpicklingError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        needs = [line for line in lines if "allowed global" in line or "Unsupported global" in line]
+        if needs:
+            raise CheckpointError(f"needs pickle: {path} holds objects a weights-only load refuses "
+                                  f"({needs[0][:300]})") from error
+        detail = next((line for line in lines if "WeightsUnpickler error" in line or "load key" in line),
+                      lines[0] if lines else repr(error))
+        raise CheckpointError(f"corrupt: {path} cannot be unpickled ({detail[:300]})") from error
+    except (EOFError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"truncated: {path} ends early ({error!r})") from error
+    except Exception as error:  # torch raises RuntimeError for a damaged zip archive, among others
+        message = str(error).splitlines()[0] if str(error) else repr(error)
+        kind = "truncated" if "central directory" in message or "EOF" in message else "corrupt"
+        raise CheckpointError(f"{kind}: {path} cannot be read ({message})") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(f"corrupt: {path} holds a {type(state).__name__}, not a checkpoint")
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"old format: {path} was written by an older disgen; if you trust it, convert "
+                              f"it: python -m models.checkpoint --convert {path}")
+    if isinstance(state.get("config"), str):
+        state["config"] = json.loads(state["config"])
+    return state
 
 
 def find_checkpoints(experiment_dir: str) -> list[str]:
@@ -35,11 +85,19 @@ def _trained_weights(state: dict, path: str) -> list[tuple[dict, dict]]:
 
 
 def count_models(path: str) -> int:
-    """How many trained models a ``trainer.pt`` holds (0 if it is not a readable final checkpoint)."""
+    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint); a
+    :class:`CheckpointError` if it cannot be read."""
     try:
-        return len(_trained_weights(load(path), path))
-    except CheckpointError:
-        return 0
+        return len(_trained_weights(_read(path), path))
+    except CheckpointError as error:
+        if "not a final trial checkpoint" in str(error):
+            return 0
+        raise
+
+
+def member_keys(path: str) -> list[str | None]:
+    """The trial key of each trained model in a ``trainer.pt``, in member order."""
+    return [config.get("trial_key") for config, _ in _trained_weights(_read(path), path)]
 
 
 def load_checkpoints(path: str) -> list[tuple]:
@@ -52,7 +110,7 @@ def load_checkpoints(path: str) -> list[tuple]:
     from data_pipeline import load_procedural
     from models import ModelConfig, build
 
-    state = load(path)
+    state = _read(path)
     loaded, datasets = [], {}
     for config, weights in _trained_weights(state, path):
         key = (config["dataset"], config.get("n_images"), config.get("data_seed", 0))
@@ -60,7 +118,11 @@ def load_checkpoints(path: str) -> list[tuple]:
             datasets[key] = load_procedural(key[0], key[1], seed=key[2])
         data = datasets[key]
         model = build(ModelConfig.from_dict({**config, "channels": data.channels}))
-        model.load_state_dict(weights)
+        try:
+            model.load_state_dict(weights)
+        except (RuntimeError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"corrupt: {path}: the weights do not fit the model its config "
+                                  f"describes ({str(error).splitlines()[0]})") from error
         model.eval()
         loaded.append((model, config, data))
     return loaded
@@ -68,7 +130,10 @@ def load_checkpoints(path: str) -> list[tuple]:
 
 def load_checkpoint(path: str, member: int = 0):
     """(model, config, dataset) of one model of a ``trainer.pt`` (``member``: which, in a pack)."""
-    return load_checkpoints(path)[member]
+    loaded = load_checkpoints(path)
+    if not 0 <= member < len(loaded):
+        raise CheckpointError(f"missing: {path} holds {len(loaded)} trained model(s), not member {member}")
+    return loaded[member]
 
 
 def model_figures(

@@ -30,28 +30,83 @@ def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray) -> n
     return grid
 
 
+def palette(n: int) -> list:
+    """``n`` distinguishable colours: tab10 or tab20 where they suffice, else a colour map."""
+    if n <= 10:
+        return list(plt.cm.tab10.colors[:n])
+    if n <= 20:
+        return list(plt.cm.tab20.colors[:n])
+    return [tuple(c) for c in plt.cm.turbo(np.linspace(0.05, 0.95, n))]
+
+
+def legend_outside(fig, handles, labels, *, max_entries: int = 16, title: str | None = None) -> None:
+    """A legend to the right of the axes, with at most ``max_entries`` entries; the rest are
+    summarised in a last entry ("… and 12 more")."""
+    if len(labels) > max_entries:
+        hidden = len(labels) - (max_entries - 1)
+        handles = list(handles[:max_entries - 1]) + [plt.Line2D([], [], linestyle="none")]
+        labels = list(labels[:max_entries - 1]) + [f"… and {hidden} more"]
+    labels = [label if len(label) <= 60 else label[:57] + "…" for label in labels]
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.81, 0.5), fontsize=7,
+               frameon=False, title=title, title_fontsize=8)
+
+
+MARKERS = "osD^v<>p*h"
+
+
 def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score") -> str:
     """Montero et al. 2021 Figure 3: disentanglement (x) against train and test NLL (y), one
-    panel each, coloured by held-out condition and marked by β. Writes a PNG to ``path``."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    panel each, coloured by held-out condition. β is the marker where there are at most 10
+    values, and the marker size (larger β, larger marker) where there are more (an Optuna run).
+    Any number of conditions: a colour map, and a legend outside the axes. Writes a PNG."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
     # one colour per dataset and split: a split name (leave1out) exists on several datasets
-    df = df.assign(split=[cell_label(row) for _, row in df.iterrows()]) if "dataset" in df.columns else df
-    conditions = sorted(df["split"].dropna().unique())
-    colours = dict(zip(conditions, plt.cm.tab10.colors))
-    markers = dict(zip(sorted(df["beta"].dropna().unique()), "osD^v<>p*h"))
+    if "dataset" in df.columns and "split" in df.columns:
+        split = pd.Series([cell_label(row) for _, row in df.iterrows()], index=df.index)
+    elif "split" in df.columns:
+        split = df["split"].astype(object).fillna("?")
+    else:
+        split = pd.Series("all", index=df.index)
+    conditions = sorted(split.unique())
+    colours = dict(zip(conditions, palette(len(conditions))))
+    beta = pd.to_numeric(df["beta"], errors="coerce").astype(float) if "beta" in df.columns else pd.Series(
+        np.nan, index=df.index)
+    betas = sorted(beta.dropna().unique())
+    few_betas = len(betas) <= len(MARKERS)
+    markers = dict(zip(betas, MARKERS))
+    if not few_betas:  # size by the rank of log β, 15 to 90 points²
+        sizes = 15 + 75 * (np.log(beta.clip(lower=1e-12)).rank(pct=True).fillna(0.5))
+    x = pd.to_numeric(df[metric], errors="coerce").astype(float)
     for ax, column, title in zip(axes, ["train_nll", "test_nll"], ["train", "test (held out)"]):
-        for (split, beta), group in df.groupby(["split", "beta"]):
-            ax.scatter(group[metric], group[column], color=colours[split], marker=markers[beta],
-                       s=60, edgecolor="black", linewidth=0.5, label=f"{split}, β={beta:g}")
+        y = pd.to_numeric(df[column], errors="coerce").astype(float)
+        for condition in conditions:
+            rows = (split == condition).to_numpy()
+            if few_betas:
+                for value in betas + [np.nan]:
+                    match = beta.isna() if np.isnan(value) else beta == value
+                    chosen = rows & match.to_numpy()
+                    if chosen.any():
+                        ax.scatter(x[chosen], y[chosen], color=colours[condition],
+                                   marker=markers.get(value, "X"), s=40, edgecolor="black", linewidth=0.4)
+            else:
+                ax.scatter(x[rows], y[rows], color=colours[condition], s=sizes[rows], marker="o",
+                           edgecolor="black", linewidth=0.3, alpha=0.8)
         ax.set_xlabel({"d_score": "D-score (Lasso, M21)",
                        "dci_disentanglement": "DCI disentanglement"}.get(metric, metric))
         ax.set_ylabel("NLL per image (nats)")
         ax.set_title(f"Reconstruction, {title}")
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+    handles = [plt.Line2D([], [], marker="o", linestyle="none", color=colours[c]) for c in conditions]
+    labels = list(conditions)
+    if few_betas and betas:
+        handles += [plt.Line2D([], [], marker=markers[b], linestyle="none", color="grey") for b in betas]
+        labels += [f"β={b:g}" for b in betas]
+    elif betas:
+        handles.append(plt.Line2D([], [], linestyle="none"))
+        labels.append(f"β {betas[0]:g}–{betas[-1]:g}: size")
+    legend_outside(fig, handles, labels, title="condition, β")
     fig.tight_layout(rect=(0, 0, 0.8, 1))
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

@@ -1,15 +1,13 @@
 """Print an experiment's trials table and correlations, draw the M21 Figure 3 scatter, and write a
 self-contained HTML report.
 
-    python -m analysis.report ./disgen_results/default [MORE_EXPERIMENT_DIRS...] --out ./report
+    python -m analysis.report ./disgen_results/default [MORE_EXPERIMENTS...] --out ./report
+    python -m analysis.report s3://bucket/disgen/dittadi2021-full --out ./d21-report
 
-The report (``DIR/report.html``) embeds every figure as a PNG data URI and uses no network, so it
-opens offline and can be mailed as one file. It holds the trials table, the Spearman correlations
-with bootstrap intervals (overall and by supervision, architecture, dataset and condition), the
-Spearman heat-maps, violins of every metric by supervision and by condition, the disentanglement-
-vs-NLL scatters, and, for up to ``--max-models`` trained models with checkpoints, reconstruction
-grids of training and held-out images, latent traversals and a Hinton diagram. Last comes the
-configuration: every trial's configuration columns and the experiment's own spec files.
+Experiments are folders or URIs (``s3://…`` or any pyarrow file system's); the report is written
+locally. The report (``DIR/report.html``) embeds every figure as a PNG data URI and uses no
+network, so it opens offline and can be mailed as one file; ``analysis/html_report.py`` lists
+its sections.
 """
 
 from __future__ import annotations
@@ -20,21 +18,12 @@ import sys
 
 import pandas as pd
 
-from analysis.aggregate import cell_label, correlations, load_trials, seed_summary
+from analysis.aggregate import cell_label, correlations, seed_summary
 from analysis.figures import disentanglement_vs_nll
 from analysis.html_report import write_html_report
-
-TABLE_COLUMNS = ["trial_key", "split", "condition", "objective", "beta", "seed", "steps",
-                 "train_nll", "test_nll", "d_score", "dci_disentanglement",
-                 "dci_completeness", "dci_informativeness"]
-
-
-def trials_table(df: pd.DataFrame) -> str:
-    columns = [c for c in TABLE_COLUMNS if c in df.columns]
-    ordered = df[columns].sort_values([c for c in ("split", "beta", "seed") if c in columns])
-    with pd.option_context("display.width", 200, "display.max_columns", None,
-                           "display.float_format", "{:.3f}".format):
-        return ordered.to_string(index=False)
+from analysis.loading import experiment_name, is_uri, load_trials
+from analysis.tables import trials_text
+from analysis.trained_models import text_progress
 
 
 def correlation_text(df: pd.DataFrame) -> str:
@@ -68,48 +57,64 @@ def seed_text(df: pd.DataFrame, best_seed_by: str = "d_score") -> str:
                 + shown.to_string(index=False))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
         prog="python -m analysis.report",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Print the trials table and Spearman correlations of one or more disgen "
-                    "experiments, and write the disentanglement-vs-NLL scatter (M21 Fig. 3).")
-    parser.add_argument("experiment_dirs", nargs="+", metavar="EXPERIMENT_DIR",
-                        help="folder(s) holding trials.parquet, e.g. ./disgen_results/default")
-    parser.add_argument("--out",
-                        help="folder for report.html and the figures (default: the first EXPERIMENT_DIR)")
-    parser.add_argument("--max-models", type=int, default=4,
-                        help="trained models (checkpoints) to draw reconstructions and traversals for "
-                             "(default 4)")
-    parser.add_argument("--n-bootstrap", type=int, default=1000,
-                        help="bootstrap resamples for the correlation intervals (default 1000)")
-    parser.add_argument("--no-html", action="store_true", help="print and draw the scatter only")
-    parser.add_argument("--metric", default="d_score", choices=["d_score", "dci_disentanglement"],
-                        help="disentanglement metric on the x axis (default: d_score)")
-    args = parser.parse_args(argv)
+                    "experiments, draw the disentanglement-vs-NLL scatter (M21 Fig. 3) and write a "
+                    "self-contained HTML report.")
+    p.add_argument("experiment_dirs", nargs="+", metavar="EXPERIMENT",
+                   help="experiment folder(s) or URI(s) holding trials.parquet, e.g. "
+                        "./disgen_results/default or s3://bucket/disgen/dittadi2021-full")
+    p.add_argument("--out", default=argparse.SUPPRESS,
+                   help="local folder for report.html and the figures (default: the first "
+                        "EXPERIMENT if it is a folder, else ./report-<name>)")
+    p.add_argument("--max-models", type=int, default=4,
+                   help="trained models (checkpoints) to draw reconstructions and traversals for")
+    p.add_argument("--with-checkpoints", action="store_true",
+                   help="for remote experiments, download checkpoints and draw the models' figures")
+    p.add_argument("--n-bootstrap", type=int, default=1000,
+                   help="bootstrap resamples for the correlation intervals")
+    p.add_argument("--no-html", action="store_true", help="print and draw the scatter only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--metric", default="d_score", choices=["d_score", "dci_disentanglement"],
+                   help="disentanglement metric on the scatter's x axis")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         df = load_trials(*args.experiment_dirs)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if df.empty:
         print(f"error: no finished trials in {', '.join(args.experiment_dirs)}", file=sys.stderr)
         return 2
+    if args.max_models < 0 or args.n_bootstrap < 0:
+        print("error: --max-models and --n-bootstrap must be 0 or more", file=sys.stderr)
+        return 2
     print(f"{len(df)} trials\n")
-    print(trials_table(df))
+    print(trials_text(df))
     print()
     print(correlation_text(df))
     seeds = seed_text(df)
     if seeds:
         print()
         print(seeds)
-    out = args.out or args.experiment_dirs[0]
+    first = args.experiment_dirs[0]
+    out = getattr(args, "out", None) or (f"report-{experiment_name(first)}" if is_uri(first) else first)
     os.makedirs(out, exist_ok=True)
     path = disentanglement_vs_nll(df, os.path.join(out, "disentanglement_vs_nll.png"), args.metric)
     print(f"\nfigure: {path}")
     if not args.no_html:
         command = ["python", "-m", "analysis.report", *(argv if argv is not None else sys.argv[1:])]
         html = write_html_report(args.experiment_dirs, out, df=df, max_models=args.max_models,
-                                 n_bootstrap=args.n_bootstrap, command=command)
+                                 n_bootstrap=args.n_bootstrap, command=command,
+                                 with_checkpoints=args.with_checkpoints,
+                                 progress=None if args.no_progress else text_progress("models"))
         print(f"report: {html}")
     return 0
 

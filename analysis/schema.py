@@ -20,6 +20,10 @@ from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 CONFIG_FIELDS = [
     pa.field("experiment", pa.string()),
     pa.field("trial_key", pa.string()),
+    # Ray Tune's id of the trial that trained the model (a pack's members share one), and the
+    # model's TensorBoard folder relative to the experiment folder; null in older files.
+    pa.field("trial_id", pa.string()),
+    pa.field("tensorboard_dir", pa.string()),
     pa.field("preset", pa.string()),
     pa.field("scale", pa.string()),
     pa.field("dataset", pa.string()),
@@ -149,13 +153,17 @@ def read_table(path: str, schema: pa.Schema) -> pa.Table:
     Columns the file lacks are filled with nulls; columns the schema lacks are dropped."""
     if not os.path.exists(path):
         return schema.empty_table()
-    table = pq.read_table(path)
+    return conform(pq.read_table(path), schema, path)
+
+
+def conform(table: pa.Table, schema: pa.Schema, source: str = "results") -> pa.Table:
+    """``table`` cast to ``schema``: columns it lacks become nulls, columns the schema lacks go."""
     # Files written before a nullable column was added to the schema lack it: fill it with nulls,
     # so that old experiments stay readable and resumable.
     for field in schema:
         if field.name not in table.column_names:
             if not field.nullable:  # pragma: no cover - every field is nullable today
-                raise KeyError(f"{path}: column {field.name!r} is missing")
+                raise KeyError(f"{source}: column {field.name!r} is missing")
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.select(schema.names).cast(schema)
 

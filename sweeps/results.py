@@ -23,7 +23,8 @@ from analysis.schema import (
     read_results,
 )
 from sweeps import storage
-from sweeps.packing import members_of
+from sweeps.packing import dirname, members_of
+from sweeps.trials import TrialConfig
 
 ERRORS_FILE = "errors.jsonl"
 
@@ -75,7 +76,8 @@ class ResultsWriter(tune.Callback):
         finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
         history = [row for config, member in finished
                    for row in history_rows(self.experiment, config, member.get("history", []))]
-        rows = [trial_row(self.experiment, config, member) for config, member in finished]
+        rows = [{**trial_row(self.experiment, config, member), "trial_id": trial.trial_id,
+                 "tensorboard_dir": self._tensorboard_dir(trial, config)} for config, member in finished]
         if rows:
             self._edit(HISTORY_FILE, lambda folder: append_rows(folder, HISTORY_FILE, history))
             self._edit(TRIALS_FILE, lambda folder: append_rows(folder, TRIALS_FILE, rows))
@@ -83,6 +85,15 @@ class ResultsWriter(tune.Callback):
             if "error" in member:
                 self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
                              "error": member["error"]})
+
+    def _tensorboard_dir(self, trial, config: dict) -> str:
+        """A model's TensorBoard folder relative to the experiment (see sweeps/trainable.py): its
+        own folder there, except on remote storage, where a pack's members sit in the pack's."""
+        member = TrialConfig(config)
+        members = members_of(trial.config, self.base_trials)
+        if storage.is_remote(self.experiment_dir) and len(members) > 1:
+            return f"{dirname(members)}/{member.dirname}"
+        return member.dirname
 
     def on_trial_error(self, iteration, trials, trial, **info):
         for member in members_of(trial.config, self.base_trials):

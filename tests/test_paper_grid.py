@@ -98,6 +98,9 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     files = event_files(experiment)
     trial_dirs = {os.path.dirname(f) for f in files}
     assert len(trial_dirs) == 4
+    # rows that link: each row names its Ray trial and its TensorBoard folder, relative to the experiment
+    assert trials["trial_id"].notna().all() and trials["trial_id"].is_unique
+    assert {str(experiment / d) for d in trials["tensorboard_dir"]} == trial_dirs
     for folder in trial_dirs:
         events = event_accumulator.EventAccumulator(folder, size_guidance={"images": 0})
         events.Reload()

@@ -28,5 +28,7 @@ def test_a_sweep_writes_its_results_to_s3(s3_server, tmp_path):
     selector = pafs.FileSelector("disgen-test/runs/exp", recursive=True)
     files = [info.path for info in fs.get_file_info(selector)]
     assert sum("tfevents" in f for f in files) >= 4  # TensorBoard files synced as trial artifacts
+    for folder in trials["tensorboard_dir"]:  # each row's TensorBoard folder, relative to the experiment
+        assert any(f.startswith(f"disgen-test/runs/exp/{folder}/events.out.tfevents") for f in files), folder
     assert any("/checkpoint_" in f for f in files)
     assert not os.path.exists(tmp_path / "disgen_results")

@@ -1,0 +1,94 @@
+"""One broken model never costs the whole report: a missing, truncated or corrupt checkpoint, one
+that needs pickle, and a missing, truncated or corrupt TensorBoard event file each get their model
+skipped and listed under "skipped, and why", and the rest renders."""
+
+import glob
+
+import pytest
+import torch
+from test_analysis_report import trial, write_events
+
+from analysis.html_report import write_html_report
+from analysis.schema import TRIALS_FILE, append_rows
+
+CASES = {  # trial key → what is wrong with it
+    "k0": None,
+    "k1": "truncated checkpoint",
+    "k2": "corrupt checkpoint",
+    "k3": "missing checkpoint",
+    "k4": "truncated event file",
+    "k5": "corrupt event file",
+    "k6": "missing event file",
+    "k7": "checkpoint that needs pickle",
+}
+
+
+class NotWeights:  # an object a weights-only load refuses
+    pass
+
+
+def good_checkpoint(folder, key, extra=None):
+    from models import ModelConfig, build
+    from models.checkpoint import save_final
+
+    config = {"dataset": "dsprites", "n_images": 400, "data_seed": 0, "split": "blank_side", "seed": 0,
+              "architecture": "burgess", "objective": "beta_vae", "beta": 1.0, "latent_dim": 4,
+              "trial_key": key}
+    model = build(ModelConfig.from_dict({**config, "channels": 1}))
+    (folder / "checkpoint_000000").mkdir(parents=True)
+    save_final(str(folder / "checkpoint_000000"), [model.state_dict()], [0], {}, [[]], {"members": [config]})
+    if extra:  # an object a weights-only load refuses, added to the file
+        state = torch.load(folder / "checkpoint_000000" / "trainer.pt", weights_only=True)
+        torch.save({**state, **extra}, folder / "checkpoint_000000" / "trainer.pt")
+    return folder / "checkpoint_000000" / "trainer.pt"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    experiment = tmp_path_factory.mktemp("broken")
+    append_rows(experiment, TRIALS_FILE, [trial(k, "blank_side", "beta_vae", 0.1 * i, 80 + i)
+                                          for i, k in enumerate(CASES)])
+    for key, problem in CASES.items():
+        folder = experiment / f"blank_side-{key}"
+        folder.mkdir()
+        if problem != "missing event file":
+            write_events(folder)
+        if problem != "missing checkpoint":
+            extra = {"note": NotWeights()} if problem == "checkpoint that needs pickle" else None
+            path = good_checkpoint(folder, key, extra)
+            data = path.read_bytes()
+            if problem == "truncated checkpoint":
+                path.write_bytes(data[: len(data) // 2])
+            elif problem == "corrupt checkpoint":
+                path.write_bytes(b"\x00garbage" * 100)
+        (event,) = glob.glob(str(folder / "events.out.tfevents.*")) or [None]
+        if problem == "truncated event file":
+            data = open(event, "rb").read()
+            open(event, "wb").write(data[:-7])
+        elif problem == "corrupt event file":
+            data = bytearray(open(event, "rb").read())
+            data[-6] ^= 0x01  # a bit of the last scalar's value: the event still parses, its checksum fails
+            open(event, "wb").write(bytes(data))
+    out = experiment / "report"
+    write_html_report([str(experiment)], str(out), max_models=len(CASES), n_bootstrap=5)
+    return out / "report.html"
+
+
+def test_the_good_model_is_drawn(report):
+    page = report.read_text()
+    assert "<h3>k0 · " in page and "k0_reconstructions.png" in page and "k0_hinton.png" in page
+
+
+@pytest.mark.parametrize("key,reason", [
+    ("k1", "truncated: "), ("k2", "corrupt: "), ("k3", "missing: no checkpoint_*/trainer.pt for trial k3"),
+    ("k4", "truncated: blank_side-k4/events.out.tfevents"),
+    ("k5", "corrupt: blank_side-k5/events.out.tfevents"),
+    ("k6", "missing: no TensorBoard event file in blank_side-k6/"), ("k7", "needs pickle: "),
+])
+def test_each_broken_model_is_skipped_with_its_reason(report, key, reason):
+    page = report.read_text()
+    skipped = page[page.index("Skipped, and why (7)"):]
+    row = skipped[skipped.index(f"<td>{key}</td>"):]
+    row = row[:row.index("</tr>")]
+    assert reason in row, row
+    assert f"{key}_reconstructions.png" not in page

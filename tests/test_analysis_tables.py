@@ -1,0 +1,66 @@
+"""The report's tables against independent computations: the seed table (mean ± sd, failed seeds),
+M21's best seed, M22's verdict; and the CLI's help and progress bar."""
+
+import io
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import tables
+from analysis.report import parser
+from analysis.trained_models import text_progress
+
+
+def frame():
+    # two configurations (β 1 and 4) × three seeds; seed 2 of β = 4 failed (no values)
+    return pd.DataFrame({
+        "trial_key": [f"k{i}" for i in range(6)], "split": "a", "objective": "beta_vae",
+        "beta": [1.0, 1.0, 1.0, 4.0, 4.0, 4.0], "seed": pd.array([0, 1, 2, 0, 1, 2], dtype="Int64"),
+        "train_nll": [10.0, 12.0, 14.0, 20.0, 22.0, np.nan],
+        "test_nll": [30.0, 31.0, 35.0, 40.0, 44.0, np.nan],
+        "d_score": [0.1, 0.5, 0.3, 0.2, 0.9, np.nan],
+    })
+
+
+def test_seed_table_mean_sd_and_failed_seeds():
+    table = tables.seed_table(frame(), ["train_nll", "d_score"]).set_index("beta")
+    assert table.loc["1", "train_nll"] == "12.000 ± 2.000"  # mean 12, sample sd 2
+    assert table.loc["4", "train_nll"] == "21.000 ± 1.414"  # seed 2 has no value
+    assert table.loc["1", "failed"] == "–" and table.loc["4", "failed"] == "seed 2 failed"
+    assert table.loc["4", "seeds"] == "0, 1, 2" and (table["n"] == 3).all()
+
+
+def test_best_seed_is_the_most_disentangled_as_m21_reports():
+    best = tables.best_seeds(frame())
+    assert sorted(best["trial_key"]) == ["k1", "k4"]  # d_score 0.5 of β 1, 0.9 of β 4
+    nll = tables.nll_table(frame()).set_index("model")
+    assert nll.loc["beta_vae β=1", "train_best"] == 12.0 and nll.loc["beta_vae β=4", "test_best"] == 44.0
+    assert nll.loc["beta_vae β=1", "train_mean"] == 12.0 and nll.loc["beta_vae β=1", "train_sd"] == 2.0
+
+
+def test_m22_verdict_follows_the_rule_of_the_metric():
+    df = pd.DataFrame({"split": ["s1", "s2", "s3", "s4"], "objective": "vae",
+                       "encoder_error_train": [0.1, 0.1, 0.1, 0.1],
+                       "encoder_error_test": [0.5, 0.12, 0.5, 0.12],
+                       "decoder_nll_train": [50, 50, 50, 50], "decoder_nll_test": [100, 100, 52, 52]})
+    table = tables.diagnosis_table(df).set_index("condition")
+    assert list(table["verdict"]) == ["both", "decoder", "encoder", "neither"]
+    assert table.loc["s1", "encoder ratio"] == pytest.approx(5.0)
+
+
+def test_help_prints_each_default_once(capsys):
+    text = parser().format_help()
+    entries = re.split(r"\n  (?=-)", text[text.index("options:"):])
+    for option, default in [("--max-models", "4"), ("--n-bootstrap", "1000"), ("--metric", "d_score")]:
+        (entry,) = [e for e in entries if e.startswith(option)]
+        assert entry.count("default") == 1 and f"(default: {default})" in entry, entry
+
+
+def test_progress_bar_over_models():
+    stream = io.StringIO()
+    show = text_progress("models", stream)
+    for done in range(1, 5):
+        show(done, 4)
+    assert "models [" in stream.getvalue() and stream.getvalue().endswith("] 4/4\n")
