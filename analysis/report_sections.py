@@ -9,7 +9,7 @@ import os
 import pandas as pd
 
 from analysis import html_page, study_figures, tables
-from analysis.aggregate import CELL, cell_label
+from analysis.aggregate import CELL, cell_label, seed_summary
 from analysis.figures import disentanglement_vs_nll, spearman_heatmap, violins_by
 from analysis.schema import CONFIG_FIELDS, LOSS_TERMS
 
@@ -61,9 +61,17 @@ def trials(df, values, links: pd.Series | None) -> str:
             "TensorBoard folder, a header to sort.</p>" + body)
 
 
-def seeds(df, values, errors) -> str:
+def seeds(df, values, errors, best_seed_by: str = "d_score") -> str:
+    parts = []
+    if "seed" in df.columns and df["seed"].nunique() >= 2 and best_seed_by in df.columns:
+        shown = [m for m in ("train_nll", "test_nll", best_seed_by) if m in df.columns]
+        parts += ["<h2>Seeds</h2>",
+                  "<p>Per configuration: <b>best</b> is the value at the seed with the highest "
+                  f"{best_seed_by} (what Montero et al. 2021 report, shown first), next to the mean ± sd "
+                  "over seeds.</p>",
+                  html_page.table(seed_summary(df, shown, best_seed_by=best_seed_by))]
     table = tables.seed_table(df, values)
-    parts = ["<h2>Seeds: mean ± sd per configuration</h2>",
+    parts += ["<h2>Seeds: mean ± sd per configuration</h2>",
              "<p>Mean ± standard deviation over the seeds of each configuration (one value where one "
              "seed has it). A seed whose values are all missing failed.</p>", html_page.table(table)]
     if not errors.empty:

@@ -62,8 +62,8 @@ def test_reconstruction_grid_tiles_originals_above_reconstructions():
 
 def test_report_prints_the_table_and_writes_the_scatter(tmp_path, capsys):
     rows = [trial(f"k{i}", beta, split, d, nll) for i, (beta, split, d, nll) in enumerate(
-        [(1.0, "blank_side", 0.1, 90), (4.0, "blank_side", 0.3, 80),
-         (1.0, "leave1out", 0.2, 60), (4.0, "leave1out", 0.4, 55)])]
+        [(1.0, "leave1out", 0.1, 90), (4.0, "leave1out", 0.3, 80),
+         (2.0, "leave1out", 0.2, 60), (8.0, "leave1out", 0.4, 55)])]  # one split: ρ is within it
     append_rows(tmp_path, TRIALS_FILE, rows)
     assert report_main([str(tmp_path), "--out", str(tmp_path / "fig"), "--no-html"]) == 0
     out = capsys.readouterr().out

@@ -39,7 +39,9 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
 
     from analysis.checkpoints import count_models
 
-    assert count_models(str(path)) == 0 and not marker.exists()
+    with pytest.raises(CheckpointError, match="needs pickle"):
+        count_models(str(path))
+    assert not marker.exists()
 
 
 def test_a_written_checkpoint_loads_as_data(tmp_path):

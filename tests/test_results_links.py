@@ -5,36 +5,39 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from sweeps.grid import complete_config, trial_dirname
-from sweeps.packing import pack_dirname
+from sweeps.packing import dirname, tune_config
 from sweeps.results import ResultsWriter
+from sweeps.trials import TrialConfig
 
 
 def member(beta, seed):
-    return complete_config({"dataset": "dsprites", "split": "leave1out", "objective": "beta_vae",
-                            "beta": beta, "seed": seed})
+    return TrialConfig.complete({"dataset": "dsprites", "split": "leave1out", "objective": "beta_vae",
+                                 "beta": beta, "seed": seed, "n_images": 100, "data_seed": 0,
+                                 "report_every": 5, "n_nll": 10, "n_metric": 10})
 
 
 def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_path):
     writer = ResultsWriter(str(tmp_path))
     one = member(1.0, 0)
-    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00000", config=one,
-                                                    last_result={"done": True, "train_nll": 1.0}))
+    result = {"done": True, "members": [{"config": one.to_dict(), "train_nll": 1.0}]}
+    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00000", config=tune_config([one]),
+                                                    last_result=result))
     pack = [member(2.0, 0), member(4.0, 1)]
-    result = {"done": True, "members": [{"config": m, "train_nll": 2.0} for m in pack]}
-    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00001", config={"pack": pack},
+    result = {"done": True, "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
+    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00001", config=tune_config(pack),
                                                     last_result=result))
     trials = pd.read_parquet(tmp_path / "trials.parquet").set_index("trial_key")
-    assert trials.loc[one["trial_key"], "trial_id"] == "abc_00000"
-    assert trials.loc[one["trial_key"], "tensorboard_dir"] == trial_dirname(one)
+    assert trials.loc[one.trial_key, "trial_id"] == "abc_00000"
+    assert trials.loc[one.trial_key, "tensorboard_dir"] == one.dirname
     for m in pack:  # locally, each member writes to its own folder under the experiment
-        assert trials.loc[m["trial_key"], "trial_id"] == "abc_00001"
-        assert trials.loc[m["trial_key"], "tensorboard_dir"] == trial_dirname(m)
+        assert trials.loc[m.trial_key, "trial_id"] == "abc_00001"
+        assert trials.loc[m.trial_key, "tensorboard_dir"] == m.dirname
 
 
 def test_on_remote_storage_a_packs_members_sit_in_the_packs_folder():
     writer = ResultsWriter("s3://bucket/disgen/exp")
     pack = [member(2.0, 0), member(4.0, 1)]
-    trial = SimpleNamespace(trial_id="x", config={"pack": pack})
-    assert writer._tensorboard_dir(trial, pack[1]) == f"{pack_dirname(pack)}/{trial_dirname(pack[1])}"
-    assert writer._tensorboard_dir(SimpleNamespace(config=pack[0]), pack[0]) == trial_dirname(pack[0])
+    trial = SimpleNamespace(trial_id="x", config=tune_config(pack))
+    assert writer._tensorboard_dir(trial, pack[1].to_dict()) == f"{dirname(pack)}/{pack[1].dirname}"
+    alone = SimpleNamespace(config=tune_config(pack[:1]))
+    assert writer._tensorboard_dir(alone, pack[0].to_dict()) == pack[0].dirname
