@@ -245,7 +245,7 @@ def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
     experiment = tmp_path / "exp"
     assert pack_dir.startswith("pack2-") and restores(experiment / pack_dir) == [(45, 9)]
     # each member's TensorBoard folder: the restarted worker's file starts right after the checkpoint
-    member_dirs = [p for p in experiment.iterdir() if p.is_dir() and p.name.startswith("trial-")]
+    member_dirs = [p for p in experiment.iterdir() if p.is_dir() and not p.name.startswith("pack")]
     assert len(member_dirs) == 2
     for member_dir in member_dirs:
         assert first_loss_steps(member_dir) == [5, 45]
