@@ -86,15 +86,16 @@ class CheckpointSignals:
         """The signals now waiting: file name -> pid."""
         return {p.name: int(p.read_text()) for p in self.folder.iterdir() if not p.name.endswith(".tmp")}
 
-    def hold(self, wanted, timeout: float, alive=lambda: True) -> tuple[str, int]:
-        """Release every signal until one whose name ``wanted(name)`` accepts arrives; return its
-        (name, pid) with that worker still waiting."""
+    def hold(self, wanted, timeout: float, alive=lambda: True, keep=()) -> tuple[str, int]:
+        """Release every signal (but those named in ``keep``) until one whose name ``wanted(name)``
+        accepts arrives; return its (name, pid) with that worker still waiting."""
         deadline = time.monotonic() + timeout
         while True:
             for name, pid in self.current().items():
                 if wanted(name):
                     return name, pid
-                (self.folder / name).unlink(missing_ok=True)
+                if name not in keep:
+                    (self.folder / name).unlink(missing_ok=True)
             assert time.monotonic() < deadline and alive(), "no checkpoint signal arrived"
             time.sleep(0.05)
 
