@@ -92,6 +92,7 @@ def test_list_prints_every_preset_and_scale_with_trial_counts(capsys):
     assert "default" in out and all(scale in out for scale in ("tiny", "smoke", "small", "full"))
 
 
+@pytest.mark.slow  # two tiny trials with the default preset's full evaluation: 1-2.5 minutes on 2 cores
 def test_optuna_search_samples_beta_within_its_declared_range(ray_session, tmp_path, capsys):
     argv = ["--scale", "tiny", "--search", "optuna", "--num-samples", "2", "--storage-path", str(tmp_path),
             "--name", "optuna"]
