@@ -145,12 +145,12 @@ def test_a_driver_killed_after_one_finished_trial_resumes_to_the_uninterrupted_r
     kept = trials.set_index("trial_key").loc[before["trial_key"], "finished_at"]
     assert (kept.to_numpy() == before["finished_at"].to_numpy()).all()
     # the trial that waited at its checkpoint went on from it after the resume
-    waited = experiment / checkpoint_signals_first_other(first, experiment)
+    waited = experiment / restored_trial_dir(first, experiment)
     assert restores(waited) == [(15, 3)]
     assert_same_results(resumed, reference)
 
 
-def checkpoint_signals_first_other(first, experiment):
+def restored_trial_dir(first, experiment):
     """The trial folder, other than the first trial's, that holds a restore record."""
     trial_dirs = [p.name for p in experiment.iterdir() if (p / "result.json").exists()]
     restored = [d for d in trial_dirs if restores(experiment / d)]
