@@ -66,7 +66,9 @@ def assert_same_results(resumed, reference):
     assert trials["trial_key"].tolist() == ref_trials["trial_key"].tolist()
     differing = [c for c in trials.columns
                  if not trials[c].astype(object).equals(ref_trials[c].astype(object))]
-    unexplained = set(differing) - set(EXPECTED_TO_DIFFER) - {"images_per_second"}
+    print("trials.parquet columns that differ from the uninterrupted run:",
+          {c: EXPECTED_TO_DIFFER.get(c) for c in differing})
+    unexplained = set(differing) - set(EXPECTED_TO_DIFFER)
     assert not unexplained, {c: (trials[c].tolist(), ref_trials[c].tolist()) for c in unexplained}
     terms = [c for c in history.columns if c not in ("experiment", "images_per_second")]
     pd.testing.assert_frame_equal(history[terms], ref_history[terms], check_exact=False, rtol=0, atol=1e-6)
@@ -110,8 +112,10 @@ def test_a_driver_killed_after_one_finished_trial_resumes_to_the_uninterrupted_r
     grid = tmp_path / "four.yaml"
     grid.write_text(FOUR_TRIAL_GRID)
     options = ["--max-concurrent-trials", "1", "--checkpoint-every", "10"]
+    # the reference two trials at a time: each trains on one thread, so its numbers are the same
     with checkpoint_signals.releasing():
-        run_to_the_end(sweep_argv(grid, tmp_path, "reference", *options), ray_env(ray_session))
+        reference_argv = sweep_argv(grid, tmp_path, "reference", "--checkpoint-every", "10")
+        run_to_the_end(reference_argv, ray_env(ray_session))
     reference = results(tmp_path / "reference")
 
     argv = sweep_argv(grid, tmp_path, "exp", *options)
