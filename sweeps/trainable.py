@@ -129,6 +129,26 @@ def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:
     return True
 
 
+def _signal_checkpoint(step: int) -> None:
+    """A test hook (tests/conftest.py, ``CheckpointSignals``), off unless the folder named by
+    ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists: once the checkpoint of ``step`` is reported, so that Tune
+    holds it, write this worker's pid to ``<folder>/<trial dir name>-<step>`` and wait (at most 60 s)
+    until the file is deleted. A test kills the worker, its node or the driver while it waits: at a
+    known checkpoint, without racing the files Tune writes."""
+    folder = os.environ.get("DISGEN_CHECKPOINT_SIGNAL_DIR")
+    if not folder or not os.path.isdir(folder):
+        return
+    path = os.path.join(folder, f"{os.path.basename(tune.get_context().get_trial_dir().rstrip('/'))}-{step}")
+    with open(path + ".tmp", "w") as signal:
+        signal.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    deadline = time.monotonic() + 60
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if os.path.exists(path):  # nobody acted: leave no stale signal behind
+        os.remove(path)
+
+
 def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, checkpoint_every: int,
            node_id: str) -> None:
     """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps. A lone
@@ -146,6 +166,7 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
             with tempfile.TemporaryDirectory() as folder:
                 trainer_file.save_training(folder, trainer.state_dict(), [log.history for log in logs])
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
+            _signal_checkpoint(step)
         else:
             tune.report(progress)
 

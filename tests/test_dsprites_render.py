@@ -51,14 +51,61 @@ def _grid_sample(n: int, seed: int) -> np.ndarray:
 # --- Calibration against real frames --------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [0, 1, 2], ids=["square", "ellipse", "heart"])
-def test_mean_iou_per_shape(real, shape):
+def _held_out(classes: np.ndarray, shape: int) -> tuple[np.ndarray, np.ndarray]:
+    """A shape's frames, split in two: every third (in file order) held out, the rest to fit on."""
+    rows = np.flatnonzero(classes[:, 0] == shape)
+    held = rows[2::3]
+    return np.setdiff1d(rows, held), held
+
+
+def _ellipse_iou(real, semi_axes, rows, monkeypatch) -> float:
+    """Mean IoU of the given rows' ellipse frames drawn with other semi-axes."""
+    imgs, classes, _ = real
+    t = np.arange(dsprites.ELLIPSE_VERTICES) * (2.0 * np.pi / dsprites.ELLIPSE_VERTICES)
+    outline = np.stack([semi_axes[0] * np.cos(t), semi_axes[1] * np.sin(t)], axis=1)
+    outlines = list(dsprites._OUTLINES)
+    outlines[1] = outline
+    monkeypatch.setattr(dsprites, "_OUTLINES", tuple(outlines))
+    dsprites._lattice_mask.cache_clear()
+    try:
+        return float(_iou(render(classes[rows]), imgs[rows]).mean())
+    finally:
+        monkeypatch.undo()
+        dsprites._lattice_mask.cache_clear()
+
+
+def test_ellipse_fitted_without_the_held_out_frames_scores_iou_0999_on_them(real, monkeypatch):
+    """The ellipse's two semi-axes, fitted (coordinate search on IoU, from a 10 px circle) to two
+    thirds of the real ellipse frames, give the constants the renderer ships, and on the held-out
+    third a mean IoU of 0.99901 (README: "0.999 on held-out frames")."""
+    fit, held = _held_out(real[1], shape=1)
+    assert len(fit) >= 15 and len(held) >= 7
+    axes, step = [10.0, 10.0], 2.0
+    score = _ellipse_iou(real, axes, fit, monkeypatch)
+    while step > 0.01:
+        improved = False
+        for i in range(2):
+            for move in (step, -step):
+                candidate = list(axes)
+                candidate[i] += move
+                candidate_score = _ellipse_iou(real, candidate, fit, monkeypatch)
+                if candidate_score > score:
+                    axes, score, improved = candidate, candidate_score, True
+        step = step if improved else step / 2
+    np.testing.assert_allclose(axes, dsprites.ELLIPSE_SEMI_AXES, atol=0.02)
+    held_iou = _ellipse_iou(real, axes, held, monkeypatch)
+    assert held_iou >= 0.999, f"ellipse, held-out frames: mean IoU {held_iou:.5f}"
+    # the shipped constants score the same on the frames the fit never saw
+    assert _iou(real[2][held], real[0][held]).mean() >= 0.999
+
+
+def test_heart_iou_on_the_frames_its_outline_was_fitted_to(real):
+    """The heart's 37 radii were fitted (outside this repository) to all 84 real heart frames, so
+    no heart frame is held out: this is the fit's own score, and README says so."""
     imgs, classes, ours = real
-    sel = classes[:, 0] == shape
-    assert sel.sum() > 10
-    iou = _iou(ours[sel], imgs[sel]).mean()
-    # The brief asks for >= 0.9; the calibrated geometry reaches >= 0.999 on these frames.
-    assert iou >= 0.99, f"shape {shape}: mean IoU {iou:.4f}"
+    heart = classes[:, 0] == 2
+    iou = _iou(ours[heart], imgs[heart]).mean()
+    assert iou >= 0.999, f"heart: mean IoU {iou:.5f}"
 
 
 def test_square_scale_sweep_is_pixel_exact(real):

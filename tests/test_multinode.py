@@ -1,4 +1,5 @@
-"""Several nodes: trials spread over them, and losing a node mid-sweep loses no result."""
+"""Several nodes: trials spread over them, and losing a node mid-sweep loses no result: its trial
+is retried on the other node from its last checkpoint, and every report lands once."""
 
 import json
 import os
@@ -10,43 +11,64 @@ import pandas as pd
 import pytest
 
 
-def nodes_seen(experiment):
-    """The Ray node ids in every report of every trial so far (result.json, one line a report)."""
-    seen = set()
-    for result_file in experiment.glob("*/result.json"):
-        for line in result_file.read_text().splitlines():
-            try:
-                seen.add(json.loads(line).get("node_id"))
-            except json.JSONDecodeError:  # a line being written
-                pass
-    return seen - {None}
+def reports(trial_dir):
+    """Tune's record of a trial: result.json, one report a line (a line being written is skipped)."""
+    path = trial_dir / "result.json"
+    found = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return found
 
 
 @pytest.mark.slow
-def test_trials_spread_over_nodes_and_a_removed_node_loses_nothing(tmp_path):
+@pytest.mark.timeout(900)
+def test_a_removed_nodes_trial_restores_from_its_checkpoint_on_the_other_node(tmp_path, checkpoint_signals):
     from ray.cluster_utils import Cluster
 
+    # the nodes inherit DISGEN_CHECKPOINT_SIGNAL_DIR (tests/conftest.py): trials wait at checkpoints
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
         cluster.wait_for_nodes()
         argv = [sys.executable, "-m", "sweeps.paper_grid", "--scale", "tiny", "--storage-path", str(tmp_path),
-                "--name", "exp", "--max-failures", "3"]
+                "--name", "exp", "--max-failures", "3", "--checkpoint-every", "10"]
         env = {**os.environ, "RAY_ADDRESS": cluster.address}
         driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         experiment = tmp_path / "exp"
-        deadline = time.monotonic() + 240
-        while len(nodes_seen(experiment)) < 2:  # trials run on both worker nodes at once
-            assert time.monotonic() < deadline and driver.poll() is None, "trials did not spread"
-            time.sleep(0.5)
-        cluster.remove_node(workers[1])  # its running trial fails and is retried on the other node
-        out, _ = driver.communicate(timeout=400)
+        running = lambda: driver.poll() is None
+        # The known point: two trials, one on each node, both waiting at their checkpoint of step 10.
+        first, _ = checkpoint_signals.hold(lambda name: name.endswith("-10"), 300, running)
+        second, _ = checkpoint_signals.hold(lambda name: name.endswith("-10") and name != first, 300,
+                                            running, keep=(first,))
+        held = {name.rsplit("-", 1)[0] for name in (first, second)}
+        deadline = time.monotonic() + 30
+        while not all(any(r["step"] == 10 for r in reports(experiment / d)) for d in held):
+            assert time.monotonic() < deadline, "the checkpoint reports are not in result.json"
+            time.sleep(0.2)
+        node_of = {d: reports(experiment / d)[-1]["node_id"] for d in held}
+        assert set(node_of.values()) == {w.node_id for w in workers}  # trials spread over both nodes
+        (lost,) = [d for d in held if node_of[d] == workers[1].node_id]
+        cluster.remove_node(workers[1])  # its trial fails and is retried on the other node
+        with checkpoint_signals.releasing():
+            out, _ = driver.communicate(timeout=600)
         assert driver.returncode == 0, out[-3000:]
     finally:
         cluster.shutdown()
 
     trials = pd.read_parquet(experiment / "trials.parquet")
     assert len(trials) == 4 and trials["trial_key"].is_unique
-    assert nodes_seen(experiment) == {workers[0].node_id, workers[1].node_id}
     history = pd.read_parquet(experiment / "history.parquet")
-    assert not history.duplicated(["trial_key", "step"]).any() and len(history) == 4 * 4
+    assert history.groupby("trial_key")["step"].apply(list).to_dict() == dict.fromkeys(
+        trials["trial_key"], [5, 10, 15, 20])  # every report once, none lost
+    # Tune's record of the lost trial: reports to step 10 on the removed node, then a restore from
+    # the checkpoint of step 10 (iterations_since_restore starts again) on the other node.
+    record = reports(experiment / lost)
+    removed, other = workers[1].node_id, workers[0].node_id
+    assert [(r["step"], r["node_id"]) for r in record[:2]] == [(5, removed), (10, removed)]
+    restored = [r for r in record if r["iterations_since_restore"] == 1 and r["training_iteration"] > 1]
+    assert [(r["step"], r["training_iteration"], r["node_id"]) for r in restored] == [
+        (15, 3, other)]
+    assert all(r["node_id"] == other for r in record[2:])

@@ -15,6 +15,10 @@ from models.packed import (
 )
 
 N_IMAGES = 48
+# On whatever device is present. On a GPU, convolutions may use TF32 and reduce in another order from
+# one call to the next, so trajectories agree to a looser tolerance there.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RTOL = 1e-5 if DEVICE == "cpu" else 2e-3
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +35,13 @@ def small(**fields) -> ModelConfig:
 
 def alone(config, data, report_every=1):
     images, factors = data
-    trainer = Trainer(build(config), images, np.arange(N_IMAGES), config, "cpu", factors=factors)
+    trainer = Trainer(build(config), images, np.arange(N_IMAGES), config, DEVICE, factors=factors)
     return [r["loss"] for r in trainer.run(report_every=report_every)], trainer
 
 
 def packed(configs, data, mode, report_every=1):
     images, factors = data
-    trainer = PackedTrainer(configs, images, np.arange(N_IMAGES), device="cpu", factors=factors, mode=mode)
+    trainer = PackedTrainer(configs, images, np.arange(N_IMAGES), device=DEVICE, factors=factors, mode=mode)
     losses = {k: [] for k in range(len(configs))}
     for reports in trainer.run(report_every=report_every):
         for k, report in reports.items():
@@ -58,10 +62,10 @@ def test_members_trained_packed_follow_their_trajectories_alone(data, mode):
     losses, _ = packed(BETA_VAE_PACK, data, mode)
     for k, config in enumerate(BETA_VAE_PACK):
         expected, _ = alone(config, data)
-        if mode == "loop":  # the very same operations
+        if mode == "loop" and DEVICE == "cpu":  # the very same operations
             assert losses[k] == expected
         else:  # grouped convolutions sum in another order: float tolerance
-            np.testing.assert_allclose(losses[k], expected, rtol=1e-5)
+            np.testing.assert_allclose(losses[k], expected, rtol=RTOL)
 
 
 def test_objectives_with_their_own_optimiser_pack_too(data):
@@ -70,7 +74,7 @@ def test_objectives_with_their_own_optimiser_pack_too(data):
     losses, trainer = packed(configs, data, "vmap")
     for k, config in enumerate(configs):
         expected, reference = alone(config, data)
-        np.testing.assert_allclose(losses[k], expected, rtol=1e-5)
+        np.testing.assert_allclose(losses[k], expected, rtol=RTOL)
         # the discriminator trained exactly as alone, and its Adam state is an ordinary one
         for mine, theirs in zip(trainer.members[k].objective.discriminator.parameters(),
                                 reference.objective.discriminator.parameters()):
@@ -83,29 +87,29 @@ def test_pairs_and_prior_samples_pack(data):
                    for b, s, w in [(1.0, 0, 10.0), (2.0, 3, 20.0)]]
         losses, _ = packed(configs, data, "vmap")
         for k, config in enumerate(configs):
-            np.testing.assert_allclose(losses[k], alone(config, data)[0], rtol=1e-5)
+            np.testing.assert_allclose(losses[k], alone(config, data)[0], rtol=RTOL)
 
 
 def test_a_packed_checkpoint_resumes_packed_or_alone(data):
     configs = BETA_VAE_PACK[:2]
     full, _ = packed(configs, data, "vmap")
     images, factors = data
-    first = PackedTrainer(configs, images, np.arange(N_IMAGES), device="cpu", mode="vmap")
+    first = PackedTrainer(configs, images, np.arange(N_IMAGES), device=DEVICE, mode="vmap")
     for _ in zip(range(2), first.run(report_every=1)):
         pass
     state = first.state_dict()
-    resumed = PackedTrainer(configs, images, np.arange(N_IMAGES), device="cpu", mode="vmap")
+    resumed = PackedTrainer(configs, images, np.arange(N_IMAGES), device=DEVICE, mode="vmap")
     resumed.load_state_dict(state)
     rest = {k: [] for k in range(2)}
     for reports in resumed.run(report_every=1):
         for k, report in reports.items():
             rest[k].append(report["loss"])
     for k in range(2):
-        np.testing.assert_allclose(full[k][2:], rest[k], rtol=1e-5)
+        np.testing.assert_allclose(full[k][2:], rest[k], rtol=RTOL)
     # each member's checkpoint is an ordinary Trainer checkpoint
-    trainer = Trainer(build(configs[1]), images, np.arange(N_IMAGES), configs[1], "cpu")
+    trainer = Trainer(build(configs[1]), images, np.arange(N_IMAGES), configs[1], DEVICE)
     trainer.load_state_dict(state["members"][1])
-    np.testing.assert_allclose([r["loss"] for r in trainer.run(report_every=1)], full[1][2:], rtol=1e-5)
+    np.testing.assert_allclose([r["loss"] for r in trainer.run(report_every=1)], full[1][2:], rtol=RTOL)
 
 
 def test_members_of_different_shapes_are_split_into_groups_not_refused(data):
@@ -116,7 +120,7 @@ def test_members_of_different_shapes_are_split_into_groups_not_refused(data):
     losses, trainer = packed(configs, data, "vmap")
     assert len(trainer._vmapped) == 2
     for k, config in enumerate(configs):
-        np.testing.assert_allclose(losses[k], alone(config, data)[0], rtol=1e-5)
+        np.testing.assert_allclose(losses[k], alone(config, data)[0], rtol=RTOL)
 
 
 def test_a_member_whose_loss_diverges_stops_alone(data):
@@ -125,7 +129,7 @@ def test_a_member_whose_loss_diverges_stops_alone(data):
     assert 1 in trainer.errors and "not finite" in trainer.errors[1]
     assert 0 not in trainer.errors
     assert trainer.members[0].step == 3 and len(losses[0]) == 2
-    np.testing.assert_allclose(losses[0], alone(configs[0], data, report_every=2)[0], rtol=1e-5)
+    np.testing.assert_allclose(losses[0], alone(configs[0], data, report_every=2)[0], rtol=RTOL)
 
 
 def test_pack_size_is_bounded_by_memory():
@@ -140,6 +144,6 @@ def test_pack_size_is_bounded_by_memory():
 def test_bad_mode_and_empty_pack_are_refused(data):
     images, _ = data
     with pytest.raises(ValueError, match="mode: unknown 'fast'"):
-        PackedTrainer([small()], images, np.arange(N_IMAGES), device="cpu", mode="fast")
+        PackedTrainer([small()], images, np.arange(N_IMAGES), device=DEVICE, mode="fast")
     with pytest.raises(ValueError, match="at least one"):
-        PackedTrainer([], images, np.arange(N_IMAGES), device="cpu")
+        PackedTrainer([], images, np.arange(N_IMAGES), device=DEVICE)

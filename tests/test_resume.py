@@ -1,5 +1,10 @@
-"""Fault tolerance: a sweep whose driver is killed mid-way resumes, and no trial lands twice."""
+"""Fault tolerance at known points, each checked against an uninterrupted run with the same seeds:
+a driver killed after K trials finished resumes with ``--resume``; a trial's worker (or a pack's)
+killed after checkpoint N resumes from that checkpoint. The kill points come from the checkpoint
+signals of ``sweeps.trainable`` (tests/conftest.py, ``CheckpointSignals``): the worker waits at its
+checkpoint until the test has acted, so nothing races."""
 
+import json
 import os
 import signal
 import subprocess
@@ -9,19 +14,83 @@ import time
 import pandas as pd
 import pytest
 
+# Columns of trials.parquet that differ between two runs of the same trials, and why. Every other
+# column must be equal.
+EXPECTED_TO_DIFFER = {
+    "experiment": "the experiment's folder name (the runs are named apart)",
+    "finished_at": "wall-clock time the row was written",
+    "train_seconds": "wall-clock time (and a resumed trial counts only its time since the restore)",
+    "eval_seconds": "wall-clock time",
+    "node_id": "the Ray node of the run (one Ray here, but kept out: on a cluster it differs)",
+}
+
 
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def finished_rows(experiment):
     path = experiment / "trials.parquet"
     return len(pd.read_parquet(path)) if path.exists() else 0
+
+
+def sweep_argv(grid, tmp_path, name, *extra):
+    return [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+            "--storage-path", str(tmp_path), "--name", name, *extra]
+
+
+def ray_env(ray_session, **extra):
+    return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address, **extra}
+
+
+def run_to_the_end(argv, env):
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def results(experiment):
+    trials = pd.read_parquet(experiment / "trials.parquet").sort_values("trial_key").reset_index(drop=True)
+    history = pd.read_parquet(experiment / "history.parquet").sort_values(["trial_key", "step"])
+    return trials, history.reset_index(drop=True)
+
+
+def assert_same_results(resumed, reference):
+    """trials.parquet equal column by column, but for EXPECTED_TO_DIFFER; the loss history equal."""
+    (trials, history), (ref_trials, ref_history) = resumed, reference
+    assert trials["trial_key"].tolist() == ref_trials["trial_key"].tolist()
+    differing = [c for c in trials.columns
+                 if not trials[c].astype(object).equals(ref_trials[c].astype(object))]
+    print("trials.parquet columns that differ from the uninterrupted run:",
+          {c: EXPECTED_TO_DIFFER.get(c) for c in differing})
+    unexplained = set(differing) - set(EXPECTED_TO_DIFFER)
+    assert not unexplained, {c: (trials[c].tolist(), ref_trials[c].tolist()) for c in unexplained}
+    terms = [c for c in history.columns if c not in ("experiment", "images_per_second")]
+    pd.testing.assert_frame_equal(history[terms], ref_history[terms], check_exact=False, rtol=0, atol=1e-6)
+
+
+def trial_actor_pid(ray_session) -> int:
+    """The pid of the one live trial actor, from Ray's actor table in the GCS (``ray.util.state``
+    would ask the dashboard, which needs ``ray[default]``; the tests' Ray runs without it)."""
+    from ray._private import state
+
+    actors = [a for a in state.actors().values()
+              if a["State"] == "ALIVE" and a["ActorClassName"] in ("ImplicitFunc", "train_trial")]
+    assert len(actors) == 1, actors
+    return actors[0]["Pid"]
+
+
+def restores(trial_dir):
+    """Tune's own record of a trial (result.json, one line a report): the reports that came first
+    after a restore from a checkpoint, as (step, training_iteration) pairs."""
+    reports = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    return [(r["step"], r["training_iteration"]) for r in reports
+            if r["iterations_since_restore"] == 1 and r["training_iteration"] > 1]
 
 
 FOUR_TRIAL_GRID = """
@@ -37,36 +106,60 @@ scales:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_and_every_trial_lands_exactly_once(ray_session, tmp_path):
+@pytest.mark.timeout(900)
+def test_a_driver_killed_after_one_finished_trial_resumes_to_the_uninterrupted_result(
+        ray_session, tmp_path, checkpoint_signals):
     grid = tmp_path / "four.yaml"
     grid.write_text(FOUR_TRIAL_GRID)
-    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
-            "--storage-path", str(tmp_path), "--name", "exp", "--max-concurrent-trials", "1"]
-    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    options = ["--max-concurrent-trials", "1", "--checkpoint-every", "10"]
+    # the reference two trials at a time: each trains on one thread, so its numbers are the same
+    with checkpoint_signals.releasing():
+        reference_argv = sweep_argv(grid, tmp_path, "reference", "--checkpoint-every", "10")
+        run_to_the_end(reference_argv, ray_env(ray_session))
+    reference = results(tmp_path / "reference")
+
+    argv = sweep_argv(grid, tmp_path, "exp", *options)
+    env = ray_env(ray_session)
     experiment = tmp_path / "exp"
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        def what():
-            return "the first finished trial; driver log:\n" + (tmp_path / "driver.log").read_text()[-3000:]
-
-        wait_for(lambda: finished_rows(experiment) >= 1, 240, what)
+        # The known point: one trial finished (rows written), the second waits at its first checkpoint.
+        running = lambda: driver.poll() is None
+        first = checkpoint_signals.hold(lambda name: name.endswith("-10"), 240, running)[0]
+        checkpoint_signals.release_all()
+        checkpoint_signals.hold(lambda name: name.endswith("-10") and name != first, 240,
+                                lambda: driver.poll() is None)
+        wait_for(lambda: finished_rows(experiment) == 1, 60, "the first trial's row")
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     before = pd.read_parquet(experiment / "trials.parquet")
-    assert 1 <= len(before) < 4, "the driver should die mid-sweep"
+    assert len(before) == 1, "the driver was killed after exactly one finished trial"
 
-    done = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    after = pd.read_parquet(experiment / "trials.parquet")
-    assert len(after) == 4 and after["trial_key"].is_unique
-    # trials that had finished were not run again: their rows are untouched
-    kept = after.set_index("trial_key").loc[before["trial_key"], "finished_at"]
-    assert (kept.to_numpy() == before["finished_at"].to_numpy()).all()
-    history = pd.read_parquet(experiment / "history.parquet")
+    with checkpoint_signals.releasing():
+        run_to_the_end([*argv, "--resume"], env)
+    trials, history = resumed = results(experiment)
+    # 0 lost, 0 duplicated
+    assert len(trials) == 4 and trials["trial_key"].is_unique
     assert not history.duplicated(["trial_key", "step"]).any()
-    assert history.groupby("trial_key").size().to_dict() == dict.fromkeys(after["trial_key"], 4)
+    assert history.groupby("trial_key")["step"].apply(list).to_dict() == dict.fromkeys(
+        trials["trial_key"], [5, 10, 15, 20])
+    # 0 finished re-run: the finished trial's row is untouched (same time written)
+    kept = trials.set_index("trial_key").loc[before["trial_key"], "finished_at"]
+    assert (kept.to_numpy() == before["finished_at"].to_numpy()).all()
+    # the trial that waited at its checkpoint went on from it after the resume
+    waited = experiment / restored_trial_dir(first, experiment)
+    assert restores(waited) == [(15, 3)]
+    assert_same_results(resumed, reference)
+
+
+def restored_trial_dir(first, experiment):
+    """The trial folder, other than the first trial's, that holds a restore record."""
+    trial_dirs = [p.name for p in experiment.iterdir() if (p / "result.json").exists()]
+    restored = [d for d in trial_dirs if restores(experiment / d)]
+    assert len(restored) == 1 and not first.startswith(restored[0]), restored
+    return restored[0]
 
 
 ONE_TRIAL_GRID = """
@@ -75,7 +168,7 @@ fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images:
         batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, beta: 1.0,
         split: blank_side}
 scales:
-  tiny: {steps: 120, lr: 0.001}
+  tiny: {steps: 60, lr: 0.001}
 """
 
 
@@ -93,72 +186,71 @@ def first_loss_steps(folder):
     return steps
 
 
-def trial_workers():
-    import psutil
+def kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals, grid_text, *options, step=40):
+    """Run the grid once uninterrupted and once with its trial's worker killed (SIGKILL, by the pid
+    Ray's state API gives) while it waits at checkpoint ``step``; both runs' results and the name of
+    the killed trial's folder."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(grid_text)
+    options = ["--checkpoint-every", "20", *options]
+    with checkpoint_signals.releasing():
+        run_to_the_end(sweep_argv(grid, tmp_path, "reference", *options), ray_env(ray_session))
 
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info["cmdline"] or [])
-        if command.startswith("ray::ImplicitFunc") or command.startswith("ray::train_trial"):
-            found.append(process)
-    return found
-
-
-@pytest.mark.slow
-def test_a_killed_trial_worker_resumes_from_its_checkpoint(ray_session, tmp_path):
-    grid = tmp_path / "one.yaml"
-    grid.write_text(ONE_TRIAL_GRID)
-    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
-            "--storage-path", str(tmp_path), "--name", "exp", "--checkpoint-every", "20"]
-    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
-    driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    experiment = tmp_path / "exp"
-    wait_for(lambda: list(experiment.glob("*/checkpoint_*")), 240, "the trial's first checkpoint")
-    workers = trial_workers()
-    assert len(workers) == 1
-    workers[0].kill()
-    out, _ = driver.communicate(timeout=300)
+    env = ray_env(ray_session)
+    driver = subprocess.Popen(sweep_argv(grid, tmp_path, "exp", *options), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        name, pid = checkpoint_signals.hold(lambda name: name.endswith(f"-{step}"), 240,
+                                            lambda: driver.poll() is None)
+    except AssertionError:
+        driver.kill()
+        output = driver.communicate()[0][-3000:]
+        raise AssertionError("no checkpoint signal; driver output:\n" + output) from None
+    assert trial_actor_pid(ray_session) == pid  # the actor Ray knows is the one waiting at the checkpoint
+    os.kill(pid, signal.SIGKILL)
+    with checkpoint_signals.releasing():
+        out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out[-3000:]
-
-    trials = pd.read_parquet(experiment / "trials.parquet")
-    assert len(trials) == 1
-    history = pd.read_parquet(experiment / "history.parquet")
-    assert history["step"].tolist() == list(range(5, 121, 5))  # each report once, none lost
-    # The restarted worker wrote a second event file whose first step is past the checkpoint:
-    # it resumed from the checkpoint rather than from step 0.
-    (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir()]
-    first_steps = first_loss_steps(trial_dir)
-    assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
+    return results(tmp_path / "exp"), results(tmp_path / "reference"), name.rsplit("-", 1)[0], out
 
 
 @pytest.mark.slow
-def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(ray_session, tmp_path):
-    grid = tmp_path / "two.yaml"
+@pytest.mark.timeout(600)
+def test_a_killed_trial_worker_resumes_from_its_checkpoint_to_the_uninterrupted_loss(
+        ray_session, tmp_path, checkpoint_signals):
+    resumed, reference, trial_dir, _ = kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals,
+                                                          ONE_TRIAL_GRID)
+    trials, history = resumed
+    assert len(trials) == 1
+    assert history["step"].tolist() == list(range(5, 61, 5))  # each report once, none lost
+    experiment = tmp_path / "exp"
+    # Tune's record: the trial restarted once, from the checkpoint of step 40 (its 8th report)
+    assert restores(experiment / trial_dir) == [(45, 9)]
+    # the restarted worker's TensorBoard file starts right after that checkpoint
+    assert first_loss_steps(experiment / trial_dir) == [5, 45]
+    # and it trained on exactly as the uninterrupted run did: final loss equal to 1e-6
+    assert abs(history["loss"].iloc[-1] - reference[1]["loss"].iloc[-1]) <= 1e-6
+    assert_same_results(resumed, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
+        ray_session, tmp_path, checkpoint_signals):
     two_trials = ONE_TRIAL_GRID.replace("beta: 1.0,", "").replace(
         "scales:", "axes:\n  beta: [1.0, 4.0]\nscales:")
-    grid.write_text(two_trials)
-    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
-            "--storage-path", str(tmp_path), "--name", "exp", "--checkpoint-every", "20", "--pack-size", "2"]
-    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
-    driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    experiment = tmp_path / "exp"
-    wait_for(lambda: list(experiment.glob("pack2-*/checkpoint_*")), 240, "the pack's first checkpoint")
-    workers = trial_workers()
-    assert len(workers) == 1  # one Tune trial trains both models
-    workers[0].kill()
-    out, _ = driver.communicate(timeout=300)
-    assert driver.returncode == 0, out[-3000:]
+    resumed, reference, pack_dir, out = kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals,
+                                                           two_trials, "--pack-size", "2")
     assert "Packing 2 trials into 1 packs" in out
-
-    trials = pd.read_parquet(experiment / "trials.parquet")
+    trials, history = resumed
     assert len(trials) == 2 and sorted(trials["beta"]) == [1.0, 4.0]
-    history = pd.read_parquet(experiment / "history.parquet")
     for _, steps in history.groupby("trial_key")["step"]:
-        assert steps.tolist() == list(range(5, 121, 5))  # each member's reports once, none lost
-    # Each member's TensorBoard folder got a second event file, from the restarted worker, whose
-    # first step is past the checkpoint: the pack resumed, both members together, not from step 0.
+        assert steps.tolist() == list(range(5, 61, 5))  # each member's reports once, none lost
+    experiment = tmp_path / "exp"
+    assert pack_dir.startswith("pack2-") and restores(experiment / pack_dir) == [(45, 9)]
+    # each member's TensorBoard folder: the restarted worker's file starts right after the checkpoint
     member_dirs = [p for p in experiment.iterdir() if p.is_dir() and not p.name.startswith("pack")]
     assert len(member_dirs) == 2
     for member_dir in member_dirs:
-        first_steps = first_loss_steps(member_dir)
-        assert len(first_steps) == 2 and first_steps[0] == 5 and first_steps[1] > 20
+        assert first_loss_steps(member_dir) == [5, 45]
+    assert_same_results(resumed, reference)

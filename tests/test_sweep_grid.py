@@ -1,5 +1,8 @@
 """User grids (--grid FILE) and the checks that run before any trial starts."""
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -70,10 +73,16 @@ def test_the_command_line_reports_a_bad_grid_in_one_line(tmp_path, capsys):
     assert "--seeds '0': need at least one seed" in capsys.readouterr().err
 
 
-def test_gpus_on_a_machine_without_gpus_is_refused_before_any_trial(ray_session, tmp_path, capsys):
-    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--gpus-per-trial", "1"]
-    assert main(argv) == 2
-    assert "has no GPUs" in capsys.readouterr().err
+def test_gpus_on_a_machine_without_gpus_is_refused_before_any_trial(tmp_path):
+    # A machine without GPUs, on any machine: a fresh private Ray that sees none (CUDA_VISIBLE_DEVICES
+    # empty), not the tests' shared Ray, which has the GPUs of a GPU machine.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    argv = [sys.executable, "-m", "sweeps.paper_grid", "--scale", "tiny", "--storage-path", str(tmp_path),
+            "--gpus-per-trial", "1", "--num-cpus", "1"]
+    done = subprocess.run(argv, env={**env, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "has no GPUs" in done.stderr
     assert not list(tmp_path.glob("*/trials.parquet"))
 
 
@@ -83,6 +92,7 @@ def test_list_prints_every_preset_and_scale_with_trial_counts(capsys):
     assert "default" in out and all(scale in out for scale in ("tiny", "smoke", "small", "full"))
 
 
+@pytest.mark.slow  # two tiny trials with the default preset's full evaluation: 1-2.5 minutes on 2 cores
 def test_optuna_search_samples_beta_within_its_declared_range(ray_session, tmp_path, capsys):
     argv = ["--scale", "tiny", "--search", "optuna", "--num-samples", "2", "--storage-path", str(tmp_path),
             "--name", "optuna"]

@@ -1,0 +1,49 @@
+"""sweeps.costs against hand computations: the burgess network's FLOPs layer by layer, and the
+default preset's images, CPU-core-hours and GPU-hours from them."""
+
+import pytest
+
+from sweeps import costs
+
+
+def burgess_training_flops_by_hand() -> int:
+    """Burgess et al. 2018's network at 64 px, 1 channel, 10 latents: multiply-adds of each layer
+    (a 4×4 convolution: output pixels × in × out channels × 16; a transposed one: input pixels ×
+    in × out × 16; a linear layer: in × out), ×2 for FLOPs, ×3 for forward + backward."""
+    encoder = (32 * 32 * 1 * 32 * 16 + 16 * 16 * 32 * 32 * 16 + 8 * 8 * 32 * 32 * 16 + 4 * 4 * 32 * 32 * 16
+               + 512 * 256 + 256 * 256 + 256 * 2 * 10)  # convolutions, fc 256, 256, mean and log-variance
+    decoder = (10 * 256 + 256 * 256 + 256 * 512  # fc back to 32 × 4 × 4
+               + 4 * 4 * 32 * 32 * 16 + 8 * 8 * 32 * 32 * 16 + 16 * 16 * 32 * 32 * 16 + 32 * 32 * 32 * 1 * 16)
+    return 3 * 2 * (encoder + decoder)
+
+
+def test_burgess_flops_per_image_match_the_hand_count():
+    assert burgess_training_flops_by_hand() == 74_757_120
+    assert costs.training_flops_per_image("burgess", 64, 1, 10) == burgess_training_flops_by_hand()
+
+
+@pytest.mark.parametrize("scale, steps, batch", [("tiny", 20, 32), ("smoke", 500, 64)])
+def test_the_default_presets_cost_matches_a_hand_computation(scale, steps, batch):
+    cost = costs.preset_cost("default", scale)
+    # four trials (β ∈ {1, 4} × two splits), one seed, each trains steps × batch images
+    images = 4 * steps * batch
+    assert (cost["trials"], cost["seeds"], cost["images"]) == (4, 1, images)
+    # burgess is the reference network: 390 images per second per core, so no FLOPs scaling
+    assert cost["cpu_core_hours"] == pytest.approx(images / 390 / 3600, rel=1e-12)
+    # GPU: the training FLOPs at D21's effective rate (their images × dittadi's FLOPs per image over
+    # 2.8 GPU-years)
+    rate = (1080 * 400_000 * 64 * costs.training_flops_per_image("dittadi", 128, 3, 10)
+            / (2.8 * 365.25 * 24 * 3600))
+    assert cost["gpu_hours"] == pytest.approx(images * 74_757_120 / rate / 3600, rel=1e-12)
+
+
+def test_d21s_effective_rate_is_about_six_tflops():
+    assert 5e12 < costs.gpu_flops_per_second() < 7e12  # the figure the docs quote: 6.0 TFLOP/s
+
+
+def test_the_table_lists_every_preset_and_scale():
+    table = costs.presets_table()
+    for name, spec in costs.PRESETS.items():
+        assert name in table
+        for scale in spec["scales"]:
+            assert f"{name:<12} {scale:<6}" in table
