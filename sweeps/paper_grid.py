@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from analysis.report import correlation_text, trials_table
+    from analysis.report import correlation_text, seed_text
+    from analysis.tables import trials_text
 
     planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     print(f"\n{summary['finished']} of {planned} trials finished "
@@ -259,9 +260,13 @@ def main(argv: list[str] | None = None) -> int:
               "and rerun with --resume")
     if summary["trials"] is not None and len(summary["trials"]):
         print()
-        print(trials_table(summary["trials"]))
+        print(trials_text(summary["trials"]))
         print()
         print(correlation_text(summary["trials"]))
+        seeds = seed_text(summary["trials"])
+        if seeds:
+            print()
+            print(seeds)
     print_commands(run_plan["experiment_dir"], argv)
     return 0 if not summary["failed"] else 1
 

@@ -96,7 +96,7 @@ PRESETS: dict[str, dict] = {
             # n_nll / n_metric: evaluation sample budgets (see analysis.evaluate).
             "tiny": {"n_images": 3000, "steps": 20, "lr": 1e-3, "batch_size": 32,
                      "report_every": 5, "n_nll": 200, "n_metric": 300},
-            "smoke": {"n_images": 20000, "steps": 500, "lr": 1e-3,
+            "smoke": {"n_images": 20000, "steps": 400, "lr": 1e-3,
                       "report_every": 25, "n_nll": 1000, "n_metric": 600},
             "small": {"n_images": None, "steps": 30000, "lr": 5e-4,
                       "report_every": 250, "n_nll": 5000, "n_metric": 10000},
