@@ -195,9 +195,16 @@ def _trainable(args, plan: dict, gpus: float, remote: bool, dataset_refs: dict):
     )
 
 
+# Tune's error when a trial's recorded checkpoint is gone: the driver died after a newer checkpoint
+# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state.
+LOST_CHECKPOINT = "Could not recover from checkpoint"
+
+
 def _keys_of(grid, base) -> set[str]:
-    """The trial keys a Tune experiment's trials hold (its ResultGrid)."""
+    """The trial keys a Tune experiment's trials hold (its ResultGrid), less those that could not
+    be restored because their checkpoint is gone: those run again, from the start."""
     return {member.trial_key for result in grid if result.config
+            and not (result.error and LOST_CHECKPOINT in str(result.error))
             for member in members_of(result.config, base)}
 
 
@@ -209,7 +216,11 @@ def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
     repaired = repair(experiment_dir, [result.metrics for result in grid])
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
-    return grid.num_errors, _keys_of(grid, base)
+    lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
+    if lost:
+        print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
+              "running them again", flush=True)
+    return grid.num_errors - lost, _keys_of(grid, base)
 
 
 def _to_run(plan: dict, covered: set[str]) -> list:
