@@ -17,9 +17,8 @@ import os
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from analysis.schema import HISTORY_FILE, SCHEMAS, TRIALS_FILE, conform
+from analysis.schema import HISTORY_FILE, SCHEMAS, TRIALS_FILE, conform, merged_table
 
 ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (sweeps/results.py)
 
@@ -104,19 +103,18 @@ def _load(experiments, filename: str, filesystem) -> pd.DataFrame:
         raise ValueError("pass at least one experiment folder or URI, e.g. ./disgen_results/default")
     schema, tables = SCHEMAS[filename], []
     for experiment in experiments:
-        path = join(experiment, filename)
         try:
-            fs, inner = resolve(path, filesystem)
-            found = fs.get_file_info(inner).type == pafs.FileType.File
+            fs, inner = resolve(experiment, filesystem)
+            table = merged_table(fs, inner.rstrip("/"), filename)  # the file, and a running sweep's parts
         except (OSError, pa.ArrowInvalid) as error:
             raise FileNotFoundError(f"{experiment}: cannot open ({error}); pass an experiment folder "
                                     "or a URI such as s3://bucket/prefix/experiment") from error
-        if not found:
+        if table is None:
             raise FileNotFoundError(
                 f"{experiment}: no {filename}; pass an experiment directory such as "
                 "./disgen_results/default (the folder that holds trials.parquet)"
             )
-        tables.append(conform(pq.read_table(inner, filesystem=fs), schema, path))
+        tables.append(conform(table, schema, join(experiment, filename)))
     return to_pandas(pa.concat_tables(tables))
 
 

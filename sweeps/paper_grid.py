@@ -15,7 +15,7 @@ import socket
 import sys
 
 from data_pipeline.cli import Parser
-from sweeps import storage
+from sweeps import plan_record, storage
 from sweeps.errors import UsageError
 from sweeps.grid import (
     check_search_bounds,
@@ -28,6 +28,8 @@ from sweeps.grid import (
     trial_configs,
     unpin_axis,
 )
+from sweeps.lock import ExperimentLock
+from sweeps.plan_record import PLAN_FILE
 from sweeps.presets import PRESETS, SCALES
 
 DEFAULT_STORAGE = "./disgen_results"
@@ -61,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "1, or the paper's count at --scale full (M21: 3, D21: 10)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted experiment of the same name: finished "
-                             "trials are kept, unfinished ones resume from their last checkpoint")
+                             "trials are kept, unfinished ones resume from their last checkpoint. "
+                             "With a grid that only adds trials (more seeds, more axis values) it "
+                             "extends the experiment: the new trials run, finished ones do not. "
+                             "A grid that drops or changes trials is refused, with the difference "
+                             "(the experiment's plan.json holds its planned trials)")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                         help="join this Ray cluster (host:port, or 'auto') instead of starting a "
                              "local one ('local': always a fresh private one); defaults to $RAY_ADDRESS")
@@ -193,20 +199,24 @@ def plan(args) -> dict:
     storage_path = check_storage(args.storage_path)
     check_address(args.address)
     experiment_dir = storage.join(storage_path, name)
-    exists = any(f.startswith("experiment_state") or f == "trials.parquet"
+    ExperimentLock(experiment_dir).check_free()  # a second driver on the folder: refused
+    exists = any(f.startswith("experiment_state") or f in ("trials.parquet", PLAN_FILE)
                  for f in storage.list_names(experiment_dir))
     if exists and not args.resume:
         raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
                          "it, or --name NEW for a new experiment")
     if args.resume and not exists:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
+    record = plan_record.make_record(trials, args.search, args.scheduler)
+    added = plan_record.check_resume(experiment_dir, record) if args.resume else []
     from sweeps.data import load_datasets
 
     # Rendered or loaded here, on the driver, so that a missing or malformed real file stops the
     # run before Ray starts.
     datasets = load_datasets(trials, data_dir)
     return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "trials": trials, "datasets": datasets}
+            "preset": preset, "seeds": seeds, "trials": trials, "datasets": datasets,
+            "record": record, "added": added}
 
 
 def print_commands(experiment_dir: str, argv: list[str]) -> None:
@@ -215,7 +225,7 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
         resume += " --resume"
     trials = storage.join(experiment_dir, "trials.parquet")
     print("\nNext:")
-    print(f"  resume or extend:  {resume}")
+    print(f"  resume or extend:  {resume}   (extend: the same with more --seeds or axis values)")
     if storage.is_remote(experiment_dir):
         local = os.path.basename(experiment_dir.rstrip("/"))
         print(f"  TensorBoard:       aws s3 sync {experiment_dir} ./{local} && "
@@ -237,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(presets_table())
         return 0
+    lock = None
     try:
         run_plan = plan(args)
+        lock = ExperimentLock(run_plan["experiment_dir"])
+        lock.acquire()
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -249,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        lock.release()
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 

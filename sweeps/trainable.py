@@ -107,7 +107,9 @@ def _dataset(first: TrialConfig, datasets: dict):
         raise RuntimeError(f"trial {first.trial_key} needs {first.data.data_source} {first.data.dataset} "
                            "data that the driver did not load; resume with the same --data-source/--data-dir "
                            "options the experiment started with")
-    return datasets[first.data.key]
+    data = datasets[first.data.key]
+    # the driver puts each dataset in the object store once: fetch only this trial's
+    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
 
 
 def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:

@@ -15,11 +15,12 @@ import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
-from sweeps import storage  # noqa: E402
+from analysis.schema import compact  # noqa: E402
+from sweeps import plan_record, storage  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
-from sweeps.results import ResultsWriter, read_trials  # noqa: E402
+from sweeps.results import ResultsWriter, read_trials, repair  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
@@ -174,39 +175,97 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
     )
 
 
+def _dataset_refs(datasets: dict) -> dict:
+    """One object per dataset in Ray's object store: ``DataConfig.key`` → its ObjectRef. A trial
+    fetches only its own dataset's object (``sweeps.trainable._dataset``), so a node holds the
+    datasets of the trials it runs, not every dataset of the sweep."""
+    return {key: ray.put(data) for key, data in datasets.items()}
+
+
+def _trainable(args, plan: dict, gpus: float, remote: bool, dataset_refs: dict):
+    # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
+    # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
+    run_info = {"tensorboard_root": None if remote else plan["experiment_dir"],
+                "cpus_per_trial": args.cpus_per_trial,
+                "checkpoint_every": _checkpoint_every(args, plan["trials"]),
+                "base_trials": plan["trials"] if args.search == "optuna" else ()}
+    return tune.with_resources(
+        tune.with_parameters(train_trial, datasets=dataset_refs, run_info=run_info),
+        {"cpu": args.cpus_per_trial, "gpu": gpus},
+    )
+
+
+# Tune's error when a trial's recorded checkpoint is gone: the driver died after a newer checkpoint
+# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state.
+LOST_CHECKPOINT = "Could not recover from checkpoint"
+
+
+def _keys_of(grid, base) -> set[str]:
+    """The trial keys a Tune experiment's trials hold (its ResultGrid), less those that could not
+    be restored because their checkpoint is gone: those run again, from the start."""
+    return {member.trial_key for result in grid if result.config
+            and not (result.error and LOST_CHECKPOINT in str(result.error))
+            for member in members_of(result.config, base)}
+
+
+def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
+    """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials
+    whose rows never landed (a driver killed while writing them) are written now."""
+    print(f"Resuming {experiment_dir}", flush=True)
+    grid = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True).fit()
+    repaired = repair(experiment_dir, [result.metrics for result in grid])
+    if repaired:
+        print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
+    lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
+    if lost:
+        print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
+              "running them again", flush=True)
+    return grid.num_errors - lost, _keys_of(grid, base)
+
+
+def _to_run(plan: dict, covered: set[str]) -> list:
+    """The planned trials that no Tune run holds and that have no row yet: all of them for a new
+    experiment; for a resume, the ones an extension adds (or a run killed before Tune saved state)."""
+    finished = set(read_trials(plan["experiment_dir"])["trial_key"])
+    return [t for t in plan["trials"] if t.trial_key not in covered and t.trial_key not in finished]
+
+
 def run_sweep(args, plan: dict) -> dict:
-    """Run (or resume) the planned sweep on Ray; returns the finished rows and the failure count."""
+    """Run, resume or extend the planned sweep on Ray; returns the finished rows and the failure count.
+
+    Resume: Tune's own restore continues the experiment's trials from their checkpoints. Then the
+    planned trials that no Tune run holds (an extension's new ones) run as a new Tune run in the
+    same folder. plan.json is written before a run starts."""
     experiment_dir = plan["experiment_dir"]
     restoring = args.resume and tune.Tuner.can_restore(experiment_dir)
-    if args.resume and not restoring:
+    if args.resume and not restoring and args.search != "grid":
         raise UsageError(f"{experiment_dir} holds results but no Tune state to resume from; "
                          "start a new experiment with --name NEW")
     started_ray = _connect(args)
     started = time.perf_counter()
+    failed, covered = 0, set()
     try:
         gpus = _gpus_per_trial(args)
-        # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
-        # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
         remote = storage.is_remote(experiment_dir)
-        run_info = {"tensorboard_root": None if remote else experiment_dir,
-                    "cpus_per_trial": args.cpus_per_trial,
-                    "checkpoint_every": _checkpoint_every(args, plan["trials"]),
-                    "base_trials": plan["trials"] if args.search == "optuna" else ()}
-        trainable = tune.with_resources(
-            tune.with_parameters(train_trial, datasets=plan["datasets"], run_info=run_info),
-            {"cpu": args.cpus_per_trial, "gpu": gpus},
-        )
+        trainable = _trainable(args, plan, gpus, remote, _dataset_refs(plan["datasets"]))
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
         if restoring:
-            print(f"Resuming {experiment_dir}", flush=True)
-            tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
-        else:
-            tuner = _new_tuner(args, plan, trainable, gpus, remote)
-        failed = tuner.fit().num_errors
+            failed, covered = _restore(experiment_dir, trainable, plan["trials"])
+        new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
+        if new:
+            if restoring:
+                print(f"Extending {experiment_dir} with {len(new)} new trials", flush=True)
+            plan_record.write(experiment_dir, plan["record"])
+            tuner = _new_tuner(args, {**plan, "trials": new} if args.search == "grid" else plan,
+                               trainable, gpus, remote)
+            failed += tuner.fit().num_errors
+        elif not restoring:
+            plan_record.write(experiment_dir, plan["record"])
     finally:
         if started_ray:
             ray.shutdown()
+    compact(experiment_dir)  # an object store's per-trial parts, folded into the two files
     trials = read_trials(experiment_dir)
     return {"finished": len(trials), "failed": failed, "trials": trials,
             "seconds": time.perf_counter() - started}

@@ -33,6 +33,7 @@ def test_history_rows_are_unique_per_trial_and_step(tmp_path):
     rows = [{"trial_key": "a", "step": s, "loss": float(s)} for s in (5, 10)]
     append_rows(tmp_path, HISTORY_FILE, rows)
     append_rows(tmp_path, HISTORY_FILE, rows[1:])
+    append_rows(tmp_path, TRIALS_FILE, [{"trial_key": "a"}])  # history shows only trials that have a row
     assert len(read_results(tmp_path, HISTORY_FILE)) == 2
 
 

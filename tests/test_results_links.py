@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from sweeps.packing import dirname, tune_config
-from sweeps.results import ResultsWriter
+from sweeps.results import ResultsWriter, member_rows
 from sweeps.trials import TrialConfig
 
 
@@ -35,9 +35,10 @@ def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_p
 
 
 def test_on_remote_storage_a_packs_members_sit_in_the_packs_folder():
-    writer = ResultsWriter("s3://bucket/disgen/exp")
     pack = [member(2.0, 0), member(4.0, 1)]
-    trial = SimpleNamespace(trial_id="x", config=tune_config(pack))
-    assert writer._tensorboard_dir(trial, pack[1].to_dict()) == f"{dirname(pack)}/{pack[1].dirname}"
-    alone = SimpleNamespace(config=tune_config(pack[:1]))
-    assert writer._tensorboard_dir(alone, pack[0].to_dict()) == pack[0].dirname
+    result = {"trial_id": "x", "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
+    _, rows = member_rows("exp", result, remote=True)
+    assert [r["tensorboard_dir"] for r in rows] == [f"{dirname(pack)}/{m.dirname}" for m in pack]
+    assert {r["trial_id"] for r in rows} == {"x"}
+    _, rows = member_rows("exp", {**result, "members": result["members"][:1]}, remote=True)
+    assert rows[0]["tensorboard_dir"] == pack[0].dirname

@@ -1,0 +1,154 @@
+"""How results are committed: history before trials, each file whole; on an object store one small
+part per finished trial, compacted on read; a crash between the writes shows no half-stored trial,
+and the resume stores it."""
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import types
+
+import pandas as pd
+import pytest
+
+from analysis.schema import HISTORY_FILE, PARTS_DIR, TRIALS_FILE, compact, read_results, write_part
+from sweeps.trials import TrialConfig
+
+
+def config(seed):
+    return TrialConfig.complete({"dataset": "dsprites", "split": "blank_side", "n_images": 100,
+                                 "data_seed": 0, "report_every": 5, "n_nll": 10, "n_metric": 10,
+                                 "architecture": "burgess", "objective": "beta_vae", "steps": 10, "beta": 1.0,
+                                 "seed": seed}).to_dict()
+
+
+def finished(seed, steps=(5, 10)):
+    """A Tune trial as the results writer sees it when it finishes: its last result."""
+    member = {"config": config(seed), "test_nll": 100.0 + seed,
+              "history": [{"step": s, "loss": random.random()} for s in steps]}
+    return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": [member]})
+
+
+def experiment_files(fs, inner):
+    import pyarrow.fs as pafs
+
+    return {info.path[len(inner) + 1:]: (info.size, info.mtime)
+            for info in fs.get_file_info(pafs.FileSelector(inner, recursive=True))}
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_parts_merge_on_read_and_compact_into_the_two_files(where, tmp_path, request):
+    if where == "s3":
+        request.getfixturevalue("s3_server")
+        experiment = "s3://disgen-test/runs/exp"
+    else:
+        experiment = str(tmp_path / "exp")
+    write_part(experiment, [{"trial_key": "a", "step": s, "loss": 1.0} for s in (5, 10)],
+               [{"trial_key": "a", "test_nll": 1.0}])
+    write_part(experiment, [{"trial_key": "b", "step": 5, "loss": 2.0}],
+               [{"trial_key": "b", "test_nll": 2.0}])
+    # a trial written again (a resumed one) replaces its rows: the latest part wins
+    write_part(experiment, [{"trial_key": "a", "step": 5, "loss": 3.0}],
+               [{"trial_key": "a", "test_nll": 3.0}])
+    # a crash after the history part and before the trials part: that history stays hidden
+    write_part(experiment, [{"trial_key": "c", "step": 5, "loss": 9.0}], [])
+
+    def check():
+        trials = read_results(experiment, TRIALS_FILE).set_index("trial_key")
+        assert trials["test_nll"].to_dict() == {"a": 3.0, "b": 2.0}
+        history = read_results(experiment, HISTORY_FILE)
+        assert sorted(zip(history["trial_key"], history["step"], history["loss"])) == [
+            ("a", 5, 3.0), ("a", 10, 1.0), ("b", 5, 2.0)]
+
+    check()
+    assert compact(experiment) == 8
+    check()
+    assert compact(experiment) == 0
+    import pyarrow.fs as pafs
+
+    local = (pafs.LocalFileSystem(), experiment)
+    fs, inner = pafs.FileSystem.from_uri(experiment) if where == "s3" else local
+    assert sorted(experiment_files(fs, inner)) == [HISTORY_FILE, PARTS_DIR, TRIALS_FILE]
+
+
+def test_on_s3_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(s3_server):
+    import pyarrow.fs as pafs
+
+    from sweeps.results import ResultsWriter
+
+    experiment = "s3://disgen-test/runs/exp"
+    writer = ResultsWriter(experiment)
+    for seed in range(3):
+        writer.on_trial_complete(0, [], finished(seed, steps=range(5, 10001, 5)))
+    compact(experiment)
+    fs, inner = pafs.FileSystem.from_uri(experiment)
+    before = experiment_files(fs, inner)
+    assert before[HISTORY_FILE][0] > 40_000
+
+    writer.on_trial_complete(0, [], finished(3))
+    after = experiment_files(fs, inner)
+    assert after[HISTORY_FILE] == before[HISTORY_FILE] and after[TRIALS_FILE] == before[TRIALS_FILE]
+    new = sorted(set(after) - set(before))
+    assert len(new) == 2 and all(p.startswith(PARTS_DIR + "/") for p in new)
+    part = next(p for p in new if p.endswith(HISTORY_FILE))
+    assert after[part][0] < before[HISTORY_FILE][0] / 5  # one trial's rows, not the whole file
+    trials = read_results(experiment, TRIALS_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 2, 3] and trials["trial_key"].is_unique
+    history = read_results(experiment, HISTORY_FILE)
+    assert history.groupby("trial_key").size().sort_values().tolist() == [2, 2000, 2000, 2000]
+
+
+CRASH_BETWEEN_THE_WRITES = textwrap.dedent("""
+    # The driver dies right after it has written a finished trial's history, before its trials row.
+    import os, sys
+    import sweeps.results as results
+    real = results.append_rows
+    def append_then_die(folder, filename, rows):
+        stored = real(folder, filename, rows)
+        if filename == "history.parquet":
+            print("dying between the writes", flush=True)
+            os._exit(3)
+        return stored
+    results.append_rows = append_then_die
+    from sweeps.paper_grid import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+GRID = """
+description: two short trials, one at a time
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
+        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, split: blank_side,
+        metrics: [d_score], lr: 0.001}
+axes:
+  beta: [1.0, 4.0]
+scales:
+  tiny: {steps: 10}
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_between_the_two_writes_shows_no_half_trial_and_the_resume_stores_it(ray_session, tmp_path):
+    grid = tmp_path / "two.yaml"
+    grid.write_text(GRID)
+    args = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp",
+            "--max-concurrent-trials", "1"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    crashed = subprocess.run([sys.executable, "-c", CRASH_BETWEEN_THE_WRITES, *args], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == 3, crashed.stdout[-3000:] + crashed.stderr[-3000:]
+    experiment = tmp_path / "exp"
+    on_disk = pd.read_parquet(experiment / HISTORY_FILE)  # the history landed, the trials row did not
+    assert len(on_disk) == 2 and not (experiment / TRIALS_FILE).exists()
+    # what readers see: no trial, and no history without its trial
+    assert read_results(str(experiment), TRIALS_FILE).empty
+    assert read_results(str(experiment), HISTORY_FILE).empty
+
+    resume = [sys.executable, "-m", "sweeps.paper_grid", *args, "--resume", "--max-failures", "0"]
+    done = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = read_results(str(experiment), TRIALS_FILE)
+    assert len(trials) == 2 and trials["trial_key"].is_unique
+    history = pd.read_parquet(experiment / HISTORY_FILE)
+    assert not history.duplicated(["trial_key", "step"]).any()
+    assert history.groupby("trial_key").size().to_dict() == dict.fromkeys(trials["trial_key"], 2)

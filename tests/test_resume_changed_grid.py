@@ -1,0 +1,116 @@
+"""--resume with a changed grid extends the experiment or is refused with the difference, and a
+second driver on a running experiment is refused (real drivers, one real Ray)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from sweeps import plan_record
+from sweeps.errors import UsageError
+from sweeps.lock import LOCK_FILE
+from sweeps.trials import TrialConfig
+
+GRID = """
+description: two short trials, run one at a time
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
+        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, split: blank_side,
+        metrics: [d_score], lr: 0.001}
+axes:
+  beta: [1.0, 4.0]
+scales:
+  tiny: {steps: 40}
+"""
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what()}")
+
+
+def rows(experiment):
+    path = experiment / "trials.parquet"
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame({"trial_key": []})
+
+
+@pytest.mark.slow
+def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_session, tmp_path):
+    grid = tmp_path / "two.yaml"
+    grid.write_text(GRID)
+    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+            "--storage-path", str(tmp_path), "--name", "exp", "--max-concurrent-trials", "1"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    experiment = tmp_path / "exp"
+    log = open(tmp_path / "driver.log", "w")
+    first = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def what():
+            return "driver 1; its log:\n" + (tmp_path / "driver.log").read_text()[-3000:]
+
+        wait_for(lambda: (experiment / LOCK_FILE).exists(), 120, what)
+        second = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"in use by another driver (host {os.uname().nodename}, pid {first.pid}" in second.stderr
+        wait_for(lambda: len(rows(experiment)) >= 1, 240, what)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    before = rows(experiment)
+    assert len(before) == 1 and (experiment / LOCK_FILE).exists()  # killed mid-sweep, its lock left behind
+
+    # Resume with a second seed: the dead driver's lock is taken over, the unfinished trial
+    # continues, the two new ones run, the finished one is kept as it was.
+    done = subprocess.run([*argv, "--resume", "--seeds", "2"], env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "taking over a stale lock" in done.stdout and "Extending" in done.stdout
+    after = rows(experiment)
+    assert len(after) == 4 and after["trial_key"].is_unique and sorted(after["seed"]) == [0, 0, 1, 1]
+    kept = after.set_index("trial_key").loc[before["trial_key"], "finished_at"]
+    assert (kept.to_numpy() == before["finished_at"].to_numpy()).all()
+    history = pd.read_parquet(experiment / "history.parquet")
+    assert history.groupby("trial_key").size().to_dict() == dict.fromkeys(after["trial_key"], 8)
+    assert not (experiment / LOCK_FILE).exists()
+    stored = plan_record.read(str(experiment))
+    assert sorted(stored["trials"]) == sorted(after["trial_key"])
+
+    # A changed setting is no extension: refused, with the difference, before Ray starts.
+    grid.write_text(GRID.replace("steps: 40", "steps: 60"))
+    changed = subprocess.run([*argv, "--resume", "--seeds", "2"], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert changed.returncode == 2
+    assert "trials removed (4)" in changed.stderr and "steps: 40 -> 60" in changed.stderr
+    assert rows(experiment)["finished_at"].equals(after["finished_at"])
+
+
+def trial(**settings):
+    base = {"dataset": "dsprites", "split": "blank_side", "n_images": 100, "data_seed": 0, "report_every": 5,
+            "n_nll": 10, "n_metric": 10, "architecture": "burgess", "objective": "beta_vae", "steps": 10,
+            "beta": 1.0, "seed": 0}
+    return TrialConfig.complete({**base, **settings})
+
+
+def test_the_plan_difference_names_added_and_removed_trials_and_the_settings(tmp_path):
+    old = plan_record.make_record([trial(seed=0), trial(seed=1)], "grid", "none")
+    plan_record.write(str(tmp_path), old)
+    assert plan_record.check_resume(str(tmp_path), old) == []
+    # more seeds, and the grid renamed (preset) with another report interval: an extension
+    more = plan_record.make_record([trial(seed=s, preset="copy", report_every=2) for s in range(3)],
+                                   "grid", "none")
+    assert plan_record.check_resume(str(tmp_path), more) == [trial(seed=2).trial_key]
+    fewer = plan_record.make_record([trial(seed=0)], "grid", "none")
+    removed = r"trials removed \(1\): " + trial(seed=1).trial_key + r"(.|\n)*seed: 0, 1 -> 0"
+    with pytest.raises(UsageError, match=removed):
+        plan_record.check_resume(str(tmp_path), fewer)
+    with pytest.raises(UsageError, match=r"only a plain grid search(.|\n)*--scheduler: none -> asha"):
+        plan_record.check_resume(str(tmp_path), {**more, "scheduler": "asha"})
+    with pytest.raises(UsageError, match="no plan.json"):
+        plan_record.check_resume(str(tmp_path / "other"), old)
