@@ -259,6 +259,7 @@ OBJECTIVE_SETTINGS = {
     "wae_gan": {"adversary_width": 64},
     "cascade_vae": {"latent_dim": 6, "cascade_steps": 10, "discrete_categories": 2},
     "lie_group_vae": {},
+    "dip_vae": {"gamma": 2.0},
 }
 
 
