@@ -19,6 +19,7 @@ import pytest
 EXPECTED_TO_DIFFER = {
     "experiment": "the experiment's folder name (the runs are named apart)",
     "finished_at": "wall-clock time the row was written",
+    "trial_id": "Ray Tune's id of the trial, new for every Tune run",
     "train_seconds": "wall-clock time (and a resumed trial counts only its time since the restore)",
     "eval_seconds": "wall-clock time",
     "node_id": "the Ray node of the run (one Ray here, but kept out: on a cluster it differs)",
