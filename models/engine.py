@@ -113,6 +113,8 @@ class Trainer:
         self.config = config
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.model = model.to(self.device)
+        if self.device.type == "cpu":
+            self.model = self.model.to(memory_format=torch.channels_last)
         self.images = images
         self.train_indices = np.asarray(train_indices, dtype=np.int64)
         self.total_steps = config.total_steps(len(self.train_indices))

@@ -21,8 +21,8 @@ import torch
 from ray import tune
 from torch.utils.tensorboard import SummaryWriter
 
-from analysis.figures import reconstruction_grid
 from analysis.task_evaluation import evaluate_task
+from analysis.tiles import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import NonFiniteLossError, reconstruct
 from models import checkpoint as trainer_file

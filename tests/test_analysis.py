@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from analysis.aggregate import load_trials, spearman
-from analysis.figures import reconstruction_grid
 from analysis.report import main as report_main
 from analysis.schema import HISTORY_FILE, TRIALS_FILE, append_rows, read_results
+from analysis.tiles import reconstruction_grid
 
 
 def trial(key, beta, split, d, test_nll):

@@ -60,6 +60,7 @@ import numbers
 import warnings
 
 import numpy as np
+import sklearn
 from joblib import Parallel, delayed, effective_n_jobs
 from scipy.optimize import linear_sum_assignment
 from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
@@ -339,7 +340,18 @@ def _run(tasks, n_jobs):
 
 
 def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
-    """Fit one factor's estimator; return (importances over codes, train score, test score)."""
+    """Fit one factor's estimator; return (importances over codes, train score, test score).
+
+    The inputs were checked (finite, matching shapes) before any fitting, so scikit-learn's own
+    per-call checks are switched off: a boosted classifier grows thousands of small trees, each
+    of which would re-validate its inputs and parameters (about a quarter of the fit's time on
+    300 samples). The numbers are the same to the last bit.
+    """
+    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+        return _fit_checked(x_train, y_train, x_test, y_test, estimator, seed)
+
+
+def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
     n_codes = x_train.shape[1]
     if estimator in ("gbt", "hist_gbt"):
         if np.unique(y_train).size < 2:
