@@ -134,6 +134,29 @@ def checkpoint_signals():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# Two short trials on two splits' worth of checks, with one cheap metric: for the tests of faults and
+# storage, whose subject is where results land, not the metrics (the default preset's full
+# evaluation is tested end to end in tests/test_paper_grid.py).
+TWO_TRIAL_GRID = """
+description: two tiny trials (β 1 and 4) with one cheap metric
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,
+        batch_size: 32, report_every: 5, n_nll: 100, n_metric: 200, metrics: [d_score], lr: 0.001,
+        split: blank_side}
+axes:
+  beta: [1.0, 4.0]
+scales:
+  tiny: {steps: 20}
+"""
+
+
+@pytest.fixture
+def two_trial_grid(tmp_path):
+    """The path of a grid file with TWO_TRIAL_GRID (20 steps, a report every 5)."""
+    path = tmp_path / "two-trials.yaml"
+    path.write_text(TWO_TRIAL_GRID)
+    return path
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` need a CUDA device: skipped without one, the reason in the summary (-ra)."""
     import torch

@@ -13,6 +13,7 @@ import pytest
 from sweeps import plan_record
 from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE
+from sweeps.paper_grid import main
 from sweeps.trials import TrialConfig
 
 GRID = """
@@ -42,11 +43,12 @@ def rows(experiment):
 
 
 @pytest.mark.slow
-def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_session, tmp_path):
+def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_session, tmp_path, capsys):
     grid = tmp_path / "two.yaml"
     grid.write_text(GRID)
-    argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
-            "--storage-path", str(tmp_path), "--name", "exp", "--max-concurrent-trials", "1"]
+    args = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp",
+            "--max-concurrent-trials", "1"]
+    argv = [sys.executable, "-m", "sweeps.paper_grid", *args]
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     experiment = tmp_path / "exp"
     log = open(tmp_path / "driver.log", "w")
@@ -56,9 +58,11 @@ def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_ses
             return "driver 1; its log:\n" + (tmp_path / "driver.log").read_text()[-3000:]
 
         wait_for(lambda: (experiment / LOCK_FILE).exists(), 120, what)
-        second = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2, second.stderr[-2000:]
-        assert f"in use by another driver (host {os.uname().nodename}, pid {first.pid}" in second.stderr
+        # the second driver: this process (the first is the one to be killed, so it runs apart)
+        capsys.readouterr()
+        assert main([*args, "--resume"]) == 2
+        refused = capsys.readouterr().err
+        assert f"in use by another driver (host {os.uname().nodename}, pid {first.pid}" in refused
         wait_for(lambda: len(rows(experiment)) >= 1, 240, what)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
@@ -68,10 +72,9 @@ def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_ses
 
     # Resume with a second seed: the dead driver's lock is taken over, the unfinished trial
     # continues, the two new ones run, the finished one is kept as it was.
-    done = subprocess.run([*argv, "--resume", "--seeds", "2"], env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "taking over a stale lock" in done.stdout and "Extending" in done.stdout
+    assert main([*args, "--resume", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "taking over a stale lock" in out and "Extending" in out
     after = rows(experiment)
     assert len(after) == 4 and after["trial_key"].is_unique and sorted(after["seed"]) == [0, 0, 1, 1]
     kept = after.set_index("trial_key").loc[before["trial_key"], "finished_at"]
@@ -84,10 +87,9 @@ def test_a_second_driver_is_refused_and_a_resume_with_more_seeds_extends(ray_ses
 
     # A changed setting is no extension: refused, with the difference, before Ray starts.
     grid.write_text(GRID.replace("steps: 40", "steps: 60"))
-    changed = subprocess.run([*argv, "--resume", "--seeds", "2"], env=env, capture_output=True, text=True,
-                             timeout=120)
-    assert changed.returncode == 2
-    assert "trials removed (4)" in changed.stderr and "steps: 40 -> 60" in changed.stderr
+    assert main([*args, "--resume", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "trials removed (4)" in err and "steps: 40 -> 60" in err
     assert rows(experiment)["finished_at"].equals(after["finished_at"])
 
 
