@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "adding_an_objective.md"
 
@@ -23,6 +25,7 @@ def test_the_page_shows_the_shipped_module():
     assert blocks()["file: models/dip_vae.py"] == (ROOT / "models" / "dip_vae.py").read_text()
 
 
+@pytest.mark.slow
 def test_following_the_page_adds_a_working_objective(tmp_path):
     steps = blocks()
     models = tmp_path / "models"

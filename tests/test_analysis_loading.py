@@ -56,6 +56,7 @@ def test_a_folder_without_results_is_an_error_naming_it(tmp_path):
     assert report_main([str(tmp_path / "nowhere")]) == 2
 
 
+@pytest.mark.slow
 def test_results_on_s3_read_by_uri_and_reported_locally(s3_server, tmp_path, capsys):
     local = tmp_path / "exp"
     local.mkdir()

@@ -13,6 +13,8 @@ from analysis.checkpoints import find_checkpoints, load_checkpoint
 from analysis.report import main as report_main
 from analysis.schema import TRIALS_FILE, append_rows
 
+pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
+
 
 def trial(key, split, objective, d, nll):
     return {

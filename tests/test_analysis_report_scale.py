@@ -14,6 +14,8 @@ from analysis.figures import disentanglement_vs_nll
 from analysis.html_report import write_html_report
 from analysis.schema import HISTORY_FILE, TRIALS_FILE, TRIALS_SCHEMA, append_rows
 
+pytestmark = pytest.mark.slow  # paper-size results rendered three ways, and in Chromium: about a minute
+
 
 def _row(rng, i, **settings):
     row = {"experiment": "e", "trial_key": f"t{i:05d}", "trial_id": f"id_{i}", "tensorboard_dir": f"run-{i}",

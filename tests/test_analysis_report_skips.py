@@ -11,6 +11,8 @@ from test_analysis_report import trial, write_events
 from analysis.html_report import write_html_report
 from analysis.schema import TRIALS_FILE, append_rows
 
+pytestmark = pytest.mark.slow  # trains the models it reports in a module fixture: about 5 s
+
 CASES = {  # trial key → what is wrong with it
     "k0": None,
     "k1": "truncated checkpoint",

@@ -41,6 +41,7 @@ def test_d21s_effective_rate_is_about_six_tflops():
     assert 5e12 < costs.gpu_flops_per_second() < 7e12  # the figure the docs quote: 6.0 TFLOP/s
 
 
+@pytest.mark.slow
 def test_the_table_lists_every_preset_and_scale():
     table = costs.presets_table()
     for name, spec in costs.PRESETS.items():

@@ -14,6 +14,7 @@ from data_pipeline import load_procedural  # noqa: E402
 from data_pipeline.prepare import prepare, prepare_single_process, read_shards  # noqa: E402
 
 
+@pytest.mark.slow
 def test_ray_data_shards_read_back_equal_the_generator(ray_session, tmp_path):
     manifest = prepare("simple", tmp_path / "ray", n_images=700, rows_per_shard=200, seed=1)
     assert manifest["n_images"] == 700 and len(manifest["shards"]) == 4

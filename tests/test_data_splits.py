@@ -82,6 +82,7 @@ def grids():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset,name", CASES)
 def test_class_rule_equals_the_value_rule_on_the_full_grid(grids, dataset, name):
     space, classes, values = grids[dataset]
@@ -204,6 +205,7 @@ def test_exact_fraction_range_bounds():
     assert Range(None, 1, unit="class").classes(5) == (0, 1)
 
 
+@pytest.mark.slow
 def test_listing_counts_add_up():
     rows = split_table()
     assert {(r["dataset"], r["name"]) for r in rows} == set(SPLITS)

@@ -5,6 +5,8 @@ from analysis.evaluation import evaluate
 from data_pipeline import get_split, load_procedural
 from models import ModelConfig, Trainer, build, reconstruct
 
+pytestmark = pytest.mark.slow  # trains a model and runs every metric: about 20 s
+
 
 @pytest.fixture(scope="module")
 def trained():

@@ -32,6 +32,7 @@ def scored(data):
     return out
 
 
+@pytest.mark.slow
 def test_every_key_is_a_column(scored):
     for metrics in scored.values():
         assert set(metrics) <= set(TRIALS_SCHEMA.names)
@@ -42,11 +43,13 @@ def test_every_key_is_a_column(scored):
     ("d_score", 0.95, 0.8), ("mig", 0.9, 0.1), ("sap", 0.25, 0.1), ("modularity", 0.98, 0.7),
     ("explicitness", 0.95, 0.65), ("beta_vae_score", 0.99, 0.5), ("factor_vae_score", 0.99, 0.5),
 ])
+@pytest.mark.slow
 def test_disentanglement_columns_by_name(scored, column, planted_at_least, noise_at_most):
     assert scored["factors"][column] >= planted_at_least
     assert scored["noise"][column] <= noise_at_most
 
 
+@pytest.mark.slow
 def test_a_duplicated_code_moves_mig_and_completeness_but_not_modularity_or_disentanglement(scored):
     factors, duplicated = scored["factors"], scored["duplicated"]
     # factor a's two codes carry the same information: its gap is 0, MIG ≈ 2/3 of the planted one
@@ -56,6 +59,7 @@ def test_a_duplicated_code_moves_mig_and_completeness_but_not_modularity_or_dise
     assert duplicated["dci_disentanglement"] == pytest.approx(1.0, abs=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("readout", ["gbt", "mlp"])
 def test_transfer_columns_by_name(scored, readout):
     for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2"):
@@ -66,6 +70,7 @@ def test_transfer_columns_by_name(scored, readout):
     assert scored["factors"]["transfer_factor"] == "object_hue"
 
 
+@pytest.mark.slow
 def test_diagnosis_columns_by_name(scored):
     factors, noise = scored["factors"], scored["noise"]
     assert factors["encoder_error_train"] < 0.01 and factors["encoder_error_test"] < 0.01

@@ -263,6 +263,7 @@ OBJECTIVE_SETTINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_every_objective_lowers_its_loss_on_a_tiny_dataset(objective):
     images, factors = blobs(64)
@@ -277,6 +278,7 @@ def test_every_objective_lowers_its_loss_on_a_tiny_dataset(objective):
     assert reports[-1]["reconstruction"] < reports[0]["reconstruction"]
 
 
+@pytest.mark.slow
 def test_burgess_trains_and_the_evaluation_hooks_work():
     config = ModelConfig(steps=40, lr=1e-3, batch_size=32, seed=0)
     images, _ = blobs()
@@ -450,6 +452,7 @@ def test_ground_truth_decoder_takes_raw_or_normalised_factors_and_learns():
         GroundTruthDecoder(2, architecture="nope")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("latent_op", ["linear", "interpolation", "mlp"])
 def test_composition_net_latent_ops(latent_op):
     from models import CompositionNet

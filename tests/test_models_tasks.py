@@ -87,6 +87,7 @@ def trained(data):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(CONFIGS))
 def test_loss_falls_within_a_few_dozen_steps(trained, task):
     trainer, reports, _ = trained[task]

@@ -22,6 +22,7 @@ BAD_INPUT = {
 }
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2_before_ray_starts(tmp_path):
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")

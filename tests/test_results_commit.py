@@ -38,6 +38,7 @@ def experiment_files(fs, inner):
             for info in fs.get_file_info(pafs.FileSelector(inner, recursive=True))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_parts_merge_on_read_and_compact_into_the_two_files(where, tmp_path, request):
     if where == "s3":
@@ -73,6 +74,7 @@ def test_parts_merge_on_read_and_compact_into_the_two_files(where, tmp_path, req
     assert sorted(experiment_files(fs, inner)) == [HISTORY_FILE, PARTS_DIR, TRIALS_FILE]
 
 
+@pytest.mark.slow
 def test_on_s3_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(s3_server):
     import pyarrow.fs as pafs
 

@@ -73,6 +73,7 @@ def test_the_command_line_reports_a_bad_grid_in_one_line(tmp_path, capsys):
     assert "--seeds '0': need at least one seed" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_gpus_on_a_machine_without_gpus_is_refused_before_any_trial(tmp_path):
     # A machine without GPUs, on any machine: a fresh private Ray that sees none (CUDA_VISIBLE_DEVICES
     # empty), not the tests' shared Ray, which has the GPUs of a GPU machine.

@@ -82,6 +82,7 @@ def test_data_dir_makes_every_trial_real_and_rows_record_it(tmp_path):
     assert list(run_plan["datasets"]) == [("real", "circles", None, 0)]
 
 
+@pytest.mark.slow
 def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad").mkdir()
@@ -113,6 +114,7 @@ def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(t
         assert line.startswith("error: ") and expected in line, line
 
 
+@pytest.mark.slow
 def test_a_sweep_trains_on_the_real_file_next_to_the_generator(ray_session, tmp_path, monkeypatch, capsys):
     space, _ = write_circles(tmp_path)
     monkeypatch.setenv("DISGEN_DATA", str(tmp_path))
