@@ -14,9 +14,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ray.init would otherwise w
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Set before any Ray starts, so that every worker inherits it; the hook in sweeps.trainable acts only
-# while the folder exists, i.e. inside a test that uses the ``checkpoint_signals`` fixture.
-os.environ.setdefault("DISGEN_CHECKPOINT_SIGNAL_DIR",
-                      os.path.join(tempfile.gettempdir(), f"disgen-checkpoint-signals-{os.getpid()}"))
+# while the folder exists, i.e. inside a test that uses the ``checkpoint_signals`` fixture. One folder
+# per test process: pytest-xdist's workers inherit the controller's environment, so the name is set
+# here, in each process, never inherited (two workers' fault tests would release each other's trials).
+os.environ["DISGEN_CHECKPOINT_SIGNAL_DIR"] = os.path.join(
+    tempfile.gettempdir(), f"disgen-checkpoint-signals-{os.getpid()}")
 
 import pytest  # noqa: E402
 
