@@ -108,6 +108,82 @@ def test_heart_iou_on_the_frames_its_outline_was_fitted_to(real):
     assert iou >= 0.999, f"heart: mean IoU {iou:.5f}"
 
 
+def _heart_iou(real, radii, rows, monkeypatch) -> float:
+    """Mean IoU of the given rows' heart frames drawn with other radii."""
+    imgs, classes, _ = real
+    monkeypatch.setattr(dsprites, "HEART_RADII", tuple(radii))
+    outlines = list(dsprites._OUTLINES)
+    outlines[2] = dsprites._heart_outline()
+    monkeypatch.setattr(dsprites, "_OUTLINES", tuple(outlines))
+    dsprites._lattice_mask.cache_clear()
+    try:
+        return float(_iou(render(classes[rows]), imgs[rows]).mean())
+    finally:
+        monkeypatch.undo()
+        dsprites._lattice_mask.cache_clear()
+
+
+def _heart_radii_from_pixels(real, rows) -> np.ndarray:
+    """A first estimate of the 37 radii from the frames alone: each pixel centre of each frame,
+    taken back to sprite coordinates (position, turn and scale undone) and folded onto the right
+    half, votes in the 5-degree bin of its angle; a bin's radius is the one that misclassifies
+    the fewest of its pixels (inside below it, outside beyond)."""
+    imgs, classes, _ = real
+    scales = factor_values()["scale"]
+    radius, angle, inside = [], [], []
+    for k in rows:
+        _, scale, orientation, pos_x, pos_y = classes[k]
+        theta = 2.0 * np.pi * (orientation % 39) / 39.0
+        right = np.arange(64)[None, :] + 0.5 - 16 - 32 * pos_x / 31 + np.zeros((64, 1))
+        up = -(np.arange(64)[:, None] + 0.5 - 16 - 32 * pos_y / 31) + np.zeros((1, 64))
+        x = (right * np.cos(theta) + up * np.sin(theta)) / scales[scale]
+        y = (-right * np.sin(theta) + up * np.cos(theta)) / scales[scale]
+        near = np.hypot(x, y) < 14
+        radius.append(np.hypot(x, y)[near])
+        angle.append(np.degrees(np.arctan2(y, np.abs(x)))[near])
+        inside.append(imgs[k][near] > 0)
+    radius, angle, inside = map(np.concatenate, (radius, angle, inside))
+    n_radii = len(dsprites.HEART_RADII)
+    radii = np.zeros(n_radii)
+    for b in range(n_radii):
+        in_bin = np.abs(angle - (-90.0 + dsprites.HEART_ANGLE_STEP_DEG * b)) <= 2.5
+        order = np.argsort(radius[in_bin])
+        r, on = radius[in_bin][order], inside[in_bin][order]
+        errors = np.concatenate([[0], np.cumsum(~on)]) + np.concatenate([np.cumsum(on[::-1])[::-1], [0]])
+        m = int(np.argmin(errors))  # the radius between r[m - 1] and r[m]
+        radii[b] = (r[m - 1] + r[m]) / 2 if 0 < m < len(r) else (r[0] if m == 0 else r[-1])
+    return radii
+
+
+@pytest.mark.slow
+def test_heart_fitted_without_the_held_out_frames_scores_iou_0994_on_them(real, monkeypatch):
+    """Frames never used for fitting: the 37 radii are estimated from two thirds of the real heart
+    frames only (pixel votes, then a coordinate search on their IoU; the shipped radii are not
+    read), and score a mean IoU of 0.9946 on the held-out third (README: "0.995 on held-out
+    frames"). The shipped outline was fitted outside this repository to all 84 frames, so its
+    score on any of them (below) is not a held-out figure."""
+    fit, held = _held_out(real[1], shape=2)
+    assert len(fit) == 56 and len(held) == 28
+    radii = _heart_radii_from_pixels(real, fit)
+    score, step = _heart_iou(real, radii, fit, monkeypatch), 0.25
+    while step > 0.01:
+        improved = False
+        for b in range(len(radii)):
+            for move in (step, -step):
+                candidate = radii.copy()
+                candidate[b] += move
+                candidate_score = _heart_iou(real, candidate, fit, monkeypatch)
+                if candidate_score > score:
+                    radii, score, improved = candidate, candidate_score, True
+        step = step if improved else step / 2
+    held_iou = _heart_iou(real, radii, held, monkeypatch)
+    assert held_iou >= 0.994, f"heart, held-out frames: mean IoU {held_iou:.5f}"
+    # and it lands near the shipped outline on its own: within 1 px at every angle (the sharp tip is
+    # the least certain, 0.9 px off), a median 0.1 px
+    apart = np.abs(radii - np.asarray(dsprites.HEART_RADII))
+    assert apart.max() < 1.0 and np.median(apart) < 0.1, apart.round(3)
+
+
 def test_square_scale_sweep_is_pixel_exact(real):
     imgs, classes, ours = real
     sweep = (classes[:, 0] == 0) & (classes[:, 2:] == 0).all(axis=1)
