@@ -1,6 +1,6 @@
 """Aggregation: experiment directories → pandas → Spearman correlations.
 
-``load_trials`` reads one or many experiments' ``trials.parquet`` into one DataFrame.
+The trials come from ``analysis.loading.load_trials`` (one or many experiments, folders or URIs).
 ``correlation_table`` gives the Spearman ρ of every disentanglement metric against every
 generalisation and transfer score, with percentile-bootstrap 95% intervals, over all trials of a
 *cell* and within each group of supervision, architecture and held-out condition in the cell.
@@ -23,13 +23,9 @@ objective: ``ada_gvae`` (trained on pairs that share factors) is "weak", every o
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
-
-from analysis.schema import HISTORY_FILE, TRIALS_FILE, read_results
 
 DISENTANGLEMENT_METRICS = ["d_score", "dci_disentanglement", "dci_completeness", "mig", "sap",
                            "modularity", "explicitness", "beta_vae_score", "factor_vae_score"]
@@ -43,27 +39,6 @@ GROUPINGS = ["supervision", "architecture", "condition"]
 # columns that differ between the seeds of one configuration, or that are not settings at all
 NOT_SETTINGS = ("experiment", "trial_key", "seed", "config", "preset", "scale")
 WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
-
-
-def load_trials(*experiment_dirs: str) -> pd.DataFrame:
-    """The trials of one or more experiments as one DataFrame (an error if none has results)."""
-    return _load(experiment_dirs, TRIALS_FILE)
-
-
-def load_history(*experiment_dirs: str) -> pd.DataFrame:
-    return _load(experiment_dirs, HISTORY_FILE)
-
-
-def _load(experiment_dirs, filename: str) -> pd.DataFrame:
-    frames = []
-    for directory in experiment_dirs:
-        if not os.path.exists(os.path.join(directory, filename)):
-            raise FileNotFoundError(
-                f"{directory}: no {filename}; pass an experiment directory such as "
-                "./disgen_results/default (the folder that holds trials.parquet)"
-            )
-        frames.append(read_results(directory, filename))
-    return pd.concat(frames, ignore_index=True)
 
 
 def spearman(df: pd.DataFrame, x: str, y: str, *, n_bootstrap: int = 1000,

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.aggregate import load_trials, spearman
+from analysis.aggregate import spearman
+from analysis.loading import load_trials
 from analysis.report import main as report_main
 from analysis.schema import HISTORY_FILE, TRIALS_FILE, append_rows, read_results
 from analysis.tiles import reconstruction_grid

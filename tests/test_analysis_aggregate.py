@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.aggregate import add_derived_columns, correlation_table, correlations, load_trials
+from analysis.aggregate import add_derived_columns, correlation_table, correlations
+from analysis.loading import load_trials
 from analysis.schema import TRIALS_FILE, append_rows
 
 
