@@ -100,8 +100,8 @@ def test_ellipse_fitted_without_the_held_out_frames_scores_iou_0999_on_them(real
 
 
 def test_heart_iou_on_the_frames_its_outline_was_fitted_to(real):
-    """The heart's 37 radii were fitted (outside this repository) to all 84 real heart frames, so
-    no heart frame is held out: this is the fit's own score, and README says so."""
+    """The shipped 37 radii were fitted (outside this repository) to all 84 real heart frames, so
+    this is that fit's own score, and README says so; the held-out score is the test below's."""
     imgs, classes, ours = real
     heart = classes[:, 0] == 2
     iou = _iou(ours[heart], imgs[heart]).mean()
