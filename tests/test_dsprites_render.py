@@ -58,13 +58,11 @@ def _held_out(classes: np.ndarray, shape: int) -> tuple[np.ndarray, np.ndarray]:
     return np.setdiff1d(rows, held), held
 
 
-def _ellipse_iou(real, semi_axes, rows, monkeypatch) -> float:
-    """Mean IoU of the given rows' ellipse frames drawn with other semi-axes."""
+def _outline_iou(real, shape, outline, rows, monkeypatch) -> float:
+    """Mean IoU of the given rows' frames of ``shape`` drawn with another outline."""
     imgs, classes, _ = real
-    t = np.arange(dsprites.ELLIPSE_VERTICES) * (2.0 * np.pi / dsprites.ELLIPSE_VERTICES)
-    outline = np.stack([semi_axes[0] * np.cos(t), semi_axes[1] * np.sin(t)], axis=1)
     outlines = list(dsprites._OUTLINES)
-    outlines[1] = outline
+    outlines[shape] = outline
     monkeypatch.setattr(dsprites, "_OUTLINES", tuple(outlines))
     dsprites._lattice_mask.cache_clear()
     try:
@@ -72,6 +70,13 @@ def _ellipse_iou(real, semi_axes, rows, monkeypatch) -> float:
     finally:
         monkeypatch.undo()
         dsprites._lattice_mask.cache_clear()
+
+
+def _ellipse_iou(real, semi_axes, rows, monkeypatch) -> float:
+    """Mean IoU of the given rows' ellipse frames drawn with other semi-axes."""
+    t = np.arange(dsprites.ELLIPSE_VERTICES) * (2.0 * np.pi / dsprites.ELLIPSE_VERTICES)
+    outline = np.stack([semi_axes[0] * np.cos(t), semi_axes[1] * np.sin(t)], axis=1)
+    return _outline_iou(real, 1, outline, rows, monkeypatch)
 
 
 def test_ellipse_fitted_without_the_held_out_frames_scores_iou_0999_on_them(real, monkeypatch):
@@ -110,17 +115,10 @@ def test_heart_iou_on_the_frames_its_outline_was_fitted_to(real):
 
 def _heart_iou(real, radii, rows, monkeypatch) -> float:
     """Mean IoU of the given rows' heart frames drawn with other radii."""
-    imgs, classes, _ = real
     monkeypatch.setattr(dsprites, "HEART_RADII", tuple(radii))
-    outlines = list(dsprites._OUTLINES)
-    outlines[2] = dsprites._heart_outline()
-    monkeypatch.setattr(dsprites, "_OUTLINES", tuple(outlines))
-    dsprites._lattice_mask.cache_clear()
-    try:
-        return float(_iou(render(classes[rows]), imgs[rows]).mean())
-    finally:
-        monkeypatch.undo()
-        dsprites._lattice_mask.cache_clear()
+    outline = dsprites._heart_outline()
+    monkeypatch.undo()
+    return _outline_iou(real, 2, outline, rows, monkeypatch)
 
 
 def _heart_radii_from_pixels(real, rows) -> np.ndarray:
