@@ -33,6 +33,18 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests (``pytest.mark.usefixtures``): their models are tiny,
+    and two threads on a busy 2-core machine spin and slow each step down many times over."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

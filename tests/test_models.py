@@ -15,15 +15,7 @@ from models.objectives import (
 )
 from models.registry import LOSS_TERMS, OBJECTIVES
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: these models are tiny, and two threads on a busy 2-core machine spin and
-    slow each step down many times over."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def blobs(n=256, seed=0, channels=1):

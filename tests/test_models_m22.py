@@ -30,12 +30,7 @@ SMALL = {"wae_gan": {"adversary_width": 32}, "cascade_vae": {"latent_dim": 6},
          "lie_group_vae": {"lie_matrix_size": 4}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def blobs(n=32, seed=0):

@@ -62,13 +62,7 @@ def _copy(state):
     return torch.load(buffer, weights_only=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Two threads on a busy 2-core machine run ~10× slower than one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import types
 
 import pandas as pd
 import pytest
+from sweep_runs import TWO_SHORT_TRIALS
 
 from analysis.schema import HISTORY_FILE, PARTS_DIR, TRIALS_FILE, compact, read_results, write_part
 from sweeps.paper_grid import main
@@ -118,22 +119,11 @@ CRASH_BETWEEN_THE_WRITES = textwrap.dedent("""
     sys.exit(main(sys.argv[1:]))
 """)
 
-GRID = """
-description: two short trials, one at a time
-fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
-        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, split: blank_side,
-        metrics: [d_score], lr: 0.001}
-axes:
-  beta: [1.0, 4.0]
-scales:
-  tiny: {steps: 10}
-"""
-
 
 @pytest.mark.slow
 def test_a_crash_between_the_two_writes_shows_no_half_trial_and_the_resume_stores_it(ray_session, tmp_path):
     grid = tmp_path / "two.yaml"
-    grid.write_text(GRID)
+    grid.write_text(TWO_SHORT_TRIALS)
     args = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp",
             "--max-concurrent-trials", "1", "--max-failures", "0"]
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}

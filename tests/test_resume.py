@@ -9,10 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
+from sweep_runs import wait_for
 
 # Columns of trials.parquet that differ between two runs of the same trials, and why. Every other
 # column must be equal.
@@ -24,15 +24,6 @@ EXPECTED_TO_DIFFER = {
     "eval_seconds": "wall-clock time",
     "node_id": "the Ray node of the run (one Ray here, but kept out: on a cluster it differs)",
 }
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def finished_rows(experiment):

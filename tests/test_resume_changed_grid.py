@@ -5,10 +5,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
+from sweep_runs import TWO_SHORT_TRIALS, wait_for
 
 from sweeps import plan_record
 from sweeps.errors import UsageError
@@ -16,25 +16,7 @@ from sweeps.lock import LOCK_FILE
 from sweeps.paper_grid import main
 from sweeps.trials import TrialConfig
 
-GRID = """
-description: two short trials, run one at a time
-fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
-        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, split: blank_side,
-        metrics: [d_score], lr: 0.001}
-axes:
-  beta: [1.0, 4.0]
-scales:
-  tiny: {steps: 40}
-"""
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what()}")
+GRID = TWO_SHORT_TRIALS.replace("steps: 10", "steps: 40")  # long enough to kill mid-sweep
 
 
 def rows(experiment):

@@ -1,0 +1,29 @@
+"""Helpers for the tests that run real sweeps and act while they run: a short grid, and a wait."""
+
+from __future__ import annotations
+
+import time
+
+# Two trials (β 1 and 4) of a few steps on 1,000 images, batch 8, one cheap metric: short enough to
+# run one at a time in a test. Its steps are 10; a test that needs longer replaces "steps: 10".
+TWO_SHORT_TRIALS = """
+description: two short trials, run one at a time
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
+        batch_size: 8, report_every: 5, n_nll: 50, n_metric: 50, dci_estimator: none, split: blank_side,
+        metrics: [d_score], lr: 0.001}
+axes:
+  beta: [1.0, 4.0]
+scales:
+  tiny: {steps: 10}
+"""
+
+
+def wait_for(predicate, timeout: float, what) -> None:
+    """Poll ``predicate`` until it is true; after ``timeout`` seconds fail, saying ``what`` (a
+    string, or a function giving one, called only then: a driver's log, say)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
