@@ -8,6 +8,7 @@ import warnings
 import h5py
 import numpy as np
 import pytest
+from dataset_files import dsprites_arrays
 
 from data_pipeline import FactorSpace, factor_space, render
 from data_pipeline.loaders import (
@@ -25,16 +26,8 @@ from data_pipeline.loaders import (
 )
 
 
-def _dsprites_arrays(n=40, seed=0):
-    space = factor_space("dsprites")
-    classes = space.classes_of(np.sort(np.random.default_rng(seed).choice(space.n_images, n, replace=False)))
-    latents_classes = np.concatenate([np.zeros((n, 1), np.int64), classes], axis=1)
-    latents_values = np.concatenate([np.ones((n, 1)), space.raw_values(classes)], axis=1)
-    return render("dsprites", classes), latents_classes, latents_values, classes
-
-
 def test_dsprites_npz_with_py2_metadata(tmp_path):
-    imgs, latents_classes, latents_values, classes = _dsprites_arrays()
+    imgs, latents_classes, latents_values, classes = dsprites_arrays(40)
     metadata = np.array(pickle.dumps({"title": "dSprites", "latents_sizes": [1, 3, 6, 40, 32, 32]},
                                      protocol=2), dtype=object)
     np.savez(tmp_path / DSPRITES_NPZ, imgs=imgs, latents_classes=latents_classes,
@@ -47,7 +40,7 @@ def test_dsprites_npz_with_py2_metadata(tmp_path):
 
 
 def test_dsprites_hdf5_and_the_env_variable(tmp_path, monkeypatch):
-    imgs, latents_classes, latents_values, classes = _dsprites_arrays(seed=1)
+    imgs, latents_classes, latents_values, classes = dsprites_arrays(40, seed=1)
     with h5py.File(tmp_path / DSPRITES_HDF5, "w") as f:
         f["imgs"], f["latents_classes"], f["latents_values"] = imgs, latents_classes, latents_values
     monkeypatch.setenv("DISGEN_DATA", str(tmp_path))
@@ -60,7 +53,7 @@ def test_dsprites_hdf5_and_the_env_variable(tmp_path, monkeypatch):
 
 
 def test_dsprites_errors_name_what_was_expected(tmp_path):
-    imgs, latents_classes, _, _ = _dsprites_arrays()
+    imgs, latents_classes, _, _ = dsprites_arrays(40)
     np.savez(tmp_path / "wrong_key.npz", images=imgs, latents_classes=latents_classes)
     with pytest.raises(ValueError, match="expected key 'imgs'"):
         load_dsprites_npz(tmp_path / "wrong_key.npz")

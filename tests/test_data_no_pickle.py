@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+from dataset_files import dsprites_arrays
 
 from data_pipeline import factor_space, render
 from data_pipeline.labelled import load_labelled
@@ -36,16 +37,8 @@ def _evil(marker):
     return np.array(Payload(marker), dtype=object)
 
 
-def _dsprites(n=30, seed=0):
-    space = factor_space("dsprites")
-    classes = space.classes_of(np.sort(np.random.default_rng(seed).choice(space.n_images, n, replace=False)))
-    latents_classes = np.concatenate([np.zeros((n, 1), np.int64), classes], axis=1)
-    latents_values = np.concatenate([np.ones((n, 1)), space.raw_values(classes)], axis=1)
-    return render("dsprites", classes), latents_classes, latents_values, classes
-
-
 def test_genuine_dsprites_layout_loads_and_its_pickled_metadata_is_never_read(tmp_path, marker):
-    imgs, latents_classes, latents_values, classes = _dsprites()
+    imgs, latents_classes, latents_values, classes = dsprites_arrays(30)
     np.savez(tmp_path / DSPRITES_NPZ, imgs=imgs, latents_classes=latents_classes,
              latents_values=latents_values, metadata=_evil(marker))
     data = load_dsprites_npz(data_dir=tmp_path, verify=False)
@@ -55,7 +48,7 @@ def test_genuine_dsprites_layout_loads_and_its_pickled_metadata_is_never_read(tm
 
 @pytest.mark.parametrize("key", ["imgs", "latents_classes"])
 def test_a_pickled_dsprites_array_is_refused_without_running_it(tmp_path, marker, key):
-    imgs, latents_classes, latents_values, _ = _dsprites()
+    imgs, latents_classes, latents_values, _ = dsprites_arrays(30)
     arrays = {"imgs": imgs, "latents_classes": latents_classes, "latents_values": latents_values}
     arrays[key] = _evil(marker)
     np.savez(tmp_path / "evil.npz", **arrays)
@@ -79,7 +72,7 @@ def test_a_single_npy_is_refused(tmp_path):
 
 
 def test_dsprites_shapes_are_checked_against_the_factor_space(tmp_path):
-    imgs, latents_classes, _, _ = _dsprites()
+    imgs, latents_classes, _, _ = dsprites_arrays(30)
     sizes = factor_space("dsprites").sizes
     np.savez(tmp_path / "five.npz", imgs=imgs, latents_classes=latents_classes[:, 1:])
     with pytest.raises(ValueError, match=r"latents_classes: expected shape \(N, 6\); got \(30, 5\)"):
