@@ -24,6 +24,7 @@ from analysis.aggregate import (
     correlation_table,
     present,
 )
+from analysis.findings import findings
 from analysis.html_page import page
 from analysis.loading import (
     experiment_name,
@@ -157,6 +158,7 @@ def write_html_report(
                                                  with_checkpoints=with_checkpoints, progress=progress)
     df, values = results.trials, results.metrics + results.scores
     parts = [
+        sections.findings(findings(df)),
         sections.summary(df, results.errors, skipped, table, results.experiments),
         sections.trials(df, values, tensorboard_links(results, out_dir)),
         sections.seeds(df, values, results.errors),

@@ -20,6 +20,7 @@ import pandas as pd
 
 from analysis.aggregate import cell_label, correlations, seed_summary
 from analysis.figures import disentanglement_vs_nll
+from analysis.findings import findings, findings_text
 from analysis.html_report import write_html_report
 from analysis.loading import experiment_name, is_uri, load_trials
 from analysis.tables import trials_text
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_models < 0 or args.n_bootstrap < 0:
         print("error: --max-models and --n-bootstrap must be 0 or more", file=sys.stderr)
         return 2
+    found = findings_text(findings(df))
+    if found:
+        print(found + "\n")
     print(f"{len(df)} trials\n")
     print(trials_text(df))
     print()

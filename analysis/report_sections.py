@@ -22,6 +22,21 @@ def _path(figures_dir: str, name: str) -> str:
                         .replace("=", "-"))
 
 
+def findings(found) -> str:
+    """The papers' headline findings (analysis.findings): the paper's statement, ✓/✗/?, and the
+    numbers behind each."""
+    if not found:
+        return ""
+    body = ["<h2>Findings</h2><p>Each paper statement beside what these results show: "
+            "✓ reproduced, ✗ not reproduced, ? inconclusive at this scale (the rules: docs/analysis.md).</p>"]
+    for f in found:
+        body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: {html.escape(f.status)}</h3>"
+                    f"<p><b>The paper:</b> {html.escape(f.paper)}</p><p><b>Here:</b> {html.escape(f.result)}</p>")
+        if not f.table.empty:
+            body.append(html_page.table(f.table))
+    return "\n".join(body)
+
+
 def summary(df, errors, skipped, correlations, experiments) -> str:
     """What ran, what failed, and the strongest correlations with their intervals."""
     configurations = tables.configuration_labels(df).nunique()

@@ -1,0 +1,365 @@
+"""The papers' headline findings, checked on a study's own results: ✓ reproduced, ✗ not
+reproduced, ? inconclusive at this scale.
+
+Each finding puts the paper's statement (in our words, with its section and figure) beside what
+the results show, with the numbers and a 95% percentile-bootstrap interval over the trials. The
+rules are fixed here, once, before any result is seen, and never tuned until they say ✓
+(docs/analysis.md, "Findings"):
+
+- **Held-out reconstruction (Montero et al. 2021, §2.1, Fig. 3).** Per split, the mean over
+  trials of test NLL / train NLL. A split *fails* when the interval's low end is at least
+  :data:`FAIL_RATIO` (1.5, the encoder-versus-decoder rule's ratio), and is *close to training*
+  when its high end is below it. Extrapolation and recombination-to-range must fail,
+  recombination-to-element must stay close: ✓ when every split does what the paper says (and both
+  kinds are present), ✗ when any split clearly does the opposite, ? otherwise.
+- **Disentanglement does not predict held-out NLL (M21 §2.1, Fig. 3).** Per split, Spearman ρ of
+  the D-score against test NLL. A null is only shown by ruling out the effect: ✓ when the
+  interval's low end is above :data:`NO_HELP_RHO` (−0.5: no strong "more disentangled, lower NLL"),
+  ✗ when the whole interval is below 0 (disentanglement does predict a lower held-out NLL), ?
+  otherwise, and always ? with fewer than :data:`MIN_MODELS` trials.
+- **When models fail, their encoders fail too (Montero et al. 2022, abstract, finding (i)).** On
+  each split whose reconstruction fails (rule above), the encoder's excess error
+  ``error_test − (1.5 · error_train + margin)`` (the per-trial diagnosis rule of
+  ``analysis.metrics.encoder_decoder_diagnosis``) averaged over trials: the encoder fails when the
+  interval is above 0 and does not when it is below. ✓ when the encoder fails on every failing
+  split and at least two splits fail, ✗ when on any failing split it clearly does not, ? otherwise.
+- **Disentanglement predicts OOD1 transfer (Dittadi et al. 2021, §5, Fig. 4).** Spearman ρ of DCI
+  disentanglement against the GBT readout's OOD1 transfer error (lower is better) over all
+  models: ✓ when every OOD1 scenario's interval is below 0, ✗ when any is above 0, ? otherwise,
+  saying so when the interval is too wide for the number of models.
+
+Only the trials of the presets ``montero2021``, ``montero2022`` and ``dittadi2021`` are checked
+(the ``preset`` column); each study's checks see that study's trials only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.aggregate import spearman
+from analysis.metrics.encoder_decoder_diagnosis import DECODER_MARGIN, ENCODER_MARGIN, RATIO
+
+FAIL_RATIO = RATIO  # held-out error above 1.5x training error: a failure (the diagnosis rule's ratio)
+NO_HELP_RHO = -0.5  # M21's null: reproduced when the interval rules out ρ below this
+MIN_MODELS = 5  # fewer trials per correlation: inconclusive whatever the interval
+WIDE_INTERVAL = 0.8  # a ρ interval wider than this is called too wide for the models run
+N_BOOTSTRAP = 2000
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+SYMBOL = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", INCONCLUSIVE: "?"}
+CONDITION_NAMES = {"extrapolation": "extrapolation", "recombination_to_range": "recombination-to-range",
+                   "recombination_to_element": "recombination-to-element", "interpolation": "interpolation"}
+FAILING_CONDITIONS = ("extrapolation", "recombination_to_range")
+
+
+@dataclass
+class Finding:
+    """One paper statement beside what the results show."""
+
+    study: str  # "Montero et al. 2021"
+    source: str  # where the paper says it: section and figure
+    paper: str  # the statement, in our words
+    status: str  # REPRODUCED, NOT_REPRODUCED or INCONCLUSIVE
+    result: str  # what the results show, as a sentence with its numbers
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)  # the numbers behind it
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOL[self.status]
+
+
+def mean_interval(values, *, n_bootstrap: int = N_BOOTSTRAP, seed: int = 0) -> tuple[float, float, float]:
+    """The mean of ``values`` (finite ones) and its percentile-bootstrap 95% interval; NaN bounds
+    with fewer than 2 values."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return np.nan, np.nan, np.nan
+    if len(x) < 2:
+        return float(x.mean()), np.nan, np.nan
+    draws = np.random.default_rng(seed).integers(0, len(x), (n_bootstrap, len(x)))
+    means = x[draws].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(x.mean()), float(low), float(high)
+
+
+def _side(low: float, high: float, threshold: float) -> str:
+    """'above' when the interval lies wholly above ``threshold``, 'below' wholly below, else 'unclear'."""
+    if np.isnan(low) or np.isnan(high):
+        return "unclear"
+    return "above" if low > threshold else "below" if high < threshold else "unclear"
+
+
+def _interval(mean: float, low: float, high: float, digits: int = 2, suffix: str = "") -> str:
+    if np.isnan(mean):
+        return "n/a"
+    if np.isnan(low):
+        return f"{mean:.{digits}f}{suffix} (one trial: no interval)"
+    return f"{mean:.{digits}f}{suffix} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _rho(row) -> str:
+    if np.isnan(row["rho"]):
+        return f"ρ n/a (n = {row['n']})"
+    if np.isnan(row["low"]):
+        return f"ρ = {row['rho']:+.2f} (n = {row['n']}, no interval)"
+    return f"ρ = {row['rho']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}] (n = {row['n']})"
+
+
+def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
+    if column not in df.columns:
+        return pd.Series(np.nan, index=df.index, dtype=float)
+    return pd.to_numeric(df[column], errors="coerce").astype(float)
+
+
+def _vae_trials(df: pd.DataFrame) -> pd.DataFrame:
+    """The end-to-end models: the ground-truth decoder and composition tasks answer other questions."""
+    if "task" not in df.columns:
+        return df
+    task = df["task"].astype(object)
+    return df[task.isna() | (task == "vae")]
+
+
+def _splits(df: pd.DataFrame):
+    keys = [c for c in ("dataset", "split") if c in df.columns]
+    if not keys:
+        yield ("all", "all"), df
+        return
+    for key, part in df.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield tuple(str(k) for k in key), part
+
+
+def _condition(part: pd.DataFrame) -> str:
+    if "condition" not in part.columns or part["condition"].isna().all():
+        return "unknown"
+    return str(part["condition"].dropna().iloc[0])
+
+
+def _overall(verdicts: list[str]) -> str:
+    """Not reproduced if any part contradicts the paper, reproduced if every part agrees."""
+    if "contradicts" in verdicts:
+        return NOT_REPRODUCED
+    if verdicts and all(v == "agrees" for v in verdicts):
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
+def reconstruction_ratios(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> pd.DataFrame:
+    """Per dataset and split: trials, mean train and test NLL, and the mean test/train NLL ratio
+    with its 95% interval, and whether reconstruction fails (interval ≥ 1.5), stays close to
+    training (< 1.5) or is unclear."""
+    rows = []
+    for (dataset, split), part in _splits(df):
+        train, test = _numeric(part, "train_nll"), _numeric(part, "test_nll")
+        ratio, low, high = mean_interval(test / train, n_bootstrap=n_bootstrap)
+        side = _side(low, high, FAIL_RATIO)
+        rows.append({"dataset": dataset, "split": split, "condition": _condition(part),
+                     "n": int((test / train).notna().sum()), "train_nll": train.mean(), "test_nll": test.mean(),
+                     "ratio": ratio, "low": low, "high": high,
+                     "reconstruction": {"above": "fails", "below": "close to training"}.get(side, "unclear")})
+    return pd.DataFrame(rows)
+
+
+def m21_held_out(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
+    table = reconstruction_ratios(_vae_trials(df), n_bootstrap=n_bootstrap)
+    verdicts, parts, checked = [], [], []
+    for row in table.to_dict("records"):
+        if row["condition"] not in (*FAILING_CONDITIONS, "recombination_to_element"):
+            continue
+        checked.append(row)
+        expected = "fails" if row["condition"] in FAILING_CONDITIONS else "close to training"
+        observed = row["reconstruction"]
+        verdict = ("agrees" if observed == expected else "unclear" if observed == "unclear"
+                   else "contradicts")
+        verdicts.append(verdict)
+        row["paper"], row["verdict"] = expected, verdict
+        parts.append(f"{_interval(row['ratio'], row['low'], row['high'], 2, '×')} under "
+                     f"{CONDITION_NAMES.get(row['condition'], row['condition'])} ({row['dataset']}/{row['split']}, "
+                     f"n = {row['n']})")
+    if not parts:
+        status, result = INCONCLUSIVE, "No trials on an extrapolation, recombination-to-range or recombination-to-element split."
+    else:
+        conditions = set(table["condition"])
+        both = bool(conditions & set(FAILING_CONDITIONS)) and "recombination_to_element" in conditions
+        status = _overall(verdicts)
+        if status == REPRODUCED and not both:
+            status = INCONCLUSIVE
+        result = ("Held-out NLL / training NLL (mean over models, 95% bootstrap interval): " + "; ".join(parts)
+                  + f". A split fails when the interval lies above {FAIL_RATIO:g}× and stays close when it "
+                  "lies below." + ("" if both else " Both kinds of split are needed to show the contrast."))
+    return Finding("Montero et al. 2021", "§2.1, Fig. 3",
+                   "End-to-end models reconstruct held-out combinations under recombination-to-element, but "
+                   "fail under recombination-to-range and extrapolation: their held-out NLL is far above "
+                   "their training NLL.", status, result, _shown(pd.DataFrame(checked), ["paper", "verdict"]))
+
+
+def m21_disentanglement(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
+    df = _vae_trials(df)
+    metric = next((m for m in ("d_score", "dci_disentanglement") if _numeric(df, m).notna().any()), None)
+    rows, verdicts = [], []
+    for (dataset, split), part in _splits(df):
+        if metric is None:
+            break
+        row = {"dataset": dataset, "split": split, "condition": _condition(part),
+               **spearman(part, metric, "test_nll", n_bootstrap=n_bootstrap)}
+        if row["n"] < MIN_MODELS or np.isnan(row["low"]):
+            verdict = "unclear"
+        elif row["high"] < 0:
+            verdict = "contradicts"
+        elif row["low"] > NO_HELP_RHO:
+            verdict = "agrees"
+        else:
+            verdict = "unclear"
+        row["verdict"] = verdict
+        verdicts.append(verdict)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if table.empty:
+        status, result = INCONCLUSIVE, "No disentanglement score (d_score or dci) in the results."
+    else:
+        status = _overall(verdicts)
+        result = (f"Spearman ρ of {metric} against held-out NLL, per split: "
+                  + "; ".join(f"{r['dataset']}/{r['split']} {_rho(r)}" for r in rows)
+                  + f". Reproduced where the 95% interval rules out ρ < {NO_HELP_RHO:+g} (no strong "
+                  f"'more disentangled, lower held-out NLL'); not reproduced where it lies below 0; "
+                  f"inconclusive otherwise or with fewer than {MIN_MODELS} models.")
+    return Finding("Montero et al. 2021", "§2.1, Fig. 3",
+                   "How well a model generalises does not depend on how disentangled it is: "
+                   "disentanglement does not lower the held-out NLL.", status, result,
+                   _shown(table, ["verdict"]))
+
+
+def _excess(part: pd.DataFrame, side: str) -> pd.Series:
+    """Per trial: held-out error minus the diagnosis threshold (ratio · training error + margin)."""
+    train_col, test_col, default = (("encoder_error_train", "encoder_error_test", ENCODER_MARGIN)
+                                    if side == "encoder" else
+                                    ("decoder_nll_train", "decoder_nll_test", DECODER_MARGIN))
+    ratio = _numeric(part, "diagnosis_ratio").fillna(RATIO)
+    margin = _numeric(part, f"diagnosis_{side}_margin").fillna(default)
+    return _numeric(part, test_col) - (ratio * _numeric(part, train_col) + margin)
+
+
+def m22_diagnosis(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
+    df = _vae_trials(df)
+    reconstruction = reconstruction_ratios(df, n_bootstrap=n_bootstrap).set_index(["dataset", "split"])
+    rows = []
+    for (dataset, split), part in _splits(df):
+        row = reconstruction.loc[(dataset, split)].to_dict()
+        row.update(dataset=dataset, split=split)
+        for side in ("encoder", "decoder"):
+            mean, low, high = mean_interval(_excess(part, side), n_bootstrap=n_bootstrap)
+            row[f"{side}_excess"], row[f"{side}_low"], row[f"{side}_high"] = mean, low, high
+            row[side] = {"above": "fails", "below": "holds"}.get(_side(low, high, 0.0), "unclear")
+        enc, dec = row["encoder"], row["decoder"]
+        row["diagnosis"] = ("both" if enc == dec == "fails" else "encoder" if enc == "fails" and dec == "holds"
+                            else "decoder" if dec == "fails" and enc == "holds"
+                            else "neither" if enc == dec == "holds" else "unclear")
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    has_diagnosis = not table.empty and table["encoder_excess"].notna().any()
+    failing = table[table["reconstruction"] == "fails"] if has_diagnosis else table.iloc[0:0]
+    verdicts = ["agrees" if e == "fails" else "contradicts" if e == "holds" else "unclear"
+                for e in failing.get("encoder", [])]
+    if not has_diagnosis:
+        status, result = INCONCLUSIVE, "No encoder-versus-decoder diagnosis in the results (metric encoder_decoder)."
+    else:
+        status = _overall(verdicts)
+        if status == REPRODUCED and len(failing) < 2:
+            status = INCONCLUSIVE
+        parts = [f"{r['dataset']}/{r['split']}: reconstruction {r['reconstruction']} "
+                 f"({_interval(r['ratio'], r['low'], r['high'], 2, '×')}), encoder {r['encoder']} "
+                 f"(excess {_interval(r['encoder_excess'], r['encoder_low'], r['encoder_high'], 3)}), decoder "
+                 f"{r['decoder']} (excess {_interval(r['decoder_excess'], r['decoder_low'], r['decoder_high'], 1)} "
+                 f"nats), n = {r['n']}" for r in table.to_dict("records")]
+        result = ("; ".join(parts) + f". {len(failing)} split(s) fail to reconstruct"
+                  + ("" if len(failing) >= 2 else "; at least two are needed") + ". A part fails when its "
+                  "held-out error exceeds 1.5× its training error plus the margin across the whole 95% interval.")
+    return Finding("Montero et al. 2022", "abstract, finding (i)",
+                   "When models fail to reconstruct unseen combinations, their encoders also fail: they do "
+                   "not map the unseen combinations to the right region of the latent space.",
+                   status, result,
+                   _shown(table, ["encoder_excess", "encoder_low", "encoder_high", "encoder",
+                                  "decoder_excess", "decoder_low", "decoder_high", "decoder", "diagnosis"]))
+
+
+def d21_transfer(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
+    scores = [f"transfer_{r}_{s}" for r in ("gbt", "mlp") for s in ("ood1_a", "ood1_b", "ood1_c")]
+    scores = [s for s in scores if _numeric(df, s).notna().any()]
+    if "dci_disentanglement" not in df.columns:
+        scores = []
+    rows, verdicts = [], []
+    for score in scores:
+        row = {"readout": score.split("_")[1], "scenario": score.split("_", 2)[2].upper().replace("_", "-"),
+               **spearman(df, "dci_disentanglement", score, n_bootstrap=n_bootstrap)}
+        verdict = ("unclear" if row["n"] < MIN_MODELS or np.isnan(row["low"]) else
+                   "agrees" if row["high"] < 0 else "contradicts" if row["low"] > 0 else "unclear")
+        row["verdict"] = verdict
+        rows.append(row)
+        if row["readout"] == "gbt":
+            verdicts.append(verdict)
+    table = pd.DataFrame(rows)
+    if not verdicts:
+        status, result = INCONCLUSIVE, "No DCI and GBT OOD1 transfer scores in the results (metrics dci, transfer)."
+    else:
+        status = _overall(verdicts)
+        gbt = [r for r in rows if r["readout"] == "gbt"]
+        result = ("Spearman ρ of DCI disentanglement against OOD1 transfer error (GBT readout), over "
+                  f"{gbt[0]['n']} models: " + "; ".join(f"{r['scenario']} {_rho(r)}" for r in gbt))
+        mlp = [r for r in rows if r["readout"] == "mlp"]
+        if mlp:
+            result += "; MLP readout (D21: milder): " + "; ".join(f"{r['scenario']} {_rho(r)}" for r in mlp)
+        widths = [r["high"] - r["low"] for r in gbt if not np.isnan(r["low"])]
+        result += ". Reproduced where the interval lies below 0."
+        if status == INCONCLUSIVE and (not widths or max(widths) > WIDE_INTERVAL):
+            result += (f" The intervals are too wide to decide (widest {max(widths) if widths else float('nan'):.2f}): "
+                       f"{gbt[0]['n']} models are too few at this budget; more seeds narrow them.")
+    return Finding("Dittadi et al. 2021", "§5, Fig. 4",
+                   "More disentangled representations transfer better out of distribution when the encoder "
+                   "stays in distribution (OOD1): DCI correlates negatively with the transfer error, strongly "
+                   "for GBT readouts and mildly for MLPs.", status, result, _shown(table, ["verdict"]))
+
+
+def _shown(table: pd.DataFrame, extra: list[str]) -> pd.DataFrame:
+    """The table as the report shows it: numbers rounded, the columns that matter first."""
+    if table.empty:
+        return table
+    order = [c for c in ("dataset", "split", "condition", "readout", "scenario", "n", "train_nll", "test_nll",
+                         "ratio", "low", "high", "reconstruction", "x", "y", "rho") if c in table.columns]
+    shown = table[order + [c for c in extra if c in table.columns and c not in order]].copy()
+    for column in shown.columns:
+        if pd.api.types.is_float_dtype(shown[column]):
+            shown[column] = shown[column].round(3)
+    return shown
+
+
+STUDIES = {
+    "montero2021": (m21_held_out, m21_disentanglement),
+    "montero2022": (m22_diagnosis,),
+    "dittadi2021": (d21_transfer,),
+}
+
+
+def findings(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> list[Finding]:
+    """Every finding of the studies whose presets the results hold, each on that study's trials."""
+    if "preset" not in df.columns:
+        return []
+    out = []
+    for preset, checks in STUDIES.items():
+        part = df[df["preset"].astype(object) == preset]
+        if not part.empty:
+            out += [check(part, n_bootstrap=n_bootstrap) for check in checks]
+    return out
+
+
+def findings_text(found: list[Finding]) -> str:
+    """The findings as plain text, for the terminal."""
+    if not found:
+        return ""
+    lines = ["Findings (✓ reproduced, ✗ not reproduced, ? inconclusive at this scale):"]
+    for f in found:
+        lines += [f"  {f.symbol} {f.study} ({f.source}): {f.paper}", f"      {f.status}: {f.result}"]
+    return "\n".join(lines)

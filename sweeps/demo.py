@@ -1,0 +1,93 @@
+"""The papers' findings on a laptop: run the ``demo`` scale of montero2021, montero2022 and
+dittadi2021, one after the other, then write one report whose Findings section puts each paper's
+headline statement beside what the demo shows (✓ reproduced, ✗ not, ? inconclusive).
+
+    python -m sweeps.demo                       # all three (about an hour on 2 cores), then the report
+    python -m sweeps.demo --studies dittadi2021 # one of them
+
+A study that was interrupted, or already ran, is resumed: finished trials are kept and not rerun.
+docs/presets.md says what the demo scale shrinks and why; benchmarks/README.md gives its measured
+wall times and findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import webbrowser
+
+from sweeps import paper_grid, storage
+
+STUDIES = ("montero2021", "montero2022", "dittadi2021")
+REPORT_FOLDER = "demo-report"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.demo",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run the demo scale of the three papers' studies on a local Ray (each under 30 "
+                    "minutes on 2 CPU cores) and write a report whose Findings section says, for each "
+                    "paper's headline statement, whether the demo reproduces it.")
+    parser.add_argument("--studies", default=",".join(STUDIES),
+                        help="comma-separated presets to run, from: " + ", ".join(STUDIES))
+    parser.add_argument("--storage-path", default=paper_grid.DEFAULT_STORAGE,
+                        help="folder that receives the experiments and the report (<path>/demo-report)")
+    parser.add_argument("--no-open", action="store_true", help="do not open the report in a browser")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the experiments already there; run nothing")
+    return parser
+
+
+def _studies(text: str) -> list[str]:
+    chosen = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in STUDIES]
+    if unknown or not chosen:
+        raise SystemExit(f"error: --studies: unknown {unknown or text!r}; choose from {', '.join(STUDIES)}")
+    return chosen
+
+
+def run_study(preset: str, storage_path: str) -> tuple[int, float]:
+    """One study at demo scale, resumed if its experiment exists; (exit code, wall seconds)."""
+    experiment = storage.join(storage_path, f"{preset}-demo")
+    argv = ["--preset", preset, "--scale", "demo", "--storage-path", storage_path]
+    if "plan.json" in storage.list_names(experiment):
+        argv.append("--resume")
+    started = time.perf_counter()
+    print(f"\n=== {preset}, demo scale: python -m sweeps.paper_grid {' '.join(argv)}", flush=True)
+    code = paper_grid.main(argv)
+    return code, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    studies = _studies(args.studies)
+    times, failed = {}, []
+    if not args.report_only:
+        for preset in studies:
+            code, seconds = run_study(preset, args.storage_path)
+            times[preset] = seconds
+            if code != 0:
+                failed.append(preset)
+    experiments = [storage.join(args.storage_path, f"{p}-demo") for p in studies]
+    present = [e for e in experiments if "trials.parquet" in storage.list_names(e)]
+    if not present:
+        print("error: no demo results to report; run without --report-only first", file=sys.stderr)
+        return 2
+    out = os.path.join(args.storage_path, REPORT_FOLDER)
+    from analysis.report import main as report_main
+
+    code = report_main([*present, "--out", out, "--max-models", "3", "--no-progress"])
+    for preset, seconds in times.items():
+        print(f"{preset}: {seconds / 60:.1f} min" + (" (some trials failed; rerun to resume them)"
+                                                      if preset in failed else ""))
+    page = os.path.abspath(os.path.join(out, "report.html"))
+    if code == 0 and not args.no_open:
+        webbrowser.open("file://" + page)
+    return 1 if failed or code else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
