@@ -158,7 +158,8 @@ def reconstruction_ratios(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -
         ratio, low, high = mean_interval(test / train, n_bootstrap=n_bootstrap)
         side = _side(low, high, FAIL_RATIO)
         rows.append({"dataset": dataset, "split": split, "condition": _condition(part),
-                     "n": int((test / train).notna().sum()), "train_nll": train.mean(), "test_nll": test.mean(),
+                     "n": int((test / train).notna().sum()), "train_nll": train.mean(),
+                     "test_nll": test.mean(),
                      "ratio": ratio, "low": low, "high": high,
                      "reconstruction": {"above": "fails", "below": "close to training"}.get(side, "unclear")})
     return pd.DataFrame(rows)
@@ -178,17 +179,20 @@ def m21_held_out(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
         verdicts.append(verdict)
         row["paper"], row["verdict"] = expected, verdict
         parts.append(f"{_interval(row['ratio'], row['low'], row['high'], 2, '×')} under "
-                     f"{CONDITION_NAMES.get(row['condition'], row['condition'])} ({row['dataset']}/{row['split']}, "
+                     f"{CONDITION_NAMES.get(row['condition'], row['condition'])} "
+                     f"({row['dataset']}/{row['split']}, "
                      f"n = {row['n']})")
     if not parts:
-        status, result = INCONCLUSIVE, "No trials on an extrapolation, recombination-to-range or recombination-to-element split."
+        status = INCONCLUSIVE
+        result = "No trials on an extrapolation, recombination-to-range or recombination-to-element split."
     else:
         conditions = set(table["condition"])
         both = bool(conditions & set(FAILING_CONDITIONS)) and "recombination_to_element" in conditions
         status = _overall(verdicts)
         if status == REPRODUCED and not both:
             status = INCONCLUSIVE
-        result = ("Held-out NLL / training NLL (mean over models, 95% bootstrap interval): " + "; ".join(parts)
+        result = ("Held-out NLL / training NLL (mean over models, 95% bootstrap interval): "
+                  + "; ".join(parts)
                   + f". A split fails when the interval lies above {FAIL_RATIO:g}× and stays close when it "
                   "lies below." + ("" if both else " Both kinds of split are needed to show the contrast."))
     return Finding("Montero et al. 2021", "§2.1, Fig. 3",
@@ -255,7 +259,8 @@ def m22_diagnosis(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Findin
             row[f"{side}_excess"], row[f"{side}_low"], row[f"{side}_high"] = mean, low, high
             row[side] = {"above": "fails", "below": "holds"}.get(_side(low, high, 0.0), "unclear")
         enc, dec = row["encoder"], row["decoder"]
-        row["diagnosis"] = ("both" if enc == dec == "fails" else "encoder" if enc == "fails" and dec == "holds"
+        row["diagnosis"] = ("both" if enc == dec == "fails"
+                            else "encoder" if enc == "fails" and dec == "holds"
                             else "decoder" if dec == "fails" and enc == "holds"
                             else "neither" if enc == dec == "holds" else "unclear")
         rows.append(row)
@@ -265,19 +270,22 @@ def m22_diagnosis(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Findin
     verdicts = ["agrees" if e == "fails" else "contradicts" if e == "holds" else "unclear"
                 for e in failing.get("encoder", [])]
     if not has_diagnosis:
-        status, result = INCONCLUSIVE, "No encoder-versus-decoder diagnosis in the results (metric encoder_decoder)."
+        status = INCONCLUSIVE
+        result = "No encoder-versus-decoder diagnosis in the results (metric encoder_decoder)."
     else:
         status = _overall(verdicts)
         if status == REPRODUCED and len(failing) < 2:
             status = INCONCLUSIVE
         parts = [f"{r['dataset']}/{r['split']}: reconstruction {r['reconstruction']} "
                  f"({_interval(r['ratio'], r['low'], r['high'], 2, '×')}), encoder {r['encoder']} "
-                 f"(excess {_interval(r['encoder_excess'], r['encoder_low'], r['encoder_high'], 3)}), decoder "
-                 f"{r['decoder']} (excess {_interval(r['decoder_excess'], r['decoder_low'], r['decoder_high'], 1)} "
+                 f"(excess {_interval(r['encoder_excess'], r['encoder_low'], r['encoder_high'], 3)}), "
+                 f"decoder {r['decoder']} "
+                 f"(excess {_interval(r['decoder_excess'], r['decoder_low'], r['decoder_high'], 1)} "
                  f"nats), n = {r['n']}" for r in table.to_dict("records")]
         result = ("; ".join(parts) + f". {len(failing)} split(s) fail to reconstruct"
                   + ("" if len(failing) >= 2 else "; at least two are needed") + ". A part fails when its "
-                  "held-out error exceeds 1.5× its training error plus the margin across the whole 95% interval.")
+                  "held-out error exceeds 1.5× its training error plus the margin across the whole 95% "
+                  "interval.")
     return Finding("Montero et al. 2022", "abstract, finding (i)",
                    "When models fail to reconstruct unseen combinations, their encoders also fail: they do "
                    "not map the unseen combinations to the right region of the latent space.",
@@ -303,7 +311,8 @@ def d21_transfer(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
             verdicts.append(verdict)
     table = pd.DataFrame(rows)
     if not verdicts:
-        status, result = INCONCLUSIVE, "No DCI and GBT OOD1 transfer scores in the results (metrics dci, transfer)."
+        status = INCONCLUSIVE
+        result = "No DCI and GBT OOD1 transfer scores in the results (metrics dci, transfer)."
     else:
         status = _overall(verdicts)
         gbt = [r for r in rows if r["readout"] == "gbt"]
@@ -315,12 +324,14 @@ def d21_transfer(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
         widths = [r["high"] - r["low"] for r in gbt if not np.isnan(r["low"])]
         result += ". Reproduced where the interval lies below 0."
         if status == INCONCLUSIVE and (not widths or max(widths) > WIDE_INTERVAL):
-            result += (f" The intervals are too wide to decide (widest {max(widths) if widths else float('nan'):.2f}): "
+            widest = max(widths) if widths else float("nan")
+            result += (f" The intervals are too wide to decide (widest {widest:.2f}): "
                        f"{gbt[0]['n']} models are too few at this budget; more seeds narrow them.")
     return Finding("Dittadi et al. 2021", "§5, Fig. 4",
                    "More disentangled representations transfer better out of distribution when the encoder "
-                   "stays in distribution (OOD1): DCI correlates negatively with the transfer error, strongly "
-                   "for GBT readouts and mildly for MLPs.", status, result, _shown(table, ["verdict"]))
+                   "stays in distribution (OOD1): DCI correlates negatively with the transfer error, "
+                   "strongly for GBT readouts and mildly for MLPs.", status, result,
+                   _shown(table, ["verdict"]))
 
 
 def _shown(table: pd.DataFrame, extra: list[str]) -> pd.DataFrame:

@@ -30,8 +30,9 @@ def findings(found) -> str:
     body = ["<h2>Findings</h2><p>Each paper statement beside what these results show: "
             "✓ reproduced, ✗ not reproduced, ? inconclusive at this scale (the rules: docs/analysis.md).</p>"]
     for f in found:
-        body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: {html.escape(f.status)}</h3>"
-                    f"<p><b>The paper:</b> {html.escape(f.paper)}</p><p><b>Here:</b> {html.escape(f.result)}</p>")
+        body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: "
+                    f"{html.escape(f.status)}</h3><p><b>The paper:</b> {html.escape(f.paper)}</p>"
+                    f"<p><b>Here:</b> {html.escape(f.result)}</p>")
         if not f.table.empty:
             body.append(html_page.table(f.table))
     return "\n".join(body)

@@ -27,7 +27,8 @@ def m21_table(ratios, *, rho_sign=+1, n_models=6, noise=0.0, seed=0):
             ratio = ratios[split] * (1 + noise * rng.standard_normal())
             d_score = 0.1 + 0.1 * i
             test = train * ratio * (1 + rho_sign * 0.05 * i)
-            rows.append({"preset": "montero2021", "dataset": "dsprites", "split": split, "condition": condition,
+            rows.append({"preset": "montero2021", "dataset": "dsprites", "split": split,
+                         "condition": condition,
                          "task": "vae", "objective": "beta_vae", "beta": beta, "seed": 0,
                          "train_nll": train, "test_nll": test, "d_score": d_score})
     return pd.DataFrame(rows)
@@ -40,7 +41,8 @@ def test_mean_interval_closed_form():
     mean, low, high = F.mean_interval(x)
     half = 1.96 * x.std() / np.sqrt(len(x))  # the normal interval the bootstrap approaches
     assert mean == pytest.approx(x.mean())
-    assert low == pytest.approx(x.mean() - half, abs=0.03) and high == pytest.approx(x.mean() + half, abs=0.03)
+    assert low == pytest.approx(x.mean() - half, abs=0.03)
+    assert high == pytest.approx(x.mean() + half, abs=0.03)
     assert np.isnan(F.mean_interval([3.0])[1])
 
 
@@ -111,13 +113,15 @@ def m22_table(encoder_test, decoder_test, ratio, n=6, seed=0):
 
 def test_m22_reproduced_not_reproduced_and_inconclusive():
     failing = {"sqr2scl": 3.0, "shape2tx": 2.5}
-    holds = F.m22_diagnosis(m22_table({"sqr2scl": 0.4, "shape2tx": 0.3}, {"sqr2scl": 120.0, "shape2tx": 400.0},
+    holds = F.m22_diagnosis(m22_table({"sqr2scl": 0.4, "shape2tx": 0.3},
+                                      {"sqr2scl": 120.0, "shape2tx": 400.0},
                                       failing))
     assert holds.status == F.REPRODUCED
     diagnosis = holds.table.set_index("split")["diagnosis"]
     assert diagnosis["sqr2scl"] == "encoder" and diagnosis["shape2tx"] == "both"
     # the encoder maps the unseen combinations well (0.06 < 1.5·0.05 + 0.05) and only the decoder fails
-    fails = F.m22_diagnosis(m22_table({"sqr2scl": 0.06, "shape2tx": 0.4}, {"sqr2scl": 400.0, "shape2tx": 400.0},
+    fails = F.m22_diagnosis(m22_table({"sqr2scl": 0.06, "shape2tx": 0.4},
+                                      {"sqr2scl": 400.0, "shape2tx": 400.0},
                                       failing))
     assert fails.status == F.NOT_REPRODUCED
     assert fails.table.set_index("split")["diagnosis"]["sqr2scl"] == "decoder"
@@ -129,7 +133,8 @@ def test_m22_reproduced_not_reproduced_and_inconclusive():
 
 def test_m22_without_the_diagnosis_is_inconclusive():
     df = m22_table({"sqr2scl": 0.4, "shape2tx": 0.3}, {"sqr2scl": 400.0, "shape2tx": 400.0},
-                   {"sqr2scl": 3.0, "shape2tx": 2.5}).drop(columns=["encoder_error_train", "encoder_error_test"])
+                   {"sqr2scl": 3.0, "shape2tx": 2.5})
+    df = df.drop(columns=["encoder_error_train", "encoder_error_test"])
     assert F.m22_diagnosis(df).status == F.INCONCLUSIVE
 
 
