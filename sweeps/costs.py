@@ -76,7 +76,8 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
         model, n_train = trial.model, trial.data.n_images
         if n_train is None:
             n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
-        trial_images = model.total_steps(n_train) * model.batch_size
+        # objectives on pairs (Ada-GVAE) encode and decode both images of each of batch_size pairs
+        trial_images = model.total_steps(n_train) * model.batch_size * (2 if model.needs_pairs else 1)
         images += trial_images
         flops = training_flops_per_image(model.architecture, model.image_size, model.channels,
                                          model.latent_dim)

@@ -207,7 +207,7 @@ PRESETS: dict[str, dict] = {
                       ]}},
             # the encoder-versus-decoder diagnosis on two dSprites recombination-to-range splits, with
             # three of M22's losses and two seeds each
-            "demo": {"n_images": 20000, "steps": 800, "lr": 1e-3, "architecture": "burgess",
+            "demo": {"n_images": 20000, "steps": 600, "lr": 1e-3, "architecture": "burgess",
                      "report_every": 50, "n_nll": 1000, "n_metric": 1000, "seeds": 2,
                      "metrics": ["d_score", "encoder_decoder"],
                      "axes": {"model": [{"objective": "vae", "beta": 1.0},
@@ -265,7 +265,7 @@ PRESETS: dict[str, dict] = {
                       "axes": {"kl_warmup_steps": [0, 100], "latent_dim": [10]}},
             # D21's headline: DCI against OOD1 transfer error, over models that differ in supervision
             # and β (warm-up, latent size and noise fixed), three seeds each; GBT readout only
-            "demo": {"n_images": 20000, "steps": 500, "lr": 1e-3, "architecture": "burgess",
+            "demo": {"n_images": 20000, "steps": 400, "lr": 1e-3, "architecture": "burgess",
                      "report_every": 50, "n_nll": 500, "n_metric": 1000, "seeds": 3,
                      "metrics": ["dci", "transfer"], "transfer_regressors": ["gbt"],
                      "axes": {"kl_warmup_steps": [0], "latent_dim": [10],

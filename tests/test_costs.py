@@ -48,3 +48,19 @@ def test_the_table_lists_every_preset_and_scale():
         assert name in table
         for scale in spec["scales"]:
             assert f"{name:<12} {scale:<6}" in table
+
+
+def test_pair_objectives_count_both_images_of_each_pair():
+    # dittadi2021 demo: 9 β-VAEs and 9 Ada-GVAEs (k = 1), 400 steps at batch 64; an Ada-GVAE step
+    # trains on 64 pairs, 128 images
+    cost = costs.preset_cost("dittadi2021", "demo")
+    assert cost["trials"] == 18
+    assert cost["images"] == 9 * 400 * 64 + 9 * 400 * 128
+
+
+@pytest.mark.parametrize("preset", ["montero2021", "montero2022", "dittadi2021"])
+def test_each_demo_trains_in_under_25_minutes_of_two_cores_by_the_cost_model(preset):
+    # the demo's budget is 30 minutes on 2 cores (benchmarks/README.md has the measured times);
+    # training, by the cost model, leaves at least 5 of them for evaluation and start-up
+    cost = costs.preset_cost(preset, "demo")
+    assert cost["cpu_core_hours"] * 3600 / 2 < 25 * 60

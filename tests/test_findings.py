@@ -170,6 +170,7 @@ def test_findings_pick_each_study_by_preset():
     assert F.findings(df.drop(columns=["preset"])) == []
 
 
+@pytest.mark.slow  # writes a report: about 5 s
 def test_report_puts_the_findings_first(tmp_path, capsys):
     from analysis.report import main as report_main
     from analysis.schema import TRIALS_FILE, append_rows
@@ -184,3 +185,21 @@ def test_report_puts_the_findings_first(tmp_path, capsys):
     page = (tmp_path / "report.html").read_text()
     assert page.index("<h2>Findings</h2>") < page.index("<h2>Summary</h2>")
     assert "✗ Montero et al. 2021, §2.1, Fig. 3: not reproduced" in page and "shape2tx" in page
+
+
+@pytest.mark.slow  # writes a report: about 5 s
+def test_demo_report_only_writes_the_findings_report(tmp_path, capsys):
+    from analysis.schema import TRIALS_FILE, append_rows
+    from sweeps import demo
+
+    df = m21_table({"blank_side": 8.0, "shape2tx": 3.0, "leave1out": 1.1})
+    rows = [{**row, "experiment": "montero2021-demo", "trial_key": f"t{i}"}
+            for i, row in enumerate(df.to_dict("records"))]
+    (tmp_path / "montero2021-demo").mkdir()
+    append_rows(tmp_path / "montero2021-demo", TRIALS_FILE, rows)
+    assert demo.main(["--storage-path", str(tmp_path), "--report-only", "--no-open"]) == 0
+    page = (tmp_path / "demo-report" / "report.html").read_text()
+    assert page.count("✓ Montero et al. 2021") == 2
+    with pytest.raises(SystemExit, match="unknown"):
+        demo.main(["--studies", "montero2023", "--report-only", "--no-open"])
+    assert demo.main(["--storage-path", str(tmp_path / "empty"), "--report-only", "--no-open"]) == 2
