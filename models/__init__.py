@@ -15,7 +15,16 @@ Train one model from a Python session::
 
 from models.cascade_vae import CascadeVAE
 from models.composition import CompositionNet, CompositionTrainer, TripletSampler
-from models.config import ARCHITECTURES, LATENT_OPS, OBJECTIVES_ON_PAIRS, TASKS, ModelConfig
+from models.config import (
+    ARCHITECTURES,
+    LATENT_OPS,
+    OBJECTIVES_ON_PAIRS,
+    TASKS,
+    LossConfig,
+    ModelConfig,
+    NetworkConfig,
+    OptimisationConfig,
+)
 from models.engine import NonFiniteLossError, TaskTrainer, Trainer, add_input_noise, select_device, train
 from models.evaluation import encode_means, nll_per_image, reconstruct
 from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
@@ -35,9 +44,12 @@ __all__ = [
     "LATENT_OPS",
     "LOSS_TERMS",
     "LieGroupVAE",
+    "LossConfig",
     "OBJECTIVES",
     "OBJECTIVES_ON_PAIRS",
+    "OptimisationConfig",
     "ModelConfig",
+    "NetworkConfig",
     "NonFiniteLossError",
     "PairSampler",
     "TASKS",

@@ -83,14 +83,16 @@ def match_categories(costs: np.ndarray, duplicate_penalty: float) -> np.ndarray:
 class CascadeVAE(nn.Module):
     """Encoder of ``latent_dim`` Gaussian dimensions; decoder of those plus a one-hot category."""
 
-    def __init__(self, config):
+    def __init__(self, network, loss):
+        """``network``: a ``NetworkConfig``; ``loss``: a ``LossConfig`` (its category count and
+        likelihood)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[config.architecture]
-        self.config = config
-        self.categories = config.discrete_categories
-        self.likelihood = config.resolved_likelihood
-        self.encoder = encoder(config.channels, config.latent_dim, config.image_size)
-        self.decoder = decoder(config.channels, config.latent_dim + self.categories, config.image_size)
+        encoder, decoder = ARCHITECTURES[network.architecture]
+        self.network = network
+        self.categories = loss.discrete_categories
+        self.likelihood = loss.resolved_likelihood
+        self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
+        self.decoder = decoder(network.channels, network.latent_dim + self.categories, network.image_size)
         initialise(self)
 
     def encode_continuous(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,8 +134,8 @@ class CascadeVAEObjective(Objective):
     model_class = CascadeVAE
     packable = False
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("beta_low", config.beta_low)
         self.hyperparameter("beta_high", config.beta_high)
         self.cascade_steps = config.cascade_steps

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.config import LATENT_OPS, ModelConfig
+from models.config import ModelConfig, NetworkConfig
 from models.engine import TaskTrainer
 from models.objectives import bernoulli_nll, gaussian_kl, posterior_sample
 
@@ -58,22 +58,22 @@ class MLPOp(nn.Sequential):
 
 
 class CompositionNet(nn.Module):
-    """Encoder and decoder of ``config.architecture`` (M21: burgess) around a latent operation."""
+    """Encoder and decoder of ``network.architecture`` (M21: burgess) around the latent operation
+    ``network.latent_op``; ``network`` is a ``NetworkConfig`` (a ``ModelConfig``'s ``network``).
+    The weights are initialised from ``seed``; ``beta`` weighs the KL in ``loss_terms``."""
 
-    def __init__(self, config: ModelConfig, n_actions: int, latent_op: str = "linear"):
+    def __init__(self, network: NetworkConfig, n_actions: int, *, seed: int = 0, beta: float = 1.0):
         super().__init__()
-        if latent_op not in LATENT_OPS:
-            raise ValueError(f"latent_op: unknown {latent_op!r}; choose one of {', '.join(LATENT_OPS)}")
         if n_actions < 1:
             raise ValueError(f"n_actions: must be at least 1; got {n_actions}")
-        self.config, self.n_actions, self.latent_op = config, n_actions, latent_op
-        encoder, decoder = ARCHITECTURES[config.architecture]
+        self.network, self.n_actions, self.latent_op, self.beta = network, n_actions, network.latent_op, beta
+        encoder, decoder = ARCHITECTURES[network.architecture]
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.encoder = encoder(config.channels, config.latent_dim, config.image_size)
-            self.decoder = decoder(config.channels, config.latent_dim, config.image_size)
-            self.op = {"linear": LinearOp, "interpolation": InterpolationOp, "mlp": MLPOp}[latent_op](
-                config.latent_dim, n_actions)
+            torch.manual_seed(seed)
+            self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
+            self.decoder = decoder(network.channels, network.latent_dim, network.image_size)
+            self.op = {"linear": LinearOp, "interpolation": InterpolationOp, "mlp": MLPOp}[self.latent_op](
+                network.latent_dim, n_actions)
             initialise(self)
 
     def encode(self, x):
@@ -95,7 +95,7 @@ class CompositionNet(nn.Module):
                    beta: float | None = None, kl_weight: float = 1.0) -> dict:
         """Bernoulli NLL of the target + kl_weight·β·KL (the KL of both inputs' posteriors,
         averaged)."""
-        beta = self.config.beta if beta is None else beta
+        beta = self.beta if beta is None else beta
         logits, mean, logvar = self(reference, transform, action, generator)
         reconstruction = bernoulli_nll(logits, target).mean()
         kl = gaussian_kl(mean, logvar).sum(1).mean()
@@ -249,11 +249,12 @@ class CompositionTrainer(TaskTrainer):
 
     def images_per_step(self) -> int:
         """Reference and transform images encoded per step."""
-        return 2 * self.config.batch_size
+        return 2 * self.optimisation.batch_size
 
     def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """A batch of training triplets: reference, transform, the action (one-hot) and target."""
-        reference, transform, target, action = self.triplets.sample(self.batch_rng, self.config.batch_size)
+        batch_size = self.optimisation.batch_size
+        reference, transform, target, action = self.triplets.sample(self.batch_rng, batch_size)
         one_hot = torch.nn.functional.one_hot(torch.from_numpy(action), self.model.n_actions).to(self.device)
         return (self.batch_images(reference), self.batch_images(transform), one_hot,
                 self.batch_images(target))

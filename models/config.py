@@ -1,5 +1,19 @@
 """The model-and-training configuration, validated on construction.
 
+``ModelConfig`` is the flat record a YAML grid or a trial's config maps onto (and what checkpoints
+and results store). It is made of three frozen, typed parts, each validating its own fields, and
+each module takes the part it needs whole:
+
+- ``NetworkConfig`` (``config.network``): the network's shape and the task it serves; the model
+  builders (``models.vae``, ``models.architectures``, ``models.composition``) read it;
+- ``LossConfig`` (``config.loss``): the objective and its hyperparameters; the objective classes
+  read it (and CascadeVAE's and LieGroupVAE's models, the parts of it that shape them);
+- ``OptimisationConfig`` (``config.optimisation``): Adam, the batch, the run's length and its
+  schedules, the seed, input noise and bf16; the training engine reads it.
+
+The rules that tie two parts together (FactorVAE's two half-batches, what the non-VAE tasks allow)
+are ``ModelConfig``'s. The data and evaluation settings are the sweep's (``sweeps.trials``).
+
 An objective's facts (its name and aliases, default likelihood and γ, whether it trains on pairs)
 come from its class in ``models.registry``, the one table of objectives.
 """
@@ -39,13 +53,255 @@ LATENT_OPS = ("linear", "interpolation", "mlp")
 COMPOSITION_OBJECTIVES = ("vae", "beta_vae")
 
 
+
+class ConfigError(ValueError):
+    """An invalid config part; ``problems`` lists each, starting with the field it names."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid model config: " + "; ".join(problems))
+        self.problems = problems
+
+
+def _type_problems(config) -> list[str]:
+    """Each field against its declared type: whole numbers, finite numbers, strings, flags."""
+    problems = []
+    for field in fields(config):
+        value, kind = getattr(config, field.name), str(field.type)
+        if value is None and "None" in kind:
+            continue
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            problems.append(f"{field.name}: expected a whole number; got {value!r}")
+        elif kind.startswith("float") and (isinstance(value, bool)
+                                           or not isinstance(value, (int, float))):
+            problems.append(f"{field.name}: expected a number; got {value!r}")
+        elif kind.startswith("float") and not math.isfinite(value):
+            problems.append(f"{field.name}: must be a finite number; got {value!r}")
+        elif kind.startswith("str") and not isinstance(value, str):
+            problems.append(f"{field.name}: expected a name (text); got {value!r}")
+        elif kind == "bool" and not isinstance(value, bool):
+            problems.append(f"{field.name}: expected true or false; got {value!r}")
+        elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
+                isinstance(m, int) and not isinstance(m, bool) for m in value)):
+            problems.append(f"{field.name}: expected a list of whole numbers; got {value!r}")
+    return problems
+
+
+class _Part:
+    """A part's validation: types first (TypeError), then ``_normalise`` and ``_problems``
+    (``ConfigError``, a ValueError). The fields and their defaults are ``ModelConfig``'s."""
+
+    def __post_init__(self) -> None:
+        problems = _type_problems(self)
+        if problems:
+            raise TypeError("invalid model config: " + "; ".join(problems))
+        self._normalise()
+        problems = self._problems()
+        if problems:
+            raise ConfigError(problems)
+
+    def _normalise(self) -> None:
+        pass
+
+    def _problems(self) -> list[str]:
+        raise NotImplementedError
+
+
+def _at_least(config, minimum, names) -> list[str]:
+    return [f"{name}: must be at least {minimum}; got {getattr(config, name)}"
+            for name in names if getattr(config, name) < minimum]
+
+
+def _non_negative(config, names) -> list[str]:
+    return [f"{name}: must be >= 0; got {getattr(config, name)}" for name in names
+            if not getattr(config, name) >= 0]
+
+
+def _positive(config, names) -> list[str]:
+    return [f"{name}: must be > 0; got {getattr(config, name)}" for name in names
+            if not getattr(config, name) > 0]
+
+
+@dataclass(frozen=True)
+class NetworkConfig(_Part):
+    """The network: its architecture, its latent size, the images it reads, and the task it
+    serves (a VAE, the ground-truth decoder, the composition network) with that task's options."""
+
+    architecture: str
+    latent_dim: int
+    channels: int
+    image_size: int
+    task: str
+    latent_op: str
+    normalise_factors: bool
+
+    def _normalise(self) -> None:
+        object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
+
+    def _problems(self) -> list[str]:
+        problems = []
+        if self.architecture not in ARCHITECTURES:
+            problems.append(
+                f"architecture: unknown {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
+            )
+        elif self.image_size not in IMAGE_SIZES[self.architecture]:
+            sizes = " or ".join(map(str, IMAGE_SIZES[self.architecture]))
+            problems.append(f"image_size: {self.architecture} takes {sizes} px images; got {self.image_size}")
+        problems += _at_least(self, 1, ("latent_dim",))
+        if self.channels not in (1, 3):
+            problems.append(f"channels: must be 1 or 3; got {self.channels}")
+        if self.task not in TASKS:
+            problems.append(f"task: unknown {self.task!r}; choose one of {', '.join(TASKS)}")
+        elif self.latent_op not in LATENT_OPS:
+            problems.append(f"latent_op: unknown {self.latent_op!r}; choose one of {', '.join(LATENT_OPS)}")
+        return problems
+
+
+@dataclass(frozen=True)
+class LossConfig(_Part):
+    """The objective and every hyperparameter of its loss, including the settings of the modules
+    an objective trains itself (FactorVAE's discriminator, WAE-GAN's adversary) and of the models
+    CascadeVAE and LieGroupVAE build (their category count, their Lie group)."""
+
+    objective: str
+    beta: float
+    gamma: float | None
+    capacity_max: float
+    capacity_steps: int
+    discriminator_lr: float
+    discriminator_layers: int
+    discriminator_width: int
+    discriminator_negative_slope: float
+    mmd_weight: float
+    logvar_l1_weight: float
+    pair_divergence: str
+    pair_factors_changed: int
+    adversarial_weight: float
+    adversary_lr: float
+    adversary_layers: int
+    adversary_width: int
+    prior_std: float
+    beta_low: float
+    beta_high: float
+    cascade_steps: int
+    discrete_categories: int
+    discrete_warmup_steps: int
+    duplicate_penalty: float
+    lie_matrix_size: int
+    group_reconstruction_weight: float
+    hessian_weight: float
+    commutator_weight: float
+    lie_basis_init_std: float
+    encoder_group_probability: float
+    likelihood: str | None
+
+    def _normalise(self) -> None:
+        object.__setattr__(self, "objective", ALIASES.get(self.objective, self.objective))
+
+    def _problems(self) -> list[str]:
+        problems = []
+        if self.objective not in OBJECTIVES:
+            problems.append(f"objective: unknown {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        problems += _non_negative(self, ("beta",))
+        if self.gamma is not None and not self.gamma >= 0:
+            problems.append(f"gamma: must be >= 0 or None; got {self.gamma}")
+        problems += _non_negative(self, ("capacity_max", "capacity_steps"))
+        problems += _positive(self, ("discriminator_lr",))
+        if self.discriminator_layers < 1 or self.discriminator_width < 1:
+            problems.append("discriminator_layers, discriminator_width: must be at least 1; got "
+                            f"{self.discriminator_layers}, {self.discriminator_width}")
+        problems += _non_negative(self, ("discriminator_negative_slope", "mmd_weight", "logvar_l1_weight"))
+        if self.pair_divergence not in PAIR_DIVERGENCES:
+            problems.append(f"pair_divergence: unknown {self.pair_divergence!r}; choose one of "
+                            f"{', '.join(PAIR_DIVERGENCES)}")
+        problems += _at_least(self, 1, ("pair_factors_changed",))
+        # WAE-GAN's, CascadeVAE's and LieGroupVAE's fields
+        problems += _non_negative(self, ("adversarial_weight", "beta_low", "duplicate_penalty",
+                                         "group_reconstruction_weight", "hessian_weight", "commutator_weight",
+                                         "lie_basis_init_std"))
+        problems += _positive(self, ("adversary_lr", "prior_std"))
+        problems += _at_least(self, 1, ("adversary_layers", "adversary_width", "lie_matrix_size"))
+        problems += _non_negative(self, ("cascade_steps", "discrete_warmup_steps"))
+        if not self.beta_high >= self.beta_low:
+            problems.append(f"beta_high: must be >= beta_low ({self.beta_low}); got {self.beta_high}")
+        problems += _at_least(self, 2, ("discrete_categories",))
+        if not 0 <= self.encoder_group_probability <= 1:
+            problems.append("encoder_group_probability: must be in [0, 1]; got "
+                            f"{self.encoder_group_probability}")
+        if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
+            problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
+                            f"{', '.join(LIKELIHOODS)} or None")
+        return problems
+
+    @property
+    def resolved_gamma(self) -> float:
+        """``gamma``, or the objective's default when unset."""
+        default = objective_class(self.objective).default_gamma
+        return self.gamma if self.gamma is not None else (1.0 if default is None else default)
+
+    @property
+    def resolved_likelihood(self) -> str:
+        """``likelihood``, or the objective's default when unset."""
+        if self.likelihood is not None:
+            return self.likelihood
+        return objective_class(self.objective).default_likelihood
+
+
+@dataclass(frozen=True)
+class OptimisationConfig(_Part):
+    """How the model trains: Adam's learning rate and its schedule, the batch, the run's length,
+    the KL warm-up, gradient clipping, the seed, Dittadi et al.'s input noise and bf16."""
+
+    lr: float
+    batch_size: int
+    steps: int
+    seed: int
+    kl_warmup_steps: int
+    grad_clip_norm: float | None
+    epochs: float | None
+    lr_milestones: tuple[int, ...]
+    lr_decay: float
+    input_noise_subpixel_std: float
+    input_noise_greyscale_std: float
+    bf16: bool
+
+    def _normalise(self) -> None:
+        object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
+
+    def _problems(self) -> list[str]:
+        problems = _positive(self, ("lr",)) + _at_least(self, 1, ("batch_size",))
+        problems += _non_negative(self, ("steps",))
+        if self.epochs is not None and not self.epochs > 0:
+            problems.append(f"epochs: must be > 0 or None; got {self.epochs}")
+        if any(b <= a for a, b in zip(self.lr_milestones, self.lr_milestones[1:])) or any(
+                m < 1 for m in self.lr_milestones):
+            problems.append(f"lr_milestones: must be increasing positive steps; got {self.lr_milestones}")
+        if not 0 < self.lr_decay <= 1:
+            problems.append(f"lr_decay: must be in (0, 1]; got {self.lr_decay}")
+        problems += _non_negative(self, ("kl_warmup_steps",))
+        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
+            problems.append(f"grad_clip_norm: must be > 0 or None; got {self.grad_clip_norm}")
+        problems += _non_negative(self, ("input_noise_subpixel_std", "input_noise_greyscale_std"))
+        return problems
+
+    def total_steps(self, n_train: int) -> int:
+        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
+        if self.epochs is None:
+            return self.steps
+        return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
+
+
+PARTS = {"network": NetworkConfig, "loss": LossConfig, "optimisation": OptimisationConfig}
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Everything that decides one model and how it trains.
 
     Defaults follow Montero et al. 2021 where the papers fix a value (Adam, lr 1e-4, batch 64,
     latent size 10). Dittadi et al. 2021's options (KL warm-up, gradient clipping, learning-rate
-    halving, input noise) are off by default. See docs/models.md for every field.
+    halving, input noise) are off by default. See docs/models.md for every field and its part.
+
+    Its parts (see the module docstring) are ``network``, ``loss`` and ``optimisation``, built and
+    validated on construction; the flat fields hold the same values, normalised by the parts.
     """
 
     architecture: str = "burgess"
@@ -108,140 +364,30 @@ class ModelConfig:
     normalise_factors: bool = False  # ground-truth decoder: factors scaled to [0, 1] (the authors: raw)
 
     def __post_init__(self) -> None:
-        problems = self._type_problems()
+        problems = _type_problems(self)
         if problems:
             raise TypeError("invalid model config: " + "; ".join(problems))
-        objective = ALIASES.get(self.objective, self.objective)
-        object.__setattr__(self, "objective", objective)
-        object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
-        if isinstance(self.lr_milestones, (list, tuple)):
-            object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
         problems = []
-        if self.architecture not in ARCHITECTURES:
-            problems.append(
-                f"architecture: unknown {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
-            )
-        elif self.image_size not in IMAGE_SIZES[self.architecture]:
-            sizes = " or ".join(map(str, IMAGE_SIZES[self.architecture]))
-            problems.append(f"image_size: {self.architecture} takes {sizes} px images; got {self.image_size}")
-        if objective not in OBJECTIVES:
-            problems.append(f"objective: unknown {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-        if not self.beta >= 0:
-            problems.append(f"beta: must be >= 0; got {self.beta}")
-        if self.latent_dim < 1:
-            problems.append(f"latent_dim: must be at least 1; got {self.latent_dim}")
-        if self.channels not in (1, 3):
-            problems.append(f"channels: must be 1 or 3; got {self.channels}")
-        if not self.lr > 0:
-            problems.append(f"lr: must be > 0; got {self.lr}")
-        if self.batch_size < 1:
-            problems.append(f"batch_size: must be at least 1; got {self.batch_size}")
-        if objective == "factor_vae" and self.batch_size < 2:
-            problems.append("batch_size: factor_vae splits the batch in two halves; must be at least 2")
-        if self.steps < 0:
-            problems.append(f"steps: must be >= 0; got {self.steps}")
-        if self.epochs is not None and not self.epochs > 0:
-            problems.append(f"epochs: must be > 0 or None; got {self.epochs}")
-        if not isinstance(self.lr_milestones, tuple) or any(
-                b <= a for a, b in zip(self.lr_milestones, self.lr_milestones[1:])) or any(
-                m < 1 for m in self.lr_milestones):
-            problems.append(f"lr_milestones: must be increasing positive steps; got {self.lr_milestones}")
-        if not 0 < self.lr_decay <= 1:
-            problems.append(f"lr_decay: must be in (0, 1]; got {self.lr_decay}")
-        if self.kl_warmup_steps < 0:
-            problems.append(f"kl_warmup_steps: must be >= 0; got {self.kl_warmup_steps}")
-        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
-            problems.append(f"grad_clip_norm: must be > 0 or None; got {self.grad_clip_norm}")
-        if self.gamma is not None and not self.gamma >= 0:
-            problems.append(f"gamma: must be >= 0 or None; got {self.gamma}")
-        if not self.capacity_max >= 0:
-            problems.append(f"capacity_max: must be >= 0; got {self.capacity_max}")
-        if self.capacity_steps < 0:
-            problems.append(f"capacity_steps: must be >= 0; got {self.capacity_steps}")
-        if not self.discriminator_lr > 0:
-            problems.append(f"discriminator_lr: must be > 0; got {self.discriminator_lr}")
-        if self.discriminator_layers < 1 or self.discriminator_width < 1:
-            problems.append("discriminator_layers, discriminator_width: must be at least 1; got "
-                            f"{self.discriminator_layers}, {self.discriminator_width}")
-        if not self.discriminator_negative_slope >= 0:
-            problems.append("discriminator_negative_slope: must be >= 0; got "
-                            f"{self.discriminator_negative_slope}")
-        if not self.mmd_weight >= 0:
-            problems.append(f"mmd_weight: must be >= 0; got {self.mmd_weight}")
-        if not self.logvar_l1_weight >= 0:
-            problems.append(f"logvar_l1_weight: must be >= 0; got {self.logvar_l1_weight}")
-        if self.pair_divergence not in PAIR_DIVERGENCES:
-            problems.append(f"pair_divergence: unknown {self.pair_divergence!r}; choose one of "
-                            f"{', '.join(PAIR_DIVERGENCES)}")
-        if self.pair_factors_changed < 1:
-            problems.append(f"pair_factors_changed: must be at least 1; got {self.pair_factors_changed}")
-        problems += self._model_specific_problems()
-        problems += self._task_problems()
-        if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
-            problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
-                            f"{', '.join(LIKELIHOODS)} "
-                            "or None")
-        for name in ("input_noise_subpixel_std", "input_noise_greyscale_std"):
-            if not getattr(self, name) >= 0:
-                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
-        if problems:
-            raise ValueError("invalid model config: " + "; ".join(problems))
-
-    def _type_problems(self) -> list[str]:
-        """Each field against its declared type: whole numbers, finite numbers, strings, flags."""
-        problems = []
-        for field in fields(self):
-            value, kind = getattr(self, field.name), str(field.type)
-            if value is None and "None" in kind:
+        for name, part in PARTS.items():
+            try:
+                built = part(**{f.name: getattr(self, f.name) for f in fields(part)})
+            except ConfigError as error:
+                problems += error.problems
                 continue
-            if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-                problems.append(f"{field.name}: expected a whole number; got {value!r}")
-            elif kind.startswith("float") and (isinstance(value, bool)
-                                               or not isinstance(value, (int, float))):
-                problems.append(f"{field.name}: expected a number; got {value!r}")
-            elif kind.startswith("float") and not math.isfinite(value):
-                problems.append(f"{field.name}: must be a finite number; got {value!r}")
-            elif kind.startswith("str") and not isinstance(value, str):
-                problems.append(f"{field.name}: expected a name (text); got {value!r}")
-            elif kind == "bool" and not isinstance(value, bool):
-                problems.append(f"{field.name}: expected true or false; got {value!r}")
-            elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
-                    isinstance(m, int) and not isinstance(m, bool) for m in value)):
-                problems.append(f"{field.name}: expected a list of whole numbers; got {value!r}")
-        return problems
+            object.__setattr__(self, name, built)
+            for field in fields(part):  # the part's normalised values (aliases resolved...)
+                object.__setattr__(self, field.name, getattr(built, field.name))
+        if not problems:
+            problems = self._cross_problems()
+        if problems:
+            raise ConfigError(problems)
 
-    def _model_specific_problems(self) -> list[str]:
-        """WAE-GAN's, CascadeVAE's and LieGroupVAE's fields."""
+    def _cross_problems(self) -> list[str]:
+        """The rules that tie two parts together; options only the VAE engine implements are
+        refused elsewhere."""
         problems = []
-        for name in ("adversarial_weight", "beta_low", "duplicate_penalty", "group_reconstruction_weight",
-                     "hessian_weight", "commutator_weight", "lie_basis_init_std"):
-            if not getattr(self, name) >= 0:
-                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
-        for name in ("adversary_lr", "prior_std"):
-            if not getattr(self, name) > 0:
-                problems.append(f"{name}: must be > 0; got {getattr(self, name)}")
-        for name in ("adversary_layers", "adversary_width", "lie_matrix_size"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be at least 1; got {getattr(self, name)}")
-        for name in ("cascade_steps", "discrete_warmup_steps"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name}: must be >= 0; got {getattr(self, name)}")
-        if not self.beta_high >= self.beta_low:
-            problems.append(f"beta_high: must be >= beta_low ({self.beta_low}); got {self.beta_high}")
-        if self.discrete_categories < 2:
-            problems.append(f"discrete_categories: must be at least 2; got {self.discrete_categories}")
-        if not 0 <= self.encoder_group_probability <= 1:
-            problems.append("encoder_group_probability: must be in [0, 1]; got "
-                            f"{self.encoder_group_probability}")
-        return problems
-
-    def _task_problems(self) -> list[str]:
-        """``task`` and its fields; options only the VAE engine implements are refused elsewhere."""
-        if self.task not in TASKS:
-            return [f"task: unknown {self.task!r}; choose one of {', '.join(TASKS)}"]
-        problems = []
-        if self.latent_op not in LATENT_OPS:
-            problems.append(f"latent_op: unknown {self.latent_op!r}; choose one of {', '.join(LATENT_OPS)}")
+        if self.objective == "factor_vae" and self.batch_size < 2:
+            problems.append("batch_size: factor_vae splits the batch in two halves; must be at least 2")
         if self.task == "vae":
             return problems
         if self.task == "composition" and self.objective not in COMPOSITION_OBJECTIVES:
@@ -265,20 +411,15 @@ class ModelConfig:
     @property
     def resolved_gamma(self) -> float:
         """``gamma``, or the objective's default when unset."""
-        default = objective_class(self.objective).default_gamma
-        return self.gamma if self.gamma is not None else (1.0 if default is None else default)
+        return self.loss.resolved_gamma
 
     @property
     def resolved_likelihood(self) -> str:
-        if self.likelihood is not None:
-            return self.likelihood
-        return objective_class(self.objective).default_likelihood
+        return self.loss.resolved_likelihood
 
     def total_steps(self, n_train: int) -> int:
         """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
-        if self.epochs is None:
-            return self.steps
-        return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
+        return self.optimisation.total_steps(n_train)
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:

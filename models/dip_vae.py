@@ -26,8 +26,8 @@ class DIPVAEObjective(Objective):
     loss_terms = ("reconstruction", "kl", "dip_off_diagonal", "dip_diagonal")
     default_gamma = 10.0
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("lambda_off_diagonal", config.resolved_gamma)
         self.hyperparameter("lambda_diagonal", 10 * config.resolved_gamma)
 

@@ -107,10 +107,13 @@ class Trainer:
 
     def set_up(self, model, images, train_indices: np.ndarray, config: ModelConfig, device) -> None:
         """What every trainer has: the device, the model on it, the data, the run's length, Adam,
-        the step counter and the seeded generators (batches from ``seed``, noise from ``seed + 1``)."""
+        the step counter and the seeded generators (batches from ``seed``, noise from ``seed + 1``).
+        The engine reads the config's ``optimisation`` part (and the capacity schedule of its
+        ``loss``)."""
         if len(train_indices) == 0:
             raise ValueError("train_indices: the training set is empty")
         self.config = config
+        self.optimisation = optimisation = config.optimisation
         self.device = select_device(device) if not isinstance(device, torch.device) else device
         self.model = model.to(self.device)
         if self.device.type == "cpu":
@@ -120,15 +123,15 @@ class Trainer:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.images = images
         self.train_indices = np.asarray(train_indices, dtype=np.int64)
-        self.total_steps = config.total_steps(len(self.train_indices))
+        self.total_steps = optimisation.total_steps(len(self.train_indices))
         self.objective, self.pairs = None, None
         # foreach: one fused update over all parameters (the default on CUDA; on CPU it saves ~1 ms a step)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=optimisation.lr, foreach=True)
         self.step = 0
-        self.batch_rng = np.random.default_rng(config.seed)
-        self.noise_rng = torch.Generator(device=self.device).manual_seed(config.seed + 1)
-        self.bf16 = config.bf16 and self.device.type == "cuda"
-        if config.bf16 and not self.bf16:
+        self.batch_rng = np.random.default_rng(optimisation.seed)
+        self.noise_rng = torch.Generator(device=self.device).manual_seed(optimisation.seed + 1)
+        self.bf16 = optimisation.bf16 and self.device.type == "cuda"
+        if optimisation.bf16 and not self.bf16:
             warnings.warn(f"bf16: autocast is used on CUDA only; training in float32 on {self.device}",
                           stacklevel=3)
 
@@ -136,18 +139,18 @@ class Trainer:
 
     def learning_rate(self) -> float:
         """``lr``, multiplied by ``lr_decay`` at each milestone passed (D21: halved at 150k, 300k)."""
-        passed = sum(self.step >= milestone for milestone in self.config.lr_milestones)
-        return self.config.lr * self.config.lr_decay ** passed
+        passed = sum(self.step >= milestone for milestone in self.optimisation.lr_milestones)
+        return self.optimisation.lr * self.optimisation.lr_decay ** passed
 
     def kl_weight(self) -> float:
         """Linear KL warm-up: 0 → 1 over ``kl_warmup_steps`` (always 1 without warm-up)."""
-        warmup = self.config.kl_warmup_steps
+        warmup = self.optimisation.kl_warmup_steps
         return 1.0 if warmup == 0 else min(1.0, self.step / warmup)
 
     def capacity(self) -> float:
         """The annealed VAE's capacity C: 0 → ``capacity_max`` linearly over ``capacity_steps``."""
-        ramp = self.config.capacity_steps
-        return self.config.capacity_max * (1.0 if ramp == 0 else min(1.0, self.step / ramp))
+        ramp = self.config.loss.capacity_steps
+        return self.config.loss.capacity_max * (1.0 if ramp == 0 else min(1.0, self.step / ramp))
 
     # -- what a step draws and computes (a task trainer overrides these two) -------------------
 
@@ -155,9 +158,9 @@ class Trainer:
         """The next batch as floats on the device; for pair objectives, the pairs' first images
         then their second images (2·batch_size rows)."""
         if self.pairs is None:
-            rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.config.batch_size))
+            rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.optimisation.batch_size))
         else:
-            first, second = self.pairs.sample(self.batch_rng, self.config.batch_size)
+            first, second = self.pairs.sample(self.batch_rng, self.optimisation.batch_size)
             rows = np.concatenate([first, second])
         return self.batch_images(rows)
 
@@ -174,8 +177,8 @@ class Trainer:
         objective's noise; and the schedule's values. A packed run draws each member's inputs
         with this same method, so its members see exactly what they would see alone."""
         x = self.next_batch()
-        x_in = add_input_noise(x, self.config.input_noise_subpixel_std, self.config.input_noise_greyscale_std,
-                               self.noise_rng)
+        x_in = add_input_noise(x, self.optimisation.input_noise_subpixel_std,
+                               self.optimisation.input_noise_greyscale_std, self.noise_rng)
         noise = self.objective.draw_noise(self.noise_rng, x.shape[0], self.device)
         schedule = Schedule(step=self.step, kl_weight=self.kl_weight(), capacity=self.capacity())
         return x, x_in, noise, schedule
@@ -203,7 +206,7 @@ class Trainer:
         aux = {name: terms.pop(name) for name in list(terms) if name.startswith("_")}
         self.optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
-        clip_gradients(self.model.parameters(), self.config.grad_clip_norm)
+        clip_gradients(self.model.parameters(), self.optimisation.grad_clip_norm)
         self.optimizer.step()
         terms.update(self.after_step(aux, inputs))
         self.step += 1
@@ -238,7 +241,7 @@ class Trainer:
 
     def images_per_step(self) -> int:
         """The input images one step trains on (for ``images_per_second``)."""
-        return self.config.batch_size * (2 if self.pairs is not None else 1)
+        return self.optimisation.batch_size * (2 if self.pairs is not None else 1)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ class GroundTruthDecoderTrainer(TaskTrainer):
 
     def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A batch of training rows: their factor values and their images."""
-        rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.config.batch_size))
+        rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.optimisation.batch_size))
         return self.values[torch.from_numpy(rows)].to(self.device), self.batch_images(rows)
 
     def loss_terms(self, inputs) -> dict[str, torch.Tensor]:

@@ -81,20 +81,22 @@ def _posterior_head(features: int, latent_dim: int) -> nn.Sequential:
 class LieGroupVAE(nn.Module):
     """Encoder to group features, posterior heads, Lie-algebra basis, decoder of group elements."""
 
-    def __init__(self, config):
+    def __init__(self, network, loss):
+        """``network``: a ``NetworkConfig``; ``loss``: a ``LossConfig`` (the group's matrix size
+        and the basis's initial scale)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[config.architecture]
-        self.config = config
-        self.matrix_size = config.lie_matrix_size
+        encoder, decoder = ARCHITECTURES[network.architecture]
+        self.network = network
+        self.matrix_size = loss.lie_matrix_size
         self.group_features = self.matrix_size ** 2
         # the architecture's last layer has 2·⌈m²/2⌉ outputs; the first m² are the group features
-        self.encoder = encoder(config.channels, math.ceil(self.group_features / 2), config.image_size)
-        self.posterior_mean = _posterior_head(self.group_features, config.latent_dim)
-        self.posterior_logvar = _posterior_head(self.group_features, config.latent_dim)
-        self.decoder = decoder(config.channels, self.group_features, config.image_size)
+        self.encoder = encoder(network.channels, math.ceil(self.group_features / 2), network.image_size)
+        self.posterior_mean = _posterior_head(self.group_features, network.latent_dim)
+        self.posterior_logvar = _posterior_head(self.group_features, network.latent_dim)
+        self.decoder = decoder(network.channels, self.group_features, network.image_size)
         initialise(self)
         self.lie_basis = nn.Parameter(
-            config.lie_basis_init_std * torch.randn(config.latent_dim, self.matrix_size, self.matrix_size))
+            loss.lie_basis_init_std * torch.randn(network.latent_dim, self.matrix_size, self.matrix_size))
 
     def encode_group(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The encoder's group features g_E (B, m²) and the posterior mean and log-variance of z."""
@@ -128,8 +130,8 @@ class LieGroupVAEObjective(Objective):
     default_likelihood = "mse"
     model_class = LieGroupVAE
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("beta", config.beta)
         self.hyperparameter("group_reconstruction_weight", config.group_reconstruction_weight)
         self.hyperparameter("hessian_weight", config.hessian_weight)

@@ -202,12 +202,15 @@ class Objective(nn.Module):
     own_adam: dict | None = None  # Adam settings of the objective's own optimiser, if it has one
     own_module: str | None = None  # the attribute holding the module it trains
 
-    def __init__(self, config, dataset_size: int = 1):
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        """``config``: a ``models.config.LossConfig`` (a ``ModelConfig``'s ``loss``), the objective
+        and its hyperparameters; ``latent_dim``: the size of the codes it draws noise for;
+        ``dataset_size``: the number of training rows (β-TCVAE's estimator)."""
         super().__init__()
         self.config = config
         self.dataset_size = dataset_size
         self.likelihood = config.likelihood or self.default_likelihood
-        self.latent_dim = config.latent_dim
+        self.latent_dim = latent_dim
         self._own_optimizer: torch.optim.Optimizer | None = None
 
     def hyperparameter(self, name: str, value: float) -> None:
@@ -275,8 +278,8 @@ class Objective(nn.Module):
 class VAEObjective(Objective):
     """VAE and β-VAE: reconstruction + β·w·KL, w the KL warm-up weight."""
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("beta", 1.0 if config.objective == "vae" else config.beta)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
@@ -291,8 +294,8 @@ class AnnealedCapacityObjective(Objective):
     loss_terms = ("reconstruction", "kl", "capacity")
     default_gamma = 1000.0  # Burgess et al. 2018
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("gamma", config.resolved_gamma)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
@@ -329,10 +332,10 @@ class FactorVAEObjective(Objective):
 
     own_loss_name = "discriminator"
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("gamma", config.resolved_gamma)
-        self.train_own("discriminator", Discriminator(config.latent_dim, config.discriminator_layers,
+        self.train_own("discriminator", Discriminator(latent_dim, config.discriminator_layers,
                                                       config.discriminator_width,
                                                       config.discriminator_negative_slope),
                        lr=config.discriminator_lr)
@@ -371,8 +374,8 @@ class BetaTCVAEObjective(Objective):
 
     loss_terms = ("reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl")
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("beta", config.beta)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
@@ -393,8 +396,8 @@ class WAEMMDObjective(Objective):
 
     draws_prior = True
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("mmd_weight", config.mmd_weight)
         self.hyperparameter("logvar_l1_weight", config.logvar_l1_weight)
 
@@ -419,8 +422,8 @@ class AdaGVAEObjective(Objective):
 
     needs_pairs = True
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("beta", config.beta)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule, pairs: bool = True) -> dict:

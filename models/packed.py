@@ -92,7 +92,7 @@ def member_memory_bytes(config: ModelConfig) -> int:
     from models.vae import VAE
 
     with torch.device("meta"):
-        model = VAE(config)
+        model = VAE(config.network)
         objective = build_objective(config)
     parameters = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in objective.parameters())
     activations = [0]
@@ -102,9 +102,10 @@ def member_memory_bytes(config: ModelConfig) -> int:
         activations[0] += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
 
     hooks = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
-    rows = config.batch_size * (2 if config.needs_pairs else 1)
+    rows = config.optimisation.batch_size * (2 if config.needs_pairs else 1)
+    network = config.network
     with torch.device("meta"):
-        batch = torch.empty(rows, config.channels, config.image_size, config.image_size)
+        batch = torch.empty(rows, network.channels, network.image_size, network.image_size)
         mean, _ = model.encode(batch)
         model.decode(mean)
     for hook in hooks:
@@ -267,7 +268,7 @@ class _VmapGroup:
         aux = {name: terms.pop(name).detach() for name in list(terms) if name.startswith("_")}
         model_tensors = [self.params[n] for n in self.model_names]
         grads = torch.autograd.grad(terms["loss"].sum(), model_tensors)
-        grads = self._clip(grads, [m.config.grad_clip_norm for m in members])
+        grads = self._clip(grads, [m.optimisation.grad_clip_norm for m in members])
         lr = torch.tensor([m.learning_rate() for m in members], device=device)
         self.adam.step(model_tensors, grads, lr)
 

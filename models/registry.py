@@ -60,15 +60,20 @@ def objective_class(name: str) -> type[Objective]:
 
 
 def build_objective(config, dataset_size: int = 1) -> Objective:
-    """The config's objective, its own parameters (FactorVAE's discriminator) seeded by the config."""
+    """A ``ModelConfig``'s objective, built from its ``loss`` part and latent size, its own
+    parameters (FactorVAE's discriminator) seeded by the config."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed + 2)
-        return objective_class(config.objective)(config, dataset_size)
+        return objective_class(config.objective)(config.loss, config.latent_dim, dataset_size)
 
 
 def build(config) -> nn.Module:
     """The model a ``ModelConfig`` names, freshly initialised (seeded by ``config.seed``): a
-    ``VAE``, or the objective's own model (CascadeVAE, LieGroupVAE: the same encode/decode hooks)."""
+    ``VAE``, or the objective's own model (CascadeVAE, LieGroupVAE: the same encode/decode hooks),
+    built from the config's ``network`` and ``loss`` parts. The model keeps the whole config as
+    ``config``: the record of what it was built from (the analysis reads its likelihood there)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        return objective_class(config.objective).model_class(config)
+        model = objective_class(config.objective).model_class(config.network, config.loss)
+    model.config = config
+    return model

@@ -25,19 +25,23 @@ from models.registry import build
 
 
 def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, train_indices: np.ndarray):
-    """The untrained model of ``config.task``, initialised from ``config.seed``.
+    """The untrained model of ``config.task``, built from the config's ``network`` part and
+    initialised from ``config.seed``.
 
     The ground-truth decoder has one input per factor of ``factor_space`` (its normalisation
-    range, if ``config.normalise_factors``, comes from the training rows); the composition
-    network has one action per factor.
+    range, if ``normalise_factors``, comes from the training rows); the composition network has
+    one action per factor and weighs its KL by ``beta``.
     """
-    if config.task == "ground_truth_decoder":
+    network = config.network
+    if network.task == "ground_truth_decoder":
         values = factor_space.raw_values(classes)
         return GroundTruthDecoder.from_factors(
-            values, train_indices, architecture=config.architecture, channels=config.channels,
-            image_size=config.image_size, normalise=config.normalise_factors, seed=config.seed)
-    if config.task == "composition":
-        return CompositionNet(config, n_actions=factor_space.n_factors, latent_op=config.latent_op)
+            values, train_indices, architecture=network.architecture, channels=network.channels,
+            image_size=network.image_size, normalise=network.normalise_factors, seed=config.seed)
+    if network.task == "composition":
+        model = CompositionNet(network, n_actions=factor_space.n_factors, seed=config.seed, beta=config.beta)
+        model.config = config  # the record of what it was built from, as ``build`` keeps it
+        return model
     return build(config)
 
 

@@ -9,15 +9,17 @@ from models.architectures import ARCHITECTURES, initialise
 
 
 class VAE(nn.Module):
-    """Encoder and decoder of ``config.architecture``; the objective lives in the engine."""
+    """Encoder and decoder of ``network.architecture``; the objective lives in the engine."""
 
-    def __init__(self, config):
-        """``config``: a ``models.ModelConfig`` (architecture, channels, latent size, image size)."""
+    def __init__(self, network, loss=None):
+        """``network``: a ``models.config.NetworkConfig`` (a ``ModelConfig``'s ``network``:
+        architecture, channels, latent size, image size). ``loss`` is not read: it is there so every
+        objective's ``model_class`` is built alike (CascadeVAE and LieGroupVAE read theirs)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[config.architecture]
-        self.config = config
-        self.encoder = encoder(config.channels, config.latent_dim, config.image_size)
-        self.decoder = decoder(config.channels, config.latent_dim, config.image_size)
+        encoder, decoder = ARCHITECTURES[network.architecture]
+        self.network = network
+        self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
+        self.decoder = decoder(network.channels, network.latent_dim, network.image_size)
         initialise(self)
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -65,13 +65,13 @@ class WAEGANObjective(Objective):
     own_loss_name = "adversary"
     draws_prior = True
 
-    def __init__(self, config, dataset_size: int = 1):
-        super().__init__(config, dataset_size)
+    def __init__(self, config, latent_dim: int, dataset_size: int = 1):
+        super().__init__(config, latent_dim, dataset_size)
         self.hyperparameter("adversarial_weight", config.adversarial_weight)
         self.hyperparameter("logvar_l1_weight", config.logvar_l1_weight)
         self.hyperparameter("prior_std", config.prior_std)
-        self.train_own("adversary", Adversary(config.latent_dim, config.adversary_layers,
-                                              config.adversary_width), lr=config.adversary_lr)
+        self.train_own("adversary", Adversary(latent_dim, config.adversary_layers, config.adversary_width),
+                       lr=config.adversary_lr)
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:
         logits, mean, logvar, z = self.encode_sample_decode(model, x_in, noise)

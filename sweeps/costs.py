@@ -41,7 +41,7 @@ def training_flops_per_image(architecture: str, image_size: int, channels: int, 
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
                          latent_dim=latent_dim)
     with torch.device("meta"):
-        model = VAE(config)
+        model = VAE(config.network)
         batch = torch.empty(4, channels, image_size, image_size)
     with FlopCounterMode(display=False) as counter:
         mean, _ = model.encode(batch)

@@ -311,7 +311,8 @@ def test_resume_from_a_checkpoint_follows_the_same_trajectory(objective):
     state = first.state_dict()
     other = ModelConfig(**{**config.to_dict(), "seed": 99})
     resumed = Trainer(build(other), images, rows, config, "cpu", factors=factors)
-    resumed.objective = type(resumed.objective)(config)  # differently initialised: the checkpoint must fix it
+    # differently initialised: the checkpoint must fix it
+    resumed.objective = type(resumed.objective)(config.loss, config.latent_dim)
     resumed.load_state_dict(state)
     reports += list(resumed.run(report_every=1))
     drop = "images_per_second"
@@ -449,8 +450,7 @@ def test_ground_truth_decoder_takes_raw_or_normalised_factors_and_learns():
 def test_composition_net_latent_ops(latent_op):
     from models import CompositionNet
 
-    config = ModelConfig(latent_dim=4, beta=1.0)
-    net = CompositionNet(config, n_actions=2, latent_op=latent_op)
+    net = CompositionNet(ModelConfig(latent_dim=4, latent_op=latent_op).network, n_actions=2)
     images, factors = blobs(32)
     x = torch.from_numpy(images).float() / 255
     action = torch.nn.functional.one_hot(torch.arange(16) % 2, 2)

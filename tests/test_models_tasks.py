@@ -176,7 +176,7 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     assert np.isfinite(metrics["train_nll"]) and np.isfinite(metrics["test_nll"])
     # a decoder that ignores its code and says logit b for every pixel: an all-black target costs
     # exactly P·softplus(b); a training target with k pixels on costs k·softplus(-b) + (P-k)·softplus(b)
-    net = CompositionNet(CONFIGS["composition"], n_actions=3)
+    net = CompositionNet(CONFIGS["composition"].network, n_actions=3)
     last = [m for m in net.decoder.modules() if isinstance(m, (torch.nn.ConvTranspose2d, torch.nn.Conv2d,
                                                                 torch.nn.Linear))][-1]
     b = -3.0
