@@ -53,7 +53,6 @@ LATENT_OPS = ("linear", "interpolation", "mlp")
 COMPOSITION_OBJECTIVES = ("vae", "beta_vae")
 
 
-
 class ConfigError(ValueError):
     """An invalid config part; ``problems`` lists each, starting with the field it names."""
 
@@ -291,6 +290,7 @@ class OptimisationConfig(_Part):
 
 
 PARTS = {"network": NetworkConfig, "loss": LossConfig, "optimisation": OptimisationConfig}
+
 
 @dataclass(frozen=True)
 class ModelConfig:

@@ -264,9 +264,9 @@ PRESETS: dict[str, dict] = {
                       "report_every": 25, "n_nll": 1000, "n_metric": 600,
                       "axes": {"kl_warmup_steps": [0, 100], "latent_dim": [10]}},
             # D21's headline: DCI against OOD1 transfer error, over models that differ in supervision
-            # and β (warm-up, latent size and noise fixed), three seeds each; GBT readout only
+            # and β (warm-up, latent size and noise fixed), two seeds each; GBT readout only
             "demo": {"n_images": 20000, "steps": 400, "lr": 1e-3, "architecture": "burgess",
-                     "report_every": 50, "n_nll": 500, "n_metric": 1000, "seeds": 3,
+                     "report_every": 50, "n_nll": 500, "n_metric": 1000, "seeds": 2,
                      "metrics": ["dci", "transfer"], "transfer_regressors": ["gbt"],
                      "axes": {"kl_warmup_steps": [0], "latent_dim": [10],
                               "input_noise": [{"input_noise_subpixel_std": 0.0,
