@@ -180,8 +180,8 @@ def m21_held_out(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
         row["paper"], row["verdict"] = expected, verdict
         parts.append(f"{_interval(row['ratio'], row['low'], row['high'], 2, '×')} under "
                      f"{CONDITION_NAMES.get(row['condition'], row['condition'])} "
-                     f"({row['dataset']}/{row['split']}, "
-                     f"n = {row['n']})")
+                     f"({row['dataset']}/{row['split']}, n = {row['n']}: {observed}"
+                     + ("" if verdict == "agrees" else f"; the paper: {expected}") + ")")
     if not parts:
         status = INCONCLUSIVE
         result = "No trials on an extrapolation, recombination-to-range or recombination-to-element split."
