@@ -16,9 +16,13 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
+
+# the checkout this script is in, whatever copy of disgen is installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STEPS = 50
 
