@@ -130,6 +130,13 @@ class ResultsWriter(tune.Callback):
         result = {"trial_id": trial.trial_id, **result}
         history, rows = member_rows(self.experiment, result, storage.is_remote(self.experiment_dir))
         if rows:
+            # A model whose row is already stored keeps it: a driver killed after the commit but
+            # before Tune saved the trial as finished lets the resume run the trial again.
+            stored = set(read_trials(self.experiment_dir)["trial_key"])
+            new = {row["trial_key"] for row in rows} - stored
+            rows = [row for row in rows if row["trial_key"] in new]
+            history = [row for row in history if row["trial_key"] in new]
+        if rows:
             store_rows(self.experiment_dir, history, rows)
         for member in result["members"]:
             if "error" in member:

@@ -103,6 +103,26 @@ def test_on_s3_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(s3_se
     assert history.groupby("trial_key").size().sort_values().tolist() == [2, 2000, 2000, 2000]
 
 
+def test_a_trial_that_finishes_again_keeps_its_first_stored_row(tmp_path):
+    # A resume can run a finished trial again when the driver died after storing its row and
+    # before Tune saved it as finished: the stored row and history stay as they were.
+    from sweeps.results import ResultsWriter
+
+    writer = ResultsWriter(str(tmp_path))
+    first = finished(0)
+    writer.on_trial_complete(0, [], first)
+    stored = read_results(str(tmp_path), TRIALS_FILE)
+    history = read_results(str(tmp_path), HISTORY_FILE)
+    again = finished(0)
+    again.last_result["members"][0]["test_nll"] = 999.0
+    writer.on_trial_complete(0, [], again)
+    writer.on_trial_complete(0, [], finished(1))
+    after = read_results(str(tmp_path), TRIALS_FILE).set_index("trial_key")
+    assert after["test_nll"].to_dict() == {stored["trial_key"][0]: 100.0, config(1)["trial_key"]: 101.0}
+    pd.testing.assert_frame_equal(
+        read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @stored.trial_key[0]"), history)
+
+
 CRASH_BETWEEN_THE_WRITES = textwrap.dedent("""
     # The driver dies right after it has written a finished trial's history, before its trials row.
     import os, sys
