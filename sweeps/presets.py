@@ -148,7 +148,7 @@ PRESETS: dict[str, dict] = {
                       "axes": {"model": M21_MODELS}},
             # M21's three condition types on dSprites and a range of disentanglement (β 1 to 16, M21's
             # full-data β values plus 2): enough models per split for a Spearman interval
-            # (burgess, not burgess_v2: about 1.4x cheaper a step)
+            # (burgess, not burgess_v2: burgess_v2 has 1.32x the training FLOPs an image)
             "demo": {"n_images": 20000, "steps": 800, "lr": 1e-3, "report_every": 50,
                      "n_nll": 1000, "n_metric": 1000, "metrics": ["d_score"],
                      "axes": {"held_out": [{**v, "architecture": "burgess"} for v in M21_HELD_OUT[:3]],
