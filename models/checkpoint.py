@@ -12,7 +12,9 @@ way: one from a colleague or a bucket is data, never a program. Two layouts:
   evaluated again, not retrained.
 
 A file that needs pickle (written by disgen before this format) is refused with a message that
-says how to convert it: ``python -m models.checkpoint --convert PATH``, for files you trust.
+says how to convert it: ``python -m models.checkpoint --convert PATH``. Converting reads the old file
+with ``weights_only=True`` too, allowing only numpy's scalar and number dtypes (what older disgen
+stored beside the tensors), so converting runs no code either.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pickle
 import re
 import sys
 
+import numpy as np
 import torch
 
 CHECKPOINT_FILE = "trainer.pt"
@@ -63,14 +66,14 @@ def load(path: str, map_location="cpu") -> dict:
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"{path}: refused, it needs pickle to load ({_first_line(error)}). disgen reads "
-            "checkpoints as data only. If the file was written by an older disgen and you trust it, convert "
+            "checkpoints as data only. If the file was written by an older disgen, convert "
             f"it once: python -m models.checkpoint --convert {path}") from None
     except Exception as error:  # a truncated or foreign file: torch raises several kinds
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: "
                               f"{_first_line(error)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a disgen trainer.pt of format {FORMAT}; if an older disgen "
-                              "wrote it and you trust it, convert it: "
+                              "wrote it, convert it: "
                               f"python -m models.checkpoint --convert {path}")
     if isinstance(state.get("config"), str):
         state["config"] = json.loads(state["config"])
@@ -94,10 +97,26 @@ def _plain(value):
     return value
 
 
+def _old_checkpoint(path: str) -> dict:
+    """An older disgen's checkpoint, read as data: ``weights_only=True`` with numpy's scalars and
+    number dtypes allowed (its configs and histories held numpy numbers), nothing else; a
+    ``CheckpointError`` naming what else the file would need."""
+    scalar = (getattr(np, "_core", None) or np.core).multiarray.scalar  # numpy 2, numpy 1
+    # a file names the scalar by the numpy that wrote it: numpy._core (2.x) or numpy.core (1.x)
+    scalars = [(scalar, f"{module}.multiarray.scalar") for module in ("numpy._core", "numpy.core")]
+    number_dtypes = [type(np.dtype(code)) for code in "?bhilqBHILQefd"]
+    try:
+        with torch.serialization.safe_globals([*scalars, np.dtype, *number_dtypes]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        needs = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+        raise CheckpointError(f"{path}: refused, not converted: it needs {needs} to load, which "
+                              "could run code; an older disgen never wrote those") from None
+
+
 def convert(path: str) -> str:
-    """Rewrite an older (pickled) checkpoint in this format, in place. This unpickles the file:
-    only for files you trust."""
-    old = torch.load(path, map_location="cpu", weights_only=False)
+    """Rewrite an older (pickled) checkpoint in this format, in place, reading it as data only."""
+    old = _old_checkpoint(path)
     folder = os.path.dirname(path) or "."
     config = _plain(old.get("config", {}))
     if "pack" in config:
@@ -117,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Convert checkpoints written by an older disgen (which "
                                                  "need pickle) to the current data-only format.")
     parser.add_argument("--convert", nargs="+", metavar="PATH", required=True,
-                        help="trainer.pt files to convert in place; this unpickles them, so only "
-                             "convert files you trust")
+                        help="trainer.pt files to convert in place (read as data only: a file "
+                             "that would need more than tensors and numpy numbers is refused)")
     args = parser.parse_args(argv)
     for path in args.convert:
         try:

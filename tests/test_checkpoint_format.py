@@ -74,6 +74,40 @@ def test_an_old_pickled_checkpoint_is_refused_with_the_convert_command_and_conve
     assert state["steps"] == [4] and state["histories"][0][0]["loss"] == 2.0
 
 
+def test_an_old_checkpoint_written_under_numpy_1_converts(tmp_path):
+    import zipfile
+
+    import numpy as np
+
+    path = tmp_path / "trainer.pt"
+    torch.save({"final": True, "models": [{}], "steps": [np.int64(4)], "errors": {}, "histories": [[]],
+                "config": {"dataset": "dsprites"}}, path)
+    with zipfile.ZipFile(path) as z:  # name numpy's scalar as numpy 1.x did
+        files = {name: z.read(name) for name in z.namelist()}
+    pickled = next(name for name in files if name.endswith("data.pkl"))
+    files[pickled] = files[pickled].replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    assert "numpy.core.multiarray.scalar" in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    convert(str(path))
+    assert load(str(path))["steps"] == [4]
+
+
+def test_converting_a_crafted_old_checkpoint_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "marker"
+    path = tmp_path / "trainer.pt"
+    torch.save({"final": True, "models": [], "config": Payload(marker)}, path)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match="refused, not converted: it needs builtins.exec"):
+        convert(str(path))
+    assert not marker.exists() and path.read_bytes() == before
+    from models.checkpoint import main
+
+    assert main(["--convert", str(path)]) == 2
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04truncated"])
 def test_a_truncated_or_foreign_file_is_a_clear_error(tmp_path, content):
     path = tmp_path / "trainer.pt"
