@@ -41,6 +41,7 @@ import pandas as pd
 
 from analysis.aggregate import spearman
 from analysis.metrics.encoder_decoder_diagnosis import DECODER_MARGIN, ENCODER_MARGIN, RATIO
+from analysis.tables import numeric
 
 FAIL_RATIO = RATIO  # held-out error above 1.5x training error: a failure (the diagnosis rule's ratio)
 NO_HELP_RHO = -0.5  # M21's null: reproduced when the interval rules out ρ below this
@@ -112,7 +113,7 @@ def _rho(row) -> str:
 def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
     if column not in df.columns:
         return pd.Series(np.nan, index=df.index, dtype=float)
-    return pd.to_numeric(df[column], errors="coerce").astype(float)
+    return numeric(df[column])
 
 
 def _vae_trials(df: pd.DataFrame) -> pd.DataFrame:

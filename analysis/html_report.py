@@ -147,9 +147,11 @@ def write_html_report(
     command=None,
     with_checkpoints: bool = False,
     progress=None,
+    found=None,
 ) -> str:
     """Write ``out_dir/report.html`` (and its PNGs under ``out_dir/figures``) for the experiments
-    (folders or URIs such as ``s3://bucket/prefix/name``); returns the path of the HTML file."""
+    (folders or URIs such as ``s3://bucket/prefix/name``); returns the path of the HTML file.
+    ``found``: the papers' findings (``analysis.findings.findings``), if the caller has them already."""
     results = read_results(experiment_dirs, df, history)
     figures_dir = os.path.join(out_dir, "figures")
     os.makedirs(figures_dir, exist_ok=True)
@@ -158,7 +160,7 @@ def write_html_report(
                                                  with_checkpoints=with_checkpoints, progress=progress)
     df, values = results.trials, results.metrics + results.scores
     parts = [
-        sections.findings(findings(df)),
+        sections.findings(findings(df) if found is None else found),
         sections.summary(df, results.errors, skipped, table, results.experiments),
         sections.trials(df, values, tensorboard_links(results, out_dir)),
         sections.seeds(df, values, results.errors),

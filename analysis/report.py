@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_models < 0 or args.n_bootstrap < 0:
         print("error: --max-models and --n-bootstrap must be 0 or more", file=sys.stderr)
         return 2
-    found = findings_text(findings(df))
+    found = findings(df)
     if found:
-        print(found + "\n")
+        print(findings_text(found) + "\n")
     print(f"{len(df)} trials\n")
     print(trials_text(df))
     print()
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         command = ["python", "-m", "analysis.report", *(argv if argv is not None else sys.argv[1:])]
         html = write_html_report(args.experiment_dirs, out, df=df, max_models=args.max_models,
                                  n_bootstrap=args.n_bootstrap, command=command,
-                                 with_checkpoints=args.with_checkpoints,
+                                 with_checkpoints=args.with_checkpoints, found=found,
                                  progress=None if args.no_progress else text_progress("models"))
         print(f"report: {html}")
     return 0

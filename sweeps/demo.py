@@ -18,7 +18,9 @@ import sys
 import time
 import webbrowser
 
+from analysis.schema import TRIALS_FILE
 from sweeps import paper_grid, storage
+from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
 REPORT_FOLDER = "demo-report"
@@ -53,7 +55,7 @@ def run_study(preset: str, storage_path: str) -> tuple[int, float]:
     """One study at demo scale, resumed if its experiment exists; (exit code, wall seconds)."""
     experiment = storage.join(storage_path, f"{preset}-demo")
     argv = ["--preset", preset, "--scale", "demo", "--storage-path", storage_path]
-    if "plan.json" in storage.list_names(experiment):
+    if PLAN_FILE in storage.list_names(experiment):
         argv.append("--resume")
     started = time.perf_counter()
     print(f"\n=== {preset}, demo scale: python -m sweeps.paper_grid {' '.join(argv)}", flush=True)
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 failed.append(preset)
     experiments = [storage.join(args.storage_path, f"{p}-demo") for p in studies]
-    present = [e for e in experiments if "trials.parquet" in storage.list_names(e)]
+    present = [e for e in experiments if TRIALS_FILE in storage.list_names(e)]
     if not present:
         print("error: no demo results to report; run without --report-only first", file=sys.stderr)
         return 2
