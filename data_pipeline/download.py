@@ -14,8 +14,12 @@ exponential backoff; HTTP 4xx is not retried. When every byte is in, the file's 
 mismatch deletes the partial file and says what was expected and found. So a file under the final
 name has always matched its checksum.
 
-``--url URL`` fetches the file from another address, and ``$DISGEN_MIRROR`` (a base URL holding
-the files under their published names) from a mirror; the checksums stay the same. ``--sha
+A file with more than one published address (MPI3D's moved in 2024; the old one stays as a
+mirror) is fetched from the first that works: a missing file (HTTP 4xx), a server that stays
+unreachable after the retries, or bytes that fail the checksum move on to the next address, and
+only when every address has failed does the command stop, naming each one and what went wrong.
+``--url URL`` fetches the file from that address alone, and ``$DISGEN_MIRROR`` (a base URL holding
+the files under their published names) from that mirror alone; the checksums stay the same. ``--sha
 ALGO:HEX`` checks your own expected digest instead, and with ``--url`` also fetches a file the
 table does not know (saved under the URL's last path component).
 """
@@ -44,17 +48,26 @@ class DownloadError(RuntimeError):
     """A download that could not finish; the message says why and what to do."""
 
 
+class _DiskFull(DownloadError):
+    """The disk filled up while writing: the next run resumes, from any address."""
+
+
 class _Transient(Exception):
     """A failure worth retrying (the connection, not the request, went wrong)."""
 
 
 @dataclass
 class Plan:
-    """What to fetch, from where, checked how, into which file."""
+    """What to fetch, from where (``urls``, tried in order), checked how, into which file."""
     name: str
-    url: str
+    urls: tuple[str, ...]
     target: Path
     checksums: tuple[tuple[str, str], ...]
+
+    @property
+    def url(self) -> str:
+        """The first address."""
+        return self.urls[0]
 
     @property
     def partial(self) -> Path:
@@ -79,11 +92,12 @@ def plan(name: str, to=None, url: str | None = None, sha: str | None = None) -> 
         filename = Path(urllib.parse.urlparse(url).path).name
         if not filename:
             raise ValueError(f"--url {url!r}: no file name at the end of its path") from None
-        return Plan(name, url, folder / filename, checksums)
+        return Plan(name, (url,), folder / filename, checksums)
     mirror = os.environ.get("DISGEN_MIRROR")
     if url is None and mirror:
         url = mirror.rstrip("/") + "/" + row.filename
-    return Plan(row.name, url or row.url, folder / row.filename, checksums or row.checksums)
+    urls = (url,) if url else row.urls  # an address the user names is the only one tried
+    return Plan(row.name, urls, folder / row.filename, checksums or row.checksums)
 
 
 class Progress:
@@ -131,10 +145,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
-    """One attempt: append to the partial file (from its current size, if the server allows)."""
+def _fetch_once(job: Plan, url: str, timeout: float, progress: bool) -> None:
+    """One attempt from ``url``: append to the partial file (from its current size, if the server
+    allows)."""
     offset = job.partial.stat().st_size if job.partial.exists() else 0
-    request = urllib.request.Request(job.url, headers={"User-Agent": USER_AGENT})
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     try:
@@ -144,7 +159,7 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
             return
         if error.code >= 500:
             raise _Transient(f"HTTP {error.code} {error.reason}") from None
-        raise DownloadError(f"{job.url}: HTTP {error.code} {error.reason}; check the URL (or the mirror "
+        raise DownloadError(f"{url}: HTTP {error.code} {error.reason}; check the URL (or the mirror "
                             "in DISGEN_MIRROR), or pass --url with a working one") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", error)
@@ -159,7 +174,7 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
             mode, done = "ab", offset
         else:
             if offset:
-                print(f"{job.url}: the server does not resume downloads (no Range support); "
+                print(f"{url}: the server does not resume downloads (no Range support); "
                       "starting again from the first byte", file=sys.stderr)
             mode, done = "wb", 0
         length = response.headers.get("Content-Length")
@@ -182,8 +197,8 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
             if error.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             saved = job.partial.stat().st_size if job.partial.exists() else 0
-            raise DownloadError(
-                f"{job.partial}: no space left on the device while writing {job.url}; free some space "
+            raise _DiskFull(
+                f"{job.partial}: no space left on the device while writing {url}; free some space "
                 f"(or pick another folder with --to) and run the same command again: it resumes from the "
                 f"{saved:,} bytes already saved") from None
         finally:
@@ -191,6 +206,26 @@ def _fetch_once(job: Plan, timeout: float, progress: bool) -> None:
                 bar.close()
         if total is not None and done < total:
             raise _Transient(f"connection closed after {done:,} of {total:,} bytes")
+
+
+def _fetch_with_retries(job: Plan, url: str, retries: int, backoff: float, timeout: float,
+                        progress: bool) -> None:
+    """Fetch from ``url`` into the partial file, retrying transient failures with exponential
+    backoff; DownloadError once they are used up (or at once, for a non-transient failure)."""
+    for attempt in range(retries + 1):
+        try:
+            _fetch_once(job, url, timeout, progress)
+            return
+        except _Transient as error:
+            if attempt == retries:
+                raise DownloadError(
+                    f"{url}: {error} (after {retries + 1} tries); check that this machine is online "
+                    "and can reach the address, or use a mirror (--url URL or DISGEN_MIRROR=BASE_URL). "
+                    "Run the same command again to resume") from None
+            wait = backoff * 2 ** attempt
+            print(f"{url}: {error}; trying again in {wait:.1f} s ({attempt + 1} of {retries})",
+                  file=sys.stderr)
+            time.sleep(wait)
 
 
 def download(name: str, to=None, url: str | None = None, sha: str | None = None, retries: int = 4,
@@ -210,27 +245,29 @@ def download(name: str, to=None, url: str | None = None, sha: str | None = None,
             print(f"{job.target} is already there and matches its checksum", file=sys.stderr)
         return job.target
     job.target.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(retries + 1):
+    failures = []
+    for address in job.urls:
         try:
-            _fetch_once(job, timeout, progress)
-            break
-        except _Transient as error:
-            if attempt == retries:
+            _fetch_with_retries(job, address, retries, backoff, timeout, progress)
+            wrong = mismatches(job.partial, job.checksums)
+            if wrong:
+                job.partial.unlink()
                 raise DownloadError(
-                    f"{job.url}: {error} (after {retries + 1} tries); check that this machine is online "
-                    "and can reach the address, or use a mirror (--url URL or DISGEN_MIRROR=BASE_URL). "
-                    "Run the same command again to resume") from None
-            wait = backoff * 2 ** attempt
-            print(f"{job.url}: {error}; trying again in {wait:.1f} s ({attempt + 1} of {retries})",
-                  file=sys.stderr)
-            time.sleep(wait)
-    wrong = mismatches(job.partial, job.checksums)
-    if wrong:
-        job.partial.unlink()
-        raise DownloadError(f"{job.url}: the downloaded file does not match its checksum "
-                            f"({'; '.join(wrong)}); the partial file was deleted. Run the command again; "
-                            "if it keeps failing, the file on the server changed (pass --sha ALGO:HEX "
-                            "if you trust it)")
+                    f"{address}: the downloaded file does not match its checksum ({'; '.join(wrong)}); the "
+                    "partial file was deleted. Run the command again; if it keeps failing, the file on the "
+                    "server changed (pass --sha ALGO:HEX if you trust it)")
+            break
+        except _DiskFull:
+            raise  # another address would not help: free space, then resume
+        except DownloadError as error:
+            failures.append(str(error))
+            if address != job.urls[-1]:
+                print(f"{error}\ntrying the next address of {job.name}: {job.urls[len(failures)]}",
+                      file=sys.stderr)
+    else:
+        if len(failures) == 1:
+            raise DownloadError(failures[0])
+        raise DownloadError(f"no address of {job.name} worked: " + " | ".join(failures))
     with open(job.partial, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(job.partial, job.target)
@@ -242,12 +279,15 @@ def list_sources(folder: Path) -> str:
     for row in SOURCES.values():
         here = "present" if (folder / row.filename).exists() else "absent"
         checks = ", ".join(f"{a} {h}" for a, h in row.checksums)
-        lines.append(f"{row.name:16s} {row.filename}  [{here}]\n{'':16s} {row.url}\n{'':16s} {checks}")
+        addresses = "".join(f"\n{'':16s} {url}" + (" (mirror)" if i else "")
+                            for i, url in enumerate(row.urls))
+        lines.append(f"{row.name:16s} {row.filename}  [{here}]{addresses}\n{'':16s} {checks}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m data_pipeline.download",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help=f"one of {', '.join(SOURCES)}")
     parser.add_argument("--to", default=None, help="data folder (default: $DISGEN_DATA, else ./data)")
     parser.add_argument("--list", action="store_true", help="list the files, URLs and checksums")

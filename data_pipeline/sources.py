@@ -1,8 +1,12 @@
 """Where each real dataset file comes from, and the checksums a download must match: one table.
 
 The URLs and checksums come from the dataset repositories (DeepMind's dSprites and 3D Shapes,
-the MPI3D "disentanglement_dataset" bucket of Gondal et al. 2019) and from nmichlo/disent's
-dataset table, which records the MD5 of each whole file ("full" hash). The dSprites npz has no
+MPI3D of Gondal et al. 2019) and from nmichlo/disent's dataset table, which records the MD5 of each
+whole file ("full" hash). A row may list more than one address: ``urls`` are tried in order. The
+MPI3D maintainers moved their files in 2024 from the ``disentanglement_dataset`` bucket to
+``mpi3d_disentanglement_dataset/data/`` (rr-learning/disentanglement_dataset, issue 4); the new
+address comes first and the old one stays as a second mirror. The checksums name the bytes, not the
+address, so every mirror is held to the same ones. The dSprites npz has no
 published MD5 that its repository vouches for, so it is checked by its git blob SHA-1, the id
 GitHub lists for the file: the SHA-1 of ``b"blob <size>\\0" + bytes``.
 
@@ -25,10 +29,16 @@ _HEX_LENGTHS = {"md5": 32, "sha1": 40, "git-blob-sha1": 40, "sha256": 64}
 class Source:
     name: str  # what the user types: python -m data_pipeline.download NAME
     filename: str  # the published name, which the loaders look for
-    url: str
+    url: str  # where the file is fetched from first
     checksums: tuple[tuple[str, str], ...]  # (algorithm, hex digest): a download must match all
     reported: tuple[tuple[str, str], ...] = ()  # third-party figures, not enforced
     dataset: str = ""  # disgen's dataset name (data_source real)
+    mirrors: tuple[str, ...] = ()  # further addresses of the same bytes, tried in order after ``url``
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every address of the file, in the order a download tries them."""
+        return (self.url, *self.mirrors)
 
     @property
     def all_checksums(self) -> list[tuple[str, str]]:
@@ -36,7 +46,8 @@ class Source:
 
 
 _DSPRITES = "https://github.com/deepmind/dsprites-dataset/raw/master/"
-_MPI3D = "https://storage.googleapis.com/disentanglement_dataset/Final_Dataset/"
+_MPI3D = "https://storage.googleapis.com/mpi3d_disentanglement_dataset/data/"  # since 2024
+_MPI3D_OLD = "https://storage.googleapis.com/disentanglement_dataset/Final_Dataset/"
 
 SOURCES: dict[str, Source] = {s.name: s for s in (
     Source("dsprites", "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz",
@@ -53,11 +64,13 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
            checksums=(("md5", "099a2078d58cec4daad0702c55d06868"),),
            reported=(("sha256", "0a0f6ed98baff276a50f3a081a7434d788da63cb135a98189b2a5b5769be1785"),),
            dataset="shapes3d"),
-    Source("mpi3d_toy", "mpi3d_toy.npz", _MPI3D + "mpi3d_toy.npz",
+    Source("mpi3d_toy", "mpi3d_toy.npz", _MPI3D + "mpi3d_toy.npz", mirrors=(_MPI3D_OLD + "mpi3d_toy.npz",),
            checksums=(("md5", "55889cb7c7dfc655d6e0277beee88868"),), dataset="mpi3d"),
     Source("mpi3d_realistic", "mpi3d_realistic.npz", _MPI3D + "mpi3d_realistic.npz",
+           mirrors=(_MPI3D_OLD + "mpi3d_realistic.npz",),
            checksums=(("md5", "59a6225b88b635365f70c91b3e52f70f"),), dataset="mpi3d"),
     Source("mpi3d_real", "mpi3d_real.npz", _MPI3D + "mpi3d_real.npz",
+           mirrors=(_MPI3D_OLD + "mpi3d_real.npz",),
            checksums=(("md5", "0f33f609918fb5c97996692f91129802"),), dataset="mpi3d"),
 )}
 ALIASES = {"shapes3d": "3dshapes", "dsprites_npz": "dsprites", "mpi3d": "mpi3d_toy"}

@@ -300,7 +300,7 @@ def test_the_table_holds_the_published_sources():
     }
     for name, checksum in expected.items():
         assert checksum in SOURCES[name].checksums
-        assert SOURCES[name].url.endswith("/" + SOURCES[name].filename)
+        assert all(url.endswith("/" + SOURCES[name].filename) for url in SOURCES[name].urls)
     assert ("git-blob-sha1", "3c8de5d40afa425dfd9de811d71248449aae238b") in SOURCES["dsprites_hdf5"].checksums
 
 
@@ -320,3 +320,51 @@ def test_a_missing_real_file_error_prints_the_download_command(tmp_path, monkeyp
     monkeypatch.setenv("DISGEN_DATA", str(tmp_path / "env"))
     with pytest.raises(UsageError, match=f"download 3dshapes --to {tmp_path / 'env'} "):
         load_real_file("shapes3d", None)
+
+
+def test_mpi3d_comes_from_the_maintainers_new_address_with_the_old_one_as_a_mirror(capsys):
+    # moved in 2024 (rr-learning/disentanglement_dataset, issue 4); the checksums name the bytes
+    for name in ("mpi3d_toy", "mpi3d_realistic", "mpi3d_real"):
+        row = SOURCES[name]
+        assert row.urls == (f"https://storage.googleapis.com/mpi3d_disentanglement_dataset/data/{name}.npz",
+                            f"https://storage.googleapis.com/disentanglement_dataset/Final_Dataset/{name}.npz")
+    dl.main(["--list", "--to", "nowhere"])
+    listing = capsys.readouterr().out
+    assert "mpi3d_disentanglement_dataset/data/mpi3d_toy.npz\n" in listing
+    assert "Final_Dataset/mpi3d_toy.npz (mirror)" in listing
+
+
+def test_the_addresses_are_tried_in_order_until_one_serves_the_right_bytes(server, npz, tmp_path,
+                                                                           monkeypatch, capsys):
+    # the first address is gone (404), the second serves other bytes, the third the file itself
+    server.files["/wrong/" + NPZ] = b"not the file"
+    row = SOURCES["dsprites"]
+    urls = [server.base + "/gone/" + NPZ, server.base + "/wrong/" + NPZ, server.base + "/files/" + NPZ]
+    monkeypatch.setitem(SOURCES, "dsprites", Source(row.name, NPZ, urls[0], row.checksums, dataset="dsprites",
+                                                     mirrors=tuple(urls[1:])))
+    path = dl.download("dsprites", tmp_path, backoff=0.0, progress=False)
+    assert path.read_bytes() == npz and _files(tmp_path) == [NPZ]
+    assert [p for p, _ in server.log] == ["/gone/" + NPZ, "/wrong/" + NPZ, "/files/" + NPZ]
+    err = capsys.readouterr().err
+    assert f"{urls[0]}: HTTP 404" in err and f"trying the next address of dsprites: {urls[1]}" in err
+    assert f"{urls[1]}: the downloaded file does not match its checksum" in err
+
+
+def test_when_every_address_fails_the_error_names_each(server, tmp_path, monkeypatch):
+    row = SOURCES["mpi3d_toy"]
+    urls = [server.base + "/a/mpi3d_toy.npz", server.base + "/b/mpi3d_toy.npz"]
+    monkeypatch.delenv("DISGEN_MIRROR", raising=False)
+    monkeypatch.setitem(SOURCES, "mpi3d_toy", Source(row.name, row.filename, urls[0], row.checksums,
+                                                      dataset="mpi3d", mirrors=(urls[1],)))
+    with pytest.raises(dl.DownloadError) as caught:
+        dl.download("mpi3d_toy", tmp_path, backoff=0.0, progress=False)
+    message = str(caught.value)
+    assert message.startswith("no address of mpi3d_toy worked: ")
+    assert f"{urls[0]}: HTTP 404" in message and f"{urls[1]}: HTTP 404" in message
+    assert _files(tmp_path) == []
+
+
+def test_the_usage_line_names_the_module_command(capsys):
+    with pytest.raises(SystemExit):
+        dl.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m data_pipeline.download ")
