@@ -44,6 +44,65 @@ def test_setup_installs_disgen(cluster):
     assert any("pip install -e ~/disgen" in command for command in cluster["setup_commands"])
 
 
+# --- what the nodes run, and how many GPUs -----------------------------------------------------
+
+def _pyproject_requirement(name):
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads pyproject.toml itself")
+
+    project = tomllib.loads((CLUSTER_YAML.parent / "pyproject.toml").read_text())["project"]
+    from packaging.requirements import Requirement
+
+    return next(Requirement(r) for r in project["dependencies"] if Requirement(r).name == name)
+
+
+def test_the_nodes_run_the_ray_image_disgen_pins_with_python_3_10_or_newer_and_cuda_on_gpu_workers(cluster):
+    ray_pin = _pyproject_requirement("ray").specifier
+    docker = cluster["docker"]
+    images = {"head": docker["head_image"], "worker": docker["worker_image"]}
+    for role, image in images.items():
+        match = re.fullmatch(r"rayproject/ray:(\d+\.\d+\.\d+)-py3(\d+)-(cpu|gpu|cu\d+)", image)
+        assert match, f"{role} image {image!r} is not a pinned rayproject/ray release tag"
+        version, python_minor, platform = match.groups()
+        assert version in ray_pin, f"{image}: Ray {version} is outside pyproject.toml's {ray_pin}"
+        assert int(python_minor) >= 10
+        if role == "worker":
+            assert platform != "cpu", "GPU workers need the CUDA image"
+    assert docker["pull_before_run"] is True
+
+
+def test_every_node_boots_a_current_deep_learning_ami_not_rays_old_default(cluster):
+    for name, node_type in cluster["available_node_types"].items():
+        image = node_type["node_config"].get("ImageId", "")
+        assert image.startswith("resolve:ssm:/aws/service/deeplearning/ami/x86_64/"), name
+        assert "ubuntu-22.04" in image and image.endswith("/latest/ami-id")
+
+
+def test_torch_installs_at_a_version_pyproject_allows(cluster):
+    torch_pin = _pyproject_requirement("torch").specifier
+    installs = [c for c in cluster["setup_commands"] if re.search(r"pip install .*[\"']?torch[<>=]", c)]
+    assert len(installs) == 1
+    from packaging.requirements import Requirement
+
+    wanted = Requirement(re.search(r"[\"'](torch[^\"']*)[\"']", installs[0]).group(1)).specifier
+    assert wanted == torch_pin, f"cluster.yaml installs torch{wanted}, pyproject.toml needs torch{torch_pin}"
+
+
+GPUS_PER_INSTANCE = {"g5.xlarge": 1, "g5.2xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8,
+                     "g6.xlarge": 1, "p4d.24xlarge": 8, "p5.48xlarge": 8}
+
+
+def test_the_cluster_can_grow_to_16_gpus(cluster):
+    workers = {n: t for n, t in cluster["available_node_types"].items() if n != cluster["head_node_type"]}
+    per_node = {n: GPUS_PER_INSTANCE[t["node_config"]["InstanceType"]] for n, t in workers.items()}
+    # the global max_workers caps all worker nodes together; each type caps its own
+    best = sorted(per_node, key=per_node.get, reverse=True)
+    left, gpus = cluster["max_workers"], 0
+    for name in best:
+        nodes = min(left, workers[name]["max_workers"])
+        gpus, left = gpus + nodes * per_node[name], left - nodes
+    assert gpus >= 16
+
+
 def test_a_broken_config_is_rejected(cluster):
     with pytest.raises(ValueError, match="head_node_type"):
         validate_config(prepare_config({**cluster, "head_node_type": "missing"}))
@@ -142,13 +201,15 @@ def test_the_head_may_do_what_the_autoscaler_needs_plus_the_bucket(cluster):
     others = {a for s in statements for a in s["Action"] if not a.startswith("s3:")}
     assert others == {"ec2:RunInstances", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
                       "ec2:DescribeImages", "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole",
-                      "iam:CreateServiceLinkedRole"}
+                      "iam:CreateServiceLinkedRole", "ssm:GetParameters"}
     for statement in statements:
         if "ec2:TerminateInstances" in statement["Action"]:  # only this cluster's nodes
             tag = statement["Condition"]["StringEquals"]["aws:ResourceTag/ray-cluster-name"]
             assert tag == cluster["cluster_name"]
         if "iam:PassRole" in statement["Action"]:  # hands workers their role, no other
             assert [r.rsplit(":", 1)[1] for r in statement["Resource"]] == ["role/disgen-worker"]
+        if "ssm:GetParameters" in statement["Action"]:  # AWS's public AMI parameters, nothing else
+            assert statement["Resource"] == ["arn:aws:ssm:*::parameter/aws/service/deeplearning/ami/*"]
         if "iam:CreateServiceLinkedRole" in statement["Action"]:
             assert statement["Condition"]["StringLike"]["iam:AWSServiceName"] == "spot.amazonaws.com"
 
