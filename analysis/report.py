@@ -25,6 +25,7 @@ from analysis.html_report import write_html_report
 from analysis.loading import experiment_name, is_uri, load_trials
 from analysis.tables import trials_text
 from analysis.trained_models import text_progress
+from data_pipeline.cli import HelpFormatter
 
 
 def correlation_text(df: pd.DataFrame) -> str:
@@ -61,7 +62,7 @@ def seed_text(df: pd.DataFrame, best_seed_by: str = "d_score") -> str:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Print the trials table and Spearman correlations of one or more disgen "
                     "experiments, draw the disentanglement-vs-NLL scatter (M21 Fig. 3) and write a "
                     "self-contained HTML report.")

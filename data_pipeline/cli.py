@@ -10,6 +10,18 @@ import argparse
 import os
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that shows an option's default where it has one worth saying: not for flags
+    (False), options without a default (None), or a help text that already says its default in
+    words. The description and epilog keep their own line breaks."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (no usage block) pointing at ``--help``."""
 

@@ -19,6 +19,7 @@ import time
 import webbrowser
 
 from analysis.schema import TRIALS_FILE
+from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid, storage
 from sweeps.plan_record import PLAN_FILE
 
@@ -29,7 +30,7 @@ REPORT_FOLDER = "demo-report"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.demo",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Run the demo scale of the three papers' studies on a local Ray (each under 30 "
                     "minutes on 2 CPU cores) and write a report whose Findings section says, for each "
                     "paper's headline statement, whether the demo reproduces it.")

@@ -13,8 +13,9 @@ import os
 import shlex
 import socket
 import sys
+import textwrap
 
-from data_pipeline.cli import Parser
+from data_pipeline.cli import HelpFormatter, Parser
 from sweeps import plan_record, storage
 from sweeps.errors import UsageError
 from sweeps.grid import (
@@ -35,24 +36,49 @@ from sweeps.presets import PRESETS, SCALES
 DEFAULT_STORAGE = "./disgen_results"
 
 
+def _choice(kind: str, names) -> object:
+    """An argparse ``type`` that accepts one of ``names`` and refuses anything else with the list."""
+
+    def parse(text: str) -> str:
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"unknown {kind} {text!r}; choose one of: {', '.join(names)}")
+        return text
+
+    parse.__name__ = kind
+    return parse
+
+
+def _presets_epilog() -> str:
+    lines = ["presets (python -m sweeps.paper_grid --list gives each one's trials and cost per scale):"]
+    for name, spec in PRESETS.items():
+        lines += textwrap.wrap(f"{name}: {spec['description']}", width=100, initial_indent="  ",
+                               subsequent_indent="      ")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    presets = "; ".join(f"{name}: {spec['description']}" for name, spec in PRESETS.items())
     parser = Parser(
         prog="python -m sweeps.paper_grid",
-        description="Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
-                    "arguments: the default study at the 'smoke' scale on a local Ray "
-                    "(4 trials, about 4 minutes on 2 CPU cores).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=textwrap.fill(
+            "Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no arguments: the "
+            "default study at the 'smoke' scale on a local Ray (4 trials, about 4 minutes on 2 CPU cores).",
+            width=100),
+        epilog=_presets_epilog(),
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--preset", default="default", help=f"the study to run. {presets}")
+    parser.add_argument("--preset", default="default", type=_choice("preset", list(PRESETS)),
+                        metavar="{" + ",".join(PRESETS) + "}",
+                        help="the study to run (each is described below)")
     parser.add_argument("--grid", metavar="FILE",
                         help="run your own grid instead of a preset: a YAML file (or a .py file "
                              "defining GRID) with keys description, fixed, axes, scales")
     parser.add_argument("--list", action="store_true",
                         help="print every preset and scale with its trial count and cost, and exit")
-    parser.add_argument("--scale", default="smoke",
-                        help=f"how big to run it: {', '.join(SCALES)} (tiny: seconds, for CI; "
-                             "smoke: minutes on a laptop; small: hours on one GPU; full: the paper)")
+    parser.add_argument("--scale", default="smoke", type=_choice("scale", list(SCALES)),
+                        metavar="{" + ",".join(SCALES) + "}",
+                        help="how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; "
+                             "demo: the papers' findings in under 30 minutes each; small: hours on one "
+                             "GPU; full: the paper)")
     parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
                         help="folder that receives the experiment folder")
     parser.add_argument("--name", default=None,
