@@ -535,7 +535,7 @@ def d21_transfer(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
     if factor is None:
         state, reason, learning = UNCHECKABLE, "the results do not name the OOD1 factor (transfer_factor)", []
     else:
-        state, reason, learning = precondition(df, [factor], n_bootstrap=n_bootstrap)
+        state, reason, learning = precondition(_vae_trials(df), [factor], n_bootstrap=n_bootstrap)
     readout = [{"dataset": "all", "split": "all", **r} for r in learning]
     rows, verdicts = [], []
     for score in scores:
