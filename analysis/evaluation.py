@@ -291,6 +291,17 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
     return out
 
 
+def no_readout(space) -> dict:
+    """The readout keys of a model that has no encoder to read (the ground-truth decoder) or is not
+    read (the composition network): NaN accuracies and chances, no samples, estimator "none"."""
+    out: dict = {"readout_estimator": "none", "readout_n_train": 0, "readout_n_test": 0,
+                 "factor_readout": "{}"}
+    for name in space.names:
+        if name in READOUT_FACTORS:
+            out[f"accuracy_{name}"] = out[f"chance_{name}"] = float("nan")
+    return out
+
+
 def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_test: np.ndarray, codes,
                    factors, codes_test, factors_test, *, dci_result: dict | None = None,
                    dci_estimator: str | None = None, random_state: int = 0) -> dict:
