@@ -16,10 +16,10 @@ Metrics and what they write (all floats; NaN where a metric is not configured or
                      decoder_fails and the rule's parameters diagnosis_ratio,
                      diagnosis_encoder_margin, diagnosis_decoder_margin
 
-``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images`` and ``n_test_images`` are
-always computed, and every row records the sample sizes it used (``metric_n_train``,
-``metric_n_test``, ``score_batch_size``, ``score_n_train``, ``score_n_eval``, ``score_n_variance``,
-``score_pool_size``, ``score_sample``).
+``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images``, ``n_test_images`` and the
+readout accuracy per factor (below) are always computed, and every row records the sample sizes it
+used (``metric_n_train``, ``metric_n_test``, ``score_batch_size``, ``score_n_train``,
+``score_n_eval``, ``score_n_variance``, ``score_pool_size``, ``score_sample``).
 
 **Likelihood.** Each model is scored with the likelihood it was trained with (its config's
 ``resolved_likelihood``): Bernoulli for "bernoulli", the Gaussian of variance ½ for "mse" (whose NLL
@@ -33,6 +33,19 @@ images"): DCI, SAP and modularity/explicitness fit on ``n_metric`` training imag
 replacement, as disentanglement_lib's ``generate_batch_factor_code`` draws two batches (10,000 and
 5,000 in its study); MIG and the D-score use the ``n_metric`` sample, the D-score with its own
 5-fold split.
+
+**Readout accuracy per factor** (``accuracy_<factor>``, ``chance_<factor>``, ``readout_estimator``,
+``readout_n_train``, ``readout_n_test``, ``factor_readout``): how well each factor can be read from
+the codes of held-in training images, the evidence ``analysis.findings`` needs before a held-out
+split counts (a model that cannot tell a square from an ellipse on training images cannot fail to
+generalise a square). One classifier per factor, codes → class, fitted on the ``n_metric``
+training draws above and scored on the ``n_metric_test`` draws, counting only draws of images that
+are not among the fitted ones (``readout_n_test`` of them), so the accuracy is never a training
+accuracy. Where DCI runs with a classifier (``dci_estimator`` "gbt" or "hist_gbt") its fits are
+the readout (``readout_estimator`` "dci_gbt"/"dci_hist_gbt"; no second fit); otherwise a random
+forest of 20 trees per factor ("random_forest", ``analysis.metrics.factor_readout``), also when
+``dci_estimator`` is None. Chance is 1 / the number of values the factor takes on the split's
+training images; a factor with one value there has nothing to read (accuracy NaN).
 
 **BetaVAE and FactorVAE scores** need pairs or batches of images that share one factor's value.
 disentanglement_lib samples them fresh from the whole dataset; here they are drawn from the
@@ -52,6 +65,7 @@ behaviour.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -65,6 +79,7 @@ from analysis.metrics.encoder_decoder_diagnosis import (
     RATIO,
     encoder_decoder_diagnosis,
 )
+from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
 from analysis.metrics.factor_vae_score import sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
@@ -72,6 +87,7 @@ from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
+from analysis.schema import READOUT_FACTORS
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
 from models.evaluation import reconstruct as _reconstruct
 
@@ -209,23 +225,29 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
     for name in METRICS:
         for key in _KEYS[name]:
             out[key] = nan
-    if dci_estimator is None:
-        return out
     n_test = max(2, n_metric // 2) if n_metric_test is None else n_metric_test
     # two independent draws from the training images, as disentanglement_lib draws its train and
     # test batches (a second stream, so the NLL sample above does not move with n_metric)
     draws = np.random.default_rng([seed, 2])
     rows, rows_test = _draw(train, n_metric, draws), _draw(train, n_test, draws)
-    out.update(metric_n_train=int(len(rows)), metric_n_test=int(len(rows_test)))
     codes, factors = encode_means(model, dataset.images, rows), dataset.classes[rows]
     codes_check, factors_check = encode_means(model, dataset.images, rows_test), dataset.classes[rows_test]
     held_test = dict(codes_test=codes_check, factors_test=factors_check)
+    if dci_estimator is None:
+        out.update(factor_readout(space, dataset.classes[train], rows, rows_test, codes, factors, codes_check,
+                                  factors_check, random_state=seed))
+        return out
+    out.update(metric_n_train=int(len(rows)), metric_n_test=int(len(rows_test)))
 
+    standard = None
     if "dci" in metrics:
         standard = dci(codes, factors, **held_test, estimator=dci_estimator, random_state=seed, n_jobs=n_jobs)
         out["dci_disentanglement"] = float(standard["disentanglement"])
         out["dci_completeness"] = float(standard["completeness"])
         out["dci_informativeness"] = float(standard["informativeness_test"])
+    out.update(factor_readout(space, dataset.classes[train], rows, rows_test, codes, factors, codes_check,
+                              factors_check, dci_result=standard, dci_estimator=dci_estimator,
+                              random_state=seed))
     if "d_score" in metrics:
         lasso = dci(codes, factors, estimator="lasso_m21", random_state=seed)
         out["d_score"] = float(lasso["disentanglement"])
@@ -266,6 +288,50 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
         out.update(diagnosis_ratio=float(diagnosis_ratio),
                    diagnosis_encoder_margin=float(diagnosis_encoder_margin),
                    diagnosis_decoder_margin=float(diagnosis_decoder_margin))
+    return out
+
+
+def no_readout(space) -> dict:
+    """The readout keys of a model that has no encoder to read (the ground-truth decoder) or is not
+    read (the composition network): NaN accuracies and chances, no samples, estimator "none"."""
+    out: dict = {"readout_estimator": "none", "readout_n_train": 0, "readout_n_test": 0,
+                 "factor_readout": "{}"}
+    for name in space.names:
+        if name in READOUT_FACTORS:
+            out[f"accuracy_{name}"] = out[f"chance_{name}"] = float("nan")
+    return out
+
+
+def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_test: np.ndarray, codes,
+                   factors, codes_test, factors_test, *, dci_result: dict | None = None,
+                   dci_estimator: str | None = None, random_state: int = 0) -> dict:
+    """The readout accuracy per factor on held-in training images (module docstring, "Readout
+    accuracy per factor"): the columns ``accuracy_<factor>``, ``chance_<factor>`` (factors with a
+    results column, :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
+    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor).
+
+    ``rows``/``codes``/``factors`` are the readout's training draws and ``rows_test``/... the test
+    draws, both from the training images (``training_classes`` are all of those, for chance). A
+    classifier DCI's result (``dci_result`` with ``predictions_test`` on the test draws) is reused;
+    otherwise a random forest per factor is fitted (``analysis.metrics.factor_readout``). Only test
+    draws of images that are not among the training draws are scored."""
+    n_values = np.array([np.unique(training_classes[:, j]).size for j in range(space.n_factors)])
+    if dci_result is not None and dci_result.get("predictions_test") is not None:
+        predictions, estimator = dci_result["predictions_test"], f"dci_{dci_estimator}"
+    else:
+        predictions = forest_predictions(codes, factors, codes_test, random_state=random_state)
+        estimator = "random_forest"
+    scored = ~np.isin(rows_test, rows)
+    accuracy = readout_accuracy(predictions, factors_test, scored, n_values)
+    chances = 1.0 / n_values
+    out: dict = {"readout_estimator": estimator, "readout_n_train": int(len(rows)),
+                 "readout_n_test": int(scored.sum())}
+    for name, value, level in zip(space.names, accuracy, chances):
+        if name in READOUT_FACTORS:
+            out[f"accuracy_{name}"], out[f"chance_{name}"] = float(value), float(level)
+    out["factor_readout"] = json.dumps({
+        name: {"accuracy": None if np.isnan(value) else float(value), "chance": float(level)}
+        for name, value, level in zip(space.names, accuracy, chances)})
     return out
 
 

@@ -23,18 +23,27 @@ def _path(figures_dir: str, name: str) -> str:
 
 
 def findings(found) -> str:
-    """The papers' headline findings (analysis.findings): the paper's statement, ✓/✗/?, and the
-    numbers behind each."""
+    """The papers' headline findings (analysis.findings): the paper's statement, ✓/✗/?, the
+    numbers behind each, and its precondition with whether it held (the readout accuracy per
+    factor behind it)."""
     if not found:
         return ""
     body = ["<h2>Findings</h2><p>Each paper statement beside what these results show: "
-            "✓ reproduced, ✗ not reproduced, ? inconclusive at this scale (the rules: docs/analysis.md).</p>"]
+            "✓ reproduced, ✗ not reproduced, ? inconclusive at this scale (the rules: docs/analysis.md). "
+            "A split counts only where its precondition holds: the models learned, on their training "
+            "images, the factors it recombines.</p>"]
     for f in found:
         body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: "
                     f"{html.escape(f.status)}</h3><p><b>The paper:</b> {html.escape(f.paper)}</p>"
                     f"<p><b>Here:</b> {html.escape(f.result)}</p>")
         if not f.table.empty:
             body.append(html_page.table(f.table))
+        if f.precondition:
+            body.append(f"<p><b>Precondition</b> (fixed before any result): {html.escape(f.precondition)}</p>"
+                        f"<p><b>Did it hold?</b> {html.escape(f.precondition_result)}</p>")
+        if not f.readout.empty:
+            body.append("<p>The readout accuracy per factor behind it (mean over the models, 95% interval, "
+                        "chance and the bar):</p>" + html_page.table(f.readout))
     return "\n".join(body)
 
 

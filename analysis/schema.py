@@ -16,6 +16,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from data_pipeline.spaces import DATASETS, factor_space
 from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 
 # The configuration of a trial: what was run.
@@ -64,6 +65,10 @@ CONFIG_FIELDS = [
     pa.field("config", pa.string()),
 ]
 
+# The factors that have readout columns (accuracy_<factor>, chance_<factor>): every factor name of
+# every registered dataset (data_pipeline.spaces), in registry order.
+READOUT_FACTORS = tuple(dict.fromkeys(name for dataset in DATASETS for name in factor_space(dataset).names))
+
 # The final metrics of a trial: what came out.
 METRIC_FIELDS = [
     pa.field("train_nll", pa.float64()),  # mean Bernoulli NLL per training image, nats
@@ -108,6 +113,18 @@ METRIC_FIELDS = [
     pa.field("score_n_variance", pa.int64()),
     pa.field("score_pool_size", pa.int64()),
     pa.field("score_sample", pa.string()),
+    # Added by issue 26: the readout accuracy per factor on held-in training images (docs/analysis.md,
+    # "Readout accuracy per factor"): accuracy_<factor> on training images the readout did not fit,
+    # chance_<factor> = 1 / the factor's number of values on the training images; null where the
+    # row's dataset has no such factor, and in files written before.
+    *[pa.field(f"{kind}_{name}", pa.float64())
+      for name in READOUT_FACTORS for kind in ("accuracy", "chance")],
+    pa.field("readout_estimator", pa.string()),  # dci_gbt, dci_hist_gbt (DCI's fits) or random_forest
+    pa.field("readout_n_train", pa.int64()),  # training-image codes the readout was fitted on
+    pa.field("readout_n_test", pa.int64()),  # other training images it was scored on
+    # every factor of the row's dataset, names outside READOUT_FACTORS too (a labelled dataset's):
+    # JSON {factor: {"accuracy": a, "chance": c}}, null where NaN
+    pa.field("factor_readout", pa.string()),
     pa.field("node_id", pa.string()),  # the Ray node that trained the model
     pa.field("device", pa.string()),  # cpu, cuda or mps
     pa.field("train_seconds", pa.float64()),

@@ -6,7 +6,8 @@ sweep stores every task in the same table:
 - ``train_nll`` / ``test_nll``: mean Bernoulli NLL per image (nats, summed over pixels), on
   training images and on the split's held-out images;
 - ``n_train_images`` / ``n_test_images``: the split's training and held-out images;
-- every disentanglement, transfer and diagnosis metric: NaN. The ground-truth decoder has no
+- every disentanglement, transfer and diagnosis metric, and the readout accuracy per factor: NaN
+  (``readout_estimator`` "none"). The ground-truth decoder has no
   encoder: its code *is* the factor values, perfectly disentangled by construction, so there is
   nothing to score. The composition network's encoder could be scored like a VAE's, but Montero
   et al. report only its NLLs here; score its encoder with ``evaluate`` if needed.
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 from analysis.evaluation import _KEYS as METRIC_KEYS
-from analysis.evaluation import METRICS
+from analysis.evaluation import METRICS, no_readout
 from models.composition import CompositionNet, TripletSampler
 from models.engine import Trainer, to_float
 from models.evaluation import evaluating
@@ -122,4 +123,5 @@ def evaluate_task(trainer_or_model, dataset, split, n_nll: int = 1000, seed: int
     for name in METRICS:
         for key in METRIC_KEYS[name]:
             out[key] = float("nan")
+    out.update(no_readout(dataset.factor_space))  # the same keys as a VAE's row, with no readout
     return out

@@ -21,7 +21,7 @@ def trained():
 
 def test_nll_matches_an_independent_numpy_computation(trained):
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=10_000, dci_estimator=None)
+    metrics = evaluate(model, data, split, n_nll=10_000, n_metric=100, dci_estimator=None)
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
     assert metrics["n_train_images"] == len(train_rows) and metrics["n_test_images"] == len(test_rows)
     for rows, key in [(train_rows, "train_nll"), (test_rows, "test_nll")]:
@@ -37,7 +37,7 @@ def test_disentanglement_scores_are_in_range_and_budgets_bound_the_work(trained)
     for key in ["dci_disentanglement", "dci_completeness", "dci_informativeness", "d_score"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     # the NLL budget draws the same seeded sample each time, and a different one for another seed
-    cheap = dict(n_nll=50, dci_estimator=None)
+    cheap = dict(n_nll=50, n_metric=100, dci_estimator=None)
     assert evaluate(model, data, split, seed=3, **cheap)["train_nll"] == metrics["train_nll"]
     assert evaluate(model, data, split, seed=4, **cheap)["train_nll"] != metrics["train_nll"]
 

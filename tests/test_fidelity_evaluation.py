@@ -87,7 +87,7 @@ def test_diagnosis_columns_by_name(scored):
 def test_nll_uses_the_training_likelihood(data, likelihood):
     dataset, split = data
     model = planted.PlantedModel(planted.factors_as_codes, 3, likelihood=likelihood, logit=0.7)
-    metrics = evaluate(model, dataset, split, n_nll=10_000, dci_estimator=None)
+    metrics = evaluate(model, dataset, split, n_nll=10_000, n_metric=100, dci_estimator=None)
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     p = 1 / (1 + np.exp(-0.7))
     for rows, key in [(train, "train_nll"), (test, "test_nll")]:

@@ -196,8 +196,8 @@ def test_evaluate_task_returns_evaluates_keys(data):
     config = ModelConfig(latent_dim=4, steps=1, batch_size=4)
     vae = build_trainer(config, data.images, data.classes, data.factor_space, TRAIN, device="cpu")
     assert type(vae) is Trainer
-    expected = evaluate(vae.model, data, SPLIT, n_nll=10, dci_estimator=None)
-    got = evaluate_task(vae, data, SPLIT, n_nll=10, dci_estimator=None)
+    expected = evaluate(vae.model, data, SPLIT, n_nll=10, n_metric=100, dci_estimator=None)
+    got = evaluate_task(vae, data, SPLIT, n_nll=10, n_metric=100, dci_estimator=None)
     assert got == pytest.approx(expected, nan_ok=True)
     for task in CONFIGS:
         model = _trainer(data, task).model

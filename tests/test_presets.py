@@ -58,3 +58,7 @@ def test_dittadi2021_tiny_runs_ada_gvae_on_pairs(ray_session, tmp_path, capsys):
     trials = pd.read_parquet(tmp_path / "dittadi2021-tiny" / "trials.parquet")
     assert len(trials) == 4 and set(trials["objective"]) == {"beta_vae", "ada_gvae"}
     assert trials["dataset"].eq("shapes3d").all() and trials["test_nll"].gt(0).all()
+    # the readout accuracy per factor comes through Ray into trials.parquet (tiny skips DCI: the forest)
+    assert trials["readout_estimator"].eq("random_forest").all() and trials["readout_n_test"].gt(0).all()
+    assert trials["accuracy_object_hue"].between(0, 1).all() and trials["chance_object_hue"].eq(1 / 8).all()
+    assert trials["accuracy_posX"].isna().all()  # not a 3DShapes factor

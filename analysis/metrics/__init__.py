@@ -12,6 +12,7 @@ from analysis.metrics._grid import GridPool, grid_pool
 from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
 from analysis.metrics.dci import dci
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
+from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
 from analysis.metrics.factor_vae_score import factor_vae_score, sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
@@ -19,6 +20,7 @@ from analysis.metrics.reconstruction_nll import reconstruction_nll
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 
-__all__ = ["GridPool", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score", "grid_pool",
-           "mig", "modularity_explicitness", "reconstruction_nll", "sampled_beta_vae_score",
-           "sampled_factor_vae_score", "sap", "transfer_score"]
+__all__ = ["GridPool", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score",
+           "forest_predictions", "grid_pool", "mig", "modularity_explicitness", "readout_accuracy",
+           "reconstruction_nll", "sampled_beta_vae_score", "sampled_factor_vae_score", "sap",
+           "transfer_score"]

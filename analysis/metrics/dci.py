@@ -187,7 +187,12 @@ def dci(
     dict with
         ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
         ``"informativeness_test"`` (floats) and ``"importance_matrix"`` (array of shape
-        ``(n_codes, n_factors)``). For ``"lasso_m22"`` the rows of ``importance_matrix``
+        ``(n_codes, n_factors)``). The classifiers (``"gbt"``, ``"hist_gbt"``) also give each
+        factor's fitted readout: ``"accuracy_test"`` (n_factors,), its test accuracy (NaN for a
+        factor constant on the training set; their mean is ``"informativeness_test"``), and
+        ``"predictions_test"`` (n_test, n_factors), its predicted class of every test sample (a
+        constant factor's one training class), from which ``analysis.evaluation`` reads a
+        per-factor accuracy without fitting again. For ``"lasso_m22"`` the rows of ``importance_matrix``
         are in the reordered code order, and two more entries are given:
         ``"importance_matrix_padded"`` (the matrix including the noise targets, from which
         D and C are computed) and ``"code_order"`` (the original index of each row).
@@ -236,6 +241,8 @@ def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs,
         "informativeness_train": _mean_or_nan([r[1] for r in results]),
         "informativeness_test": _mean_or_nan([r[2] for r in results]),
         "importance_matrix": importance,
+        "accuracy_test": np.array([r[2] for r in results], dtype=float),
+        "predictions_test": np.stack([r[3] for r in results], axis=1),
     }
 
 
@@ -340,7 +347,8 @@ def _run(tasks, n_jobs):
 
 
 def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
-    """Fit one factor's estimator; return (importances over codes, train score, test score).
+    """Fit one factor's estimator; return (importances over codes, train score, test score, test
+    predictions: a classifier's predicted classes, None for a lasso).
 
     The inputs were checked (finite, matching shapes) before any fitting, so scikit-learn's own
     per-call checks are switched off: a boosted classifier grows thousands of small trees, each
@@ -355,7 +363,7 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
     n_codes = x_train.shape[1]
     if estimator in ("gbt", "hist_gbt"):
         if np.unique(y_train).size < 2:
-            return np.zeros(n_codes), np.nan, np.nan
+            return np.zeros(n_codes), np.nan, np.nan, np.full(len(x_test), y_train[0])
         if estimator == "gbt":
             model = GradientBoostingClassifier(random_state=seed).fit(x_train, y_train)
             importance = np.abs(model.feature_importances_)
@@ -364,8 +372,8 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
             model.fit(x_train, y_train)
             importance = _split_gain_importance(model, n_codes)
         train_score = np.mean(model.predict(x_train) == y_train)
-        test_score = np.mean(model.predict(x_test) == y_test)
-        return importance, train_score, test_score
+        predictions = model.predict(x_test)
+        return importance, train_score, np.mean(predictions == y_test), predictions
 
     model = LassoCV(cv=5, alphas=[0.02], selection="random", random_state=seed)
     with warnings.catch_warnings():
@@ -373,8 +381,8 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
         model.fit(x_train, y_train)
     importance = np.abs(model.coef_)
     if y_test is None:  # a noise target of lasso_m22: only its importances are needed
-        return importance, np.nan, np.nan
-    return importance, model.score(x_train, y_train), model.score(x_test, y_test)
+        return importance, np.nan, np.nan, None
+    return importance, model.score(x_train, y_train), model.score(x_test, y_test), None
 
 
 def _split_gain_importance(model, n_codes):
