@@ -14,8 +14,9 @@ import shlex
 import socket
 import sys
 
+from analysis import storage
 from data_pipeline.cli import Parser
-from sweeps import plan_record, storage
+from sweeps import plan_record
 from sweeps.errors import UsageError
 from sweeps.grid import (
     check_search_bounds,
