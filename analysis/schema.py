@@ -137,11 +137,9 @@ def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     schema lacks is an error, so nothing is silently dropped."""
     names = set(schema.names)
     for row in rows:
-        extra = set(row) - names
-        if extra:
-            raise KeyError(f"columns not in the results schema: {sorted(extra)}")
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
-    return pa.Table.from_pydict(columns, schema=schema)
+        if not names.issuperset(row):
+            raise KeyError(f"columns not in the results schema: {sorted(set(row) - names)}")
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def conform(table: pa.Table, schema: pa.Schema, where: str = "results") -> pa.Table:

@@ -267,10 +267,10 @@ def _listing(fs: pafs.FileSystem, inner: str) -> tuple[_Pair, list[_Pair], list[
 def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
     """One results file cast to ``schema``, with its metadata."""
     if isinstance(fs, pafs.LocalFileSystem):
-        table = pq.read_table(path)
+        table = pq.ParquetFile(path).read()
     else:
         with fs.open_input_stream(path) as stream:
-            table = pq.read_table(pa.BufferReader(stream.read()))
+            table = pq.ParquetFile(pa.BufferReader(stream.read())).read()
     return conform(table, schema, path).replace_schema_metadata(table.schema.metadata)
 
 

@@ -63,12 +63,13 @@ def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dic
     storage, where a pack's members sit in the pack's."""
     shared = {k: result[k] for k in ("node_id", "device") if k in result}
     finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
-    members = [TrialConfig(m["config"]) for m in result["members"]]
+    pack = dirname([TrialConfig(m["config"]) for m in result["members"]]) if (
+        remote and len(result["members"]) > 1) else None
     rows = []
     for config, member in finished:
         folder = TrialConfig(config).dirname
-        if remote and len(members) > 1:
-            folder = f"{dirname(members)}/{folder}"
+        if pack:
+            folder = f"{pack}/{folder}"
         rows.append({**trial_row(experiment, config, member), "trial_id": result.get("trial_id"),
                      "tensorboard_dir": folder})
     return rows

@@ -194,7 +194,7 @@ def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[Tri
     return results
 
 
-def _write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict]) -> str:
+def write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict]) -> str:
     """The finished members' loss histories as one new history part of the experiment; its name.
     Written before the final report, so the driver's commit always finds it."""
     experiment = storage.experiment_name(experiment_dir)
@@ -231,7 +231,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     if not _restore(trainer, logs):
         _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id)
     results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started)
-    part = _write_history(run_info["experiment_dir"], logs, results)
+    part = write_history(run_info["experiment_dir"], logs, results)
 
     final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
              "results_part": part, "node_id": node_id, "device": str(trainer.device)}

@@ -29,14 +29,15 @@ def config(seed):
                                  "seed": seed}).to_dict()
 
 
-def finished(experiment, seed, steps=(5, 10)):
+def finished(experiment, seed, steps=(5, 10), pack=()):
     """A Tune trial as the results writer sees it when it finishes: its history part written, as
-    the trial writes it before its final report, and its last result, which names that part."""
-    member = {"config": config(seed), "test_nll": 100.0 + seed}
+    the trial writes it before its final report, and its last result, which names that part. With
+    ``pack``, the seeds of more members trained with it."""
+    members = [{"config": config(s), "test_nll": 100.0 + s} for s in (seed, *pack)]
     part = new_part()
-    write_history_part(experiment, part, history_rows("exp", member["config"],
-                                                      [{"step": s, "loss": random.random()} for s in steps]))
-    return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": [member],
+    write_history_part(experiment, part, [row for m in members for row in history_rows(
+        "exp", m["config"], [{"step": s, "loss": random.random()} for s in steps])])
+    return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": members,
                                                                    "results_part": part})
 
 
@@ -130,9 +131,13 @@ def test_a_trial_that_finishes_again_keeps_its_first_stored_row(tmp_path):
     again = finished(tmp_path, 0)  # its own history part, with other losses
     again.last_result["members"][0]["test_nll"] = 999.0
     writer.on_trial_complete(0, [], again)
-    writer.on_trial_complete(0, [], finished(tmp_path, 1))
+    # a pack with it and a new model: only the new one is stored, with its own history
+    pack = finished(tmp_path, 0, pack=(1,))
+    pack.last_result["members"][0]["test_nll"] = 999.0
+    writer.on_trial_complete(0, [], pack)
     after = read_results(str(tmp_path), TRIALS_FILE).set_index("trial_key")
     assert after["test_nll"].to_dict() == {stored["trial_key"][0]: 100.0, config(1)["trial_key"]: 101.0}
+    assert len(read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @config(1)['trial_key']")) == 2
     pd.testing.assert_frame_equal(
         read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @stored.trial_key[0]"), history)
 
@@ -178,3 +183,84 @@ def test_a_crash_between_the_two_writes_shows_no_half_trial_and_the_resume_store
     history = pd.read_parquet(experiment / HISTORY_FILE)
     assert not history.duplicated(["trial_key", "step"]).any()
     assert history.groupby("trial_key").size().to_dict() == dict.fromkeys(trials["trial_key"], 2)
+
+
+def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once(tmp_path):
+    from analysis import storage
+    from sweeps.results import ResultsWriter
+
+    experiment = str(tmp_path / "exp")
+    # a trial that has written its history part and not yet reported: the folds leave it alone
+    running = finished(experiment, 9)
+    writer = ResultsWriter(experiment, store=storage.ResultsStore(experiment, compact_every=2))
+    for seed in range(5):
+        writer.on_trial_complete(0, [], finished(experiment, seed))
+    trials = read_results(experiment, TRIALS_FILE)
+    history = read_results(experiment, HISTORY_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 2, 3, 4]
+    assert history.groupby("trial_key").size().tolist() == [2] * 5
+    parts = sorted(os.listdir(tmp_path / "exp" / PARTS_DIR))
+    folded = [p for p in parts if p.startswith(storage.COMPACTED)]
+    assert len(folded) == 4 and len(parts) == 4 + 2 * 5 + 1  # two folded pairs; the parts stay until the end
+    # what a reader reads: the folded pairs and the one part no fold holds yet
+    _, pairs, unfolded = storage._listing(*storage.resolve(experiment))
+    assert len(pairs) == 2 and len(storage._committed(*storage.resolve(experiment))) == 3
+
+    # a resume opens the store again: the stored keys and the unfolded part, from one read
+    store = storage.ResultsStore(experiment, compact_every=2)
+    assert store.keys == set(trials["trial_key"]) and len(store.unfolded) == 1
+    writer = ResultsWriter(experiment, store=store)
+    writer.on_trial_complete(0, [], running)
+    new = {p for p in os.listdir(tmp_path / "exp" / PARTS_DIR) if p.startswith(storage.COMPACTED)}
+    new -= set(folded)
+    assert len(new) == 2  # the sixth commit folded the two unfolded parts into a third pair
+    assert store.compact() == 4 + 2 * 6 + 2
+    assert sorted(os.listdir(tmp_path / "exp")) == [HISTORY_FILE, TRIALS_FILE]
+    after = read_results(experiment, TRIALS_FILE)
+    assert sorted(after["seed"]) == [0, 1, 2, 3, 4, 9]
+    pd.testing.assert_frame_equal(after[after["seed"] < 9].reset_index(drop=True), trials)
+    assert read_results(experiment, HISTORY_FILE).groupby("trial_key").size().tolist() == [2] * 6
+
+
+def test_repair_stores_finished_trials_whose_rows_never_landed(tmp_path):
+    # The driver died after Tune recorded the trials as finished and before their commit: the
+    # resume's repair commits them from Tune's last results, with the history parts they wrote.
+    from sweeps.results import repair, results_store
+
+    experiment = str(tmp_path / "exp")
+    done = [finished(experiment, seed).last_result for seed in (0, 1)]
+    unfinished = {**finished(experiment, 2).last_result, "done": False}
+    # a result of older disgen, whose history travelled in the result: stored all the same
+    older = {"done": True, "members": [{"config": config(3), "test_nll": 1.0,
+                                        "history": [{"step": 5, "loss": 2.0}]}]}
+    store = results_store(experiment, fresh=True)
+    assert repair(store, [done[0], None, unfinished, done[1], older]) == 3
+    assert repair(store, [done[0], done[1], older]) == 0  # stored once
+    trials = read_results(experiment, TRIALS_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 3] and trials["trial_key"].is_unique
+    history = read_results(experiment, HISTORY_FILE)
+    assert history.groupby("trial_key").size().to_dict() == {config(0)["trial_key"]: 2,
+                                                              config(1)["trial_key"]: 2,
+                                                              config(3)["trial_key"]: 1}
+
+
+def test_a_reader_that_meets_a_compacted_part_reads_again(tmp_path, monkeypatch):
+    from analysis import storage
+
+    experiment = str(tmp_path / "exp")
+    for key in "ab":
+        write_results(experiment, [{"trial_key": key}], [{"trial_key": key, "step": 5}])
+    real, listings = storage._listing, []
+
+    def listing_then_compaction(fs, inner):
+        listed = real(fs, inner)
+        listings.append(listed)
+        if len(listings) == 1:  # the driver compacts between the reader's listing and its reads
+            monkeypatch.setattr(storage, "_listing", real)
+            compact(experiment)
+            monkeypatch.setattr(storage, "_listing", listing_then_compaction)
+        return listed
+
+    monkeypatch.setattr(storage, "_listing", listing_then_compaction)
+    assert sorted(read_results(experiment, HISTORY_FILE)["trial_key"]) == ["a", "b"]
+    assert [len(parts) for _, _, parts in listings] == [2, 0]  # the parts, gone: read again
