@@ -146,6 +146,8 @@ def conform(table: pa.Table, schema: pa.Schema, where: str = "results") -> pa.Ta
     """A table read from a results file, cast to ``schema``. Columns the file lacks are filled
     with nulls (files written before a nullable column was added stay readable and resumable);
     columns the schema lacks are dropped."""
+    if table.schema.equals(schema):  # as written by to_table: nothing to do
+        return table
     for field in schema:
         if field.name not in table.column_names:
             if not field.nullable:  # pragma: no cover - every field is nullable today
