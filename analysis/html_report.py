@@ -26,16 +26,8 @@ from analysis.aggregate import (
 )
 from analysis.findings import findings
 from analysis.html_page import page
-from analysis.loading import (
-    experiment_name,
-    is_uri,
-    join,
-    load_errors,
-    load_history,
-    load_trials,
-    read_bytes,
-    resolve,
-)
+from analysis.loading import load_errors, load_history, load_trials
+from analysis.storage import experiment_name, is_remote, join, read_bytes, resolve
 
 REPORT_FILE = "report.html"
 # Files of the experiment folder shown as its configuration (Ray's own state files are not).
@@ -82,7 +74,7 @@ def trained_models(results: Results, figures_dir: str, *, max_models: int, with_
     """Step 3: the figures of up to ``max_models`` models: (drawn, skipped, note)."""
     if max_models <= 0:
         return [], [], "Skipped (--max-models 0)."
-    if any(is_uri(e) for e in results.experiments) and not with_checkpoints:
+    if any(is_remote(e) for e in results.experiments) and not with_checkpoints:
         return [], [], ("Checkpoint figures are not drawn for remote results unless asked "
                         "(--with-checkpoints): each checkpoint is downloaded.")
     try:
@@ -108,7 +100,7 @@ def tensorboard_links(results: Results, out_dir: str) -> pd.Series | None:
     for location, folder in zip(experiment, df["tensorboard_dir"].astype(object)):
         if pd.isna(folder):
             links.append(None)
-        elif is_uri(location):
+        elif is_remote(location):
             links.append(join(location, folder))
         else:
             links.append(os.path.relpath(os.path.join(location, folder), out_dir))

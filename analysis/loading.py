@@ -2,7 +2,8 @@
 pyarrow file system understands (``gs://``, ``hdfs://``, ``file://``, ...), one experiment or
 several at once.
 
-The dtypes are fixed by the schema (``analysis/schema.py``): integer columns come back as
+Where the files are and how a running sweep's parts merge with them is ``analysis/storage.py``'s
+business. The dtypes are fixed by the schema (``analysis/schema.py``): integer columns come back as
 pandas' nullable ``Int64`` (a trial without a seed is ``<NA>``, not a float NaN), floats as
 ``float64``, and the columns that name a group (:data:`CATEGORICAL_COLUMNS`) as categoricals.
 For S3-compatible servers other than AWS, set ``AWS_ENDPOINT_URL`` (and the usual ``AWS_*``
@@ -12,13 +13,13 @@ variables), as for the sweep itself.
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from analysis.schema import HISTORY_FILE, SCHEMAS, TRIALS_FILE, conform, merged_table
+from analysis.schema import HISTORY_FILE, TRIALS_FILE
+from analysis.storage import experiment_name, join, read_bytes, read_table
 
 ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (sweeps/results.py)
 
@@ -26,43 +27,6 @@ ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (sweeps/re
 # cheap and every value is listed once.
 CATEGORICAL_COLUMNS = ["experiment", "preset", "scale", "dataset", "data_source", "split", "condition",
                        "architecture", "task", "objective", "pair_divergence", "device", "node_id"]
-
-
-def is_uri(location: str) -> bool:
-    return "://" in str(location)
-
-
-def resolve(location, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
-    """(file system, path inside it) of a local folder or a URI (``s3://…``, ``gs://…``, ...)."""
-    location = os.fspath(location)
-    if filesystem is not None:
-        return filesystem, location
-    if is_uri(location):
-        return pafs.FileSystem.from_uri(location)
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
-
-
-def join(location, *parts: str) -> str:
-    location = os.fspath(location)
-    return "/".join([location.rstrip("/"), *parts]) if is_uri(location) else os.path.join(location, *parts)
-
-
-def exists(location, filesystem: pafs.FileSystem | None = None) -> bool:
-    fs, inner = resolve(location, filesystem)
-    return fs.get_file_info(inner).type != pafs.FileType.NotFound
-
-
-def read_bytes(location, filesystem: pafs.FileSystem | None = None) -> bytes | None:
-    """The content of a file, or None if there is none."""
-    fs, inner = resolve(location, filesystem)
-    if fs.get_file_info(inner).type != pafs.FileType.File:
-        return None
-    with fs.open_input_stream(inner) as stream:
-        return stream.read()
-
-
-def experiment_name(location) -> str:
-    return os.path.basename(os.path.normpath(os.fspath(location).split("://")[-1]))
 
 
 def load_trials(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.DataFrame:
@@ -101,11 +65,10 @@ def load_errors(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.D
 def _load(experiments, filename: str, filesystem) -> pd.DataFrame:
     if not experiments:
         raise ValueError("pass at least one experiment folder or URI, e.g. ./disgen_results/default")
-    schema, tables = SCHEMAS[filename], []
+    tables = []
     for experiment in experiments:
         try:
-            fs, inner = resolve(experiment, filesystem)
-            table = merged_table(fs, inner.rstrip("/"), filename)  # the file, and a running sweep's parts
+            table = read_table(experiment, filename, filesystem)  # the file, and a running sweep's parts
         except (OSError, pa.ArrowInvalid) as error:
             raise FileNotFoundError(f"{experiment}: cannot open ({error}); pass an experiment folder "
                                     "or a URI such as s3://bucket/prefix/experiment") from error
@@ -114,7 +77,7 @@ def _load(experiments, filename: str, filesystem) -> pd.DataFrame:
                 f"{experiment}: no {filename}; pass an experiment directory such as "
                 "./disgen_results/default (the folder that holds trials.parquet)"
             )
-        tables.append(conform(table, schema, join(experiment, filename)))
+        tables.append(table)
     return to_pandas(pa.concat_tables(tables))
 
 

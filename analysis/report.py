@@ -22,7 +22,8 @@ from analysis.aggregate import cell_label, correlations, seed_summary
 from analysis.figures import disentanglement_vs_nll
 from analysis.findings import findings, findings_text
 from analysis.html_report import write_html_report
-from analysis.loading import experiment_name, is_uri, load_trials
+from analysis.loading import load_trials
+from analysis.storage import experiment_name, is_remote
 from analysis.tables import trials_text
 from analysis.trained_models import text_progress
 from data_pipeline.cli import HelpFormatter
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(seeds)
     first = args.experiment_dirs[0]
-    out = getattr(args, "out", None) or (f"report-{experiment_name(first)}" if is_uri(first) else first)
+    out = getattr(args, "out", None) or (f"report-{experiment_name(first)}" if is_remote(first) else first)
     os.makedirs(out, exist_ok=True)
     path = disentanglement_vs_nll(df, os.path.join(out, "disentanglement_vs_nll.png"), args.metric)
     print(f"\nfigure: {path}")

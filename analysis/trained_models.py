@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from analysis.event_files import EVENT_FILE_PREFIX, EventFileError, check_event_file
-from analysis.loading import experiment_name, is_uri, join, read_bytes, resolve
+from analysis.storage import experiment_name, is_remote, join, read_bytes, resolve
 
 CHECKPOINT_FILE = "trainer.pt"
 
@@ -61,7 +61,7 @@ class _Experiment:
 
     def local(self, location: str) -> str:
         """A local path for ``location``: itself, or a downloaded copy of a remote file."""
-        if not is_uri(location):
+        if not is_remote(location):
             return location
         data = read_bytes(location)
         fd, path = tempfile.mkstemp(dir=self.local_copies, suffix=".pt")

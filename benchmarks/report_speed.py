@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from analysis.schema import HISTORY_FILE, TRIALS_FILE, append_rows
+from analysis.storage import compact, write_results
 
 SCENARIOS = [f"transfer_{r}_{s}" for r in ("gbt", "mlp") for s in ("ood1_a", "ood1_b", "ood1_c", "ood2")]
 
@@ -50,8 +50,8 @@ def d21_results(folder: str, seeds: int = 10, reports: int = 20) -> int:
         history.extend({"experiment": "d21", "trial_key": row["trial_key"], "step": int(s),
                         "loss": 3000 + 1e6 / s + rng.normal(), "reconstruction": 2900 + 1e6 / s,
                         "kl": 40.0 + rng.normal()} for s in steps)
-    append_rows(folder, TRIALS_FILE, rows)
-    append_rows(folder, HISTORY_FILE, history)
+    write_results(folder, rows, history)
+    compact(folder)
     return len(rows)
 
 

@@ -2,13 +2,17 @@
 
 Each completion is one model of the dittadi2021 full grid (its real trial config), with 400 history
 rows and a value in every trials column, stored through the sweep's own results path exactly as a
-finished Tune trial is stored (``sweeps.results``). It runs against a local folder and against a
-real S3 server (moto, on loopback, started here) and prints one line per store:
+finished Tune trial is stored: the trial writes its history part (``sweeps.trainable``'s
+``write_history``), then the driver's results callback commits its trials part, folding the parts
+every ``COMPACT_EVERY`` commits (``sweeps.results``, ``analysis.storage``). It runs against a local
+folder and against a real S3 server (moto, on loopback, started here) and prints one line per store:
 
-    store=local completions=1080 total_s=… first100_ms=… last100_ms=…
+    store=local completions=1080 total_s=… first100_ms=… last100_ms=… final_compact_s=…
 
-``first100_ms`` and ``last100_ms`` are the mean milliseconds per completion over the first and the
-last 100. ``--limit-s`` stops a store early (its line then says how many completions it reached).
+``total_s`` is the wall time of the completions; ``first100_ms`` and ``last100_ms`` are the mean
+milliseconds per completion over the first and the last 100; ``final_compact_s`` is the compaction
+that ends a run (every part into trials.parquet and history.parquet), once, after the completions.
+``--limit-s`` stops a store early (its line then says how many completions it reached).
 
     python benchmarks/results_at_scale.py [--completions 1080] [--stores local s3] [--limit-s 900]
 """
@@ -68,33 +72,50 @@ class _Trial:
         self.trial_id, self.config, self.last_result = trial_id, config, result
 
 
-def _complete(writer, trial, index: int) -> None:
-    """One finished trial, stored as the sweep stores it."""
+class _Log:
+    """What the trial's history writer reads of a model's log: its progress reports."""
+
+    def __init__(self, history: list[dict]):
+        self.history = history
+
+
+def _complete(writer, experiment_dir: str, trial, index: int) -> None:
+    """One finished trial, stored as the sweep stores it: the trial writes its history part, then
+    reports scalars, which the driver's callback commits."""
+    from sweeps.trainable import write_history
+
     config = trial.to_dict()
-    member = {"config": config, **_metrics(index), "history": _history(index), "step": 400_000}
+    member = {"config": config, **_metrics(index), "step": 400_000}
+    part = write_history(experiment_dir, [_Log(_history(index))], [member])
     writer.on_trial_complete(index, [], _Trial(f"t{index:05d}", {"members": [config]},
-                                               {"done": True, "members": [member], "node_id": "n0"}))
+                                               {"done": True, "members": [member], "results_part": part,
+                                                "node_id": "n0"}))
 
 
 def run_store(store: str, experiment_dir: str, n: int, limit_s: float) -> str:
     from sweeps.results import ResultsWriter
 
     trials = _trials(n)
+    import sweeps.trainable  # noqa: F401  (imported before the clock starts, as on a worker)
+
     writer = ResultsWriter(experiment_dir, ())
     durations = []
     started = time.perf_counter()
     for index, trial in enumerate(trials):
         t0 = time.perf_counter()
-        _complete(writer, trial, index)
+        _complete(writer, experiment_dir, trial, index)
         durations.append(time.perf_counter() - t0)
         if time.perf_counter() - started > limit_s:
             break
     total = time.perf_counter() - started
+    t0 = time.perf_counter()
+    writer.store.compact()
+    final = time.perf_counter() - t0
     first = 1000 * sum(durations[:100]) / len(durations[:100])
     last = 1000 * sum(durations[-100:]) / len(durations[-100:])
     stopped = "" if len(durations) == n else f" stopped_at_limit_s={limit_s:g}"
     return (f"store={store} completions={len(durations)} total_s={total:.1f} first100_ms={first:.0f} "
-            f"last100_ms={last:.0f}{stopped}")
+            f"last100_ms={last:.0f} final_compact_s={final:.1f}{stopped}")
 
 
 def _moto() -> tuple[subprocess.Popen, str]:

@@ -18,9 +18,9 @@ import sys
 import time
 import webbrowser
 
-from analysis.schema import TRIALS_FILE
+from analysis import storage
 from data_pipeline.cli import HelpFormatter
-from sweeps import paper_grid, storage
+from sweeps import paper_grid
 from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 failed.append(preset)
     experiments = [storage.join(args.storage_path, f"{p}-demo") for p in studies]
-    present = [e for e in experiments if TRIALS_FILE in storage.list_names(e)]
+    present = [e for e in experiments if storage.has_results(e)]
     if not present:
         print("error: no demo results to report; run without --report-only first", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 
-from sweeps import storage
+from analysis import storage
 from sweeps.errors import UsageError
 
 LOCK_FILE = "driver.lock"

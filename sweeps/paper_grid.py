@@ -15,8 +15,9 @@ import socket
 import sys
 import textwrap
 
+from analysis import storage
 from data_pipeline.cli import HelpFormatter, Parser
-from sweeps import plan_record, storage
+from sweeps import plan_record
 from sweeps.errors import UsageError
 from sweeps.grid import (
     check_search_bounds,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from sweeps import storage
+from analysis import storage
 from sweeps.errors import UsageError
 from sweeps.trials import NOT_IN_KEY, TrialConfig
 

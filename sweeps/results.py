@@ -1,11 +1,12 @@
-"""The results writer: a Tune callback that appends each finished trial to the parquet files.
+"""The results writer: a Tune callback that commits each finished trial's rows as one part.
 
-It writes as trials finish, so a crash of the driver loses no finished trial, and it replaces rows
-by trial key, so a resumed experiment never stores a trial twice. A trial's history is written
-before its trials row, each file whole (a temporary file renamed; on an object store one PUT of a
-small part file, see ``analysis.schema.write_part``): a crash between the two leaves history that
-no reader sees (``read_results`` shows history only for trials with a row), and the resume writes
-the trial again (``repair``).
+A finished trial writes its models' loss history itself, as a history part in the experiment's
+storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics and the part's
+name. This callback, on the driver, then writes the trials part of the same name, which is the
+commit (``analysis/storage.py``): a crash before it leaves history that no reader sees, and the
+resume stores the trial (``repair``). The driver keeps the stored trial keys in memory (one
+``ResultsStore`` per experiment, read once when a sweep starts), so a commit never reads what
+earlier ones wrote, and a resumed trial never gets a second row.
 """
 
 from __future__ import annotations
@@ -17,21 +18,25 @@ import tempfile
 
 from ray import tune
 
-from analysis.schema import (
-    HISTORY_FILE,
-    HISTORY_SCHEMA,
-    METRIC_FIELDS,
-    TRIALS_FILE,
-    TRIALS_SCHEMA,
-    append_rows,
-    read_results,
-    write_part,
-)
-from sweeps import storage
+from analysis import storage
+from analysis.schema import HISTORY_SCHEMA, METRIC_FIELDS, TRIALS_FILE, TRIALS_SCHEMA
+from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps.packing import dirname, members_of
 from sweeps.trials import TrialConfig
 
 ERRORS_FILE = "errors.jsonl"
+
+_STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
+
+
+def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
+    """The driver's ``ResultsStore`` of an experiment, opened on first use (or again, ``fresh``,
+    when a sweep starts: its stored keys are read then, once). The results callback, the repair on
+    resume and the final compaction share it; a restored Tune run's callback finds it here."""
+    key = storage.normalise(experiment_dir)
+    if fresh or key not in _STORES:
+        _STORES[key] = ResultsStore(key)
+    return _STORES[key]
 
 
 def trial_row(experiment: str, config: dict, result: dict) -> dict:
@@ -51,65 +56,71 @@ def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dic
              "experiment": experiment, "trial_key": config["trial_key"]} for report in history]
 
 
-def store_rows(experiment_dir: str, history: list[dict], rows: list[dict]) -> None:
-    """Commit finished models' rows: history first, then the trials rows (the commit point).
-    Local: each file rewritten to a temporary file and renamed. Remote: one part file each."""
-    if storage.is_remote(experiment_dir):
-        write_part(experiment_dir, history, rows)
-        return
-    append_rows(experiment_dir, HISTORY_FILE, history)
-    append_rows(experiment_dir, TRIALS_FILE, rows)
-
-
-def member_rows(experiment: str, result: dict, remote: bool = False) -> tuple[list[dict], list[dict]]:
-    """(history rows, trials rows) of a Tune trial's final result: one per member that finished,
-    each row linked to its Ray trial (``trial_id``, which Tune puts in every result) and to its
-    TensorBoard folder relative to the experiment (see sweeps/trainable.py): its own folder there,
-    except on remote storage, where a pack's members sit in the pack's."""
+def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dict]:
+    """The trials rows of a Tune trial's final result: one per member that finished, each linked
+    to its Ray trial (``trial_id``, which Tune puts in every result) and to its TensorBoard folder
+    relative to the experiment (see sweeps/trainable.py): its own folder there, except on remote
+    storage, where a pack's members sit in the pack's."""
     shared = {k: result[k] for k in ("node_id", "device") if k in result}
     finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
-    history = [row for config, member in finished
-               for row in history_rows(experiment, config, member.get("history", []))]
-    members = [TrialConfig(m["config"]) for m in result["members"]]
+    pack = dirname([TrialConfig(m["config"]) for m in result["members"]]) if (
+        remote and len(result["members"]) > 1) else None
     rows = []
     for config, member in finished:
         folder = TrialConfig(config).dirname
-        if remote and len(members) > 1:
-            folder = f"{dirname(members)}/{folder}"
+        if pack:
+            folder = f"{pack}/{folder}"
         rows.append({**trial_row(experiment, config, member), "trial_id": result.get("trial_id"),
                      "tensorboard_dir": folder})
-    return history, rows
+    return rows
 
 
-def experiment_name(experiment_dir: str) -> str:
-    return os.path.basename(os.path.normpath(experiment_dir.split("://")[-1]))
+def _commit(store: ResultsStore, result: dict) -> list[dict]:
+    """Commit the models of a finished Tune trial's final result; the rows stored."""
+    experiment = experiment_name(store.experiment)
+    rows = member_rows(experiment, result, storage.is_remote(store.experiment))
+    part = result.get("results_part")
+    if part is None:  # a result of disgen before the trial wrote its own history: it is in the result
+        part = storage.new_part()
+        new = {row["trial_key"] for row in rows} - store.keys
+        history = [row for m in result["members"] if "error" not in m and m["config"]["trial_key"] in new
+                   for row in history_rows(experiment, m["config"], m.get("history", []))]
+        if new and history:
+            storage.write_history_part(store.experiment, part, history)
+    return store.commit(part, rows)
 
 
-def repair(experiment_dir: str, final_results) -> int:
+def repair(store: ResultsStore, final_results) -> int:
     """Store the models of finished Tune trials that have no trials row (the driver died between
-    Tune recording a trial as finished and its rows being committed). ``final_results``: the
-    trials' last results (a ResultGrid's ``metrics``). Returns the models stored."""
-    have = set(read_trials(experiment_dir)["trial_key"])
-    experiment, stored = experiment_name(experiment_dir), 0
+    Tune recording a trial as finished and its rows being committed; the trial's history part is
+    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). Returns
+    the models stored."""
+    stored = 0
     for result in final_results:
-        if not (result or {}).get("done") or "members" not in result:
-            continue
-        history, rows = member_rows(experiment, result, storage.is_remote(experiment_dir))
-        if any(row["trial_key"] not in have for row in rows):
-            store_rows(experiment_dir, history, rows)
-            stored += len(rows)
+        if (result or {}).get("done") and "members" in result:
+            stored += len(_commit(store, result))
     return stored
 
 
 class ResultsWriter(tune.Callback):
-    """Appends finished trials to ``trials.parquet`` and ``history.parquet`` in the experiment
-    folder (``store_rows``). Errors go to ``errors.jsonl``; for a remote store it edits a local
-    copy of that file and uploads it whole."""
+    """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results.
+    Errors go to ``errors.jsonl``; for a remote store it edits a local copy of that file and
+    uploads it whole."""
 
-    def __init__(self, experiment_dir: str, base_trials=()):
+    def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None):
         self.experiment_dir = experiment_dir
         self.base_trials = base_trials  # the planned trials an Optuna trial's config names
-        self.experiment = experiment_name(experiment_dir)
+        self._store = store or results_store(experiment_dir, fresh=True)
+
+    def __getstate__(self):  # Tune keeps its callbacks in its state: the store stays with the driver
+        return {**self.__dict__, "_store": None}
+
+    @property
+    def store(self) -> ResultsStore:
+        """The store given, or (in a restored Tune run) the driver's open one."""
+        if self._store is None:
+            self._store = results_store(self.experiment_dir)
+        return self._store
 
     def _edit(self, filename: str, change) -> None:
         """Apply ``change(local_folder)`` to the experiment's ``filename``, wherever it lives."""
@@ -123,21 +134,13 @@ class ResultsWriter(tune.Callback):
             storage.upload(copy, remote)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl)."""
+        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl).
+        A model whose row is already stored keeps it: a driver killed after the commit but before
+        Tune saved the trial as finished lets the resume run the trial again."""
         result = trial.last_result or {}
         if not result.get("done"):
             return
-        result = {"trial_id": trial.trial_id, **result}
-        history, rows = member_rows(self.experiment, result, storage.is_remote(self.experiment_dir))
-        if rows:
-            # A model whose row is already stored keeps it: a driver killed after the commit but
-            # before Tune saved the trial as finished lets the resume run the trial again.
-            stored = set(read_trials(self.experiment_dir)["trial_key"])
-            new = {row["trial_key"] for row in rows} - stored
-            rows = [row for row in rows if row["trial_key"] in new]
-            history = [row for row in history if row["trial_key"] in new]
-        if rows:
-            store_rows(self.experiment_dir, history, rows)
+        _commit(self.store, {"trial_id": trial.trial_id, **result})
         for member in result["members"]:
             if "error" in member:
                 self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
@@ -159,5 +162,5 @@ class ResultsWriter(tune.Callback):
 
 
 def read_trials(experiment_dir: str):
-    """trials.parquet of a local or remote experiment as a DataFrame (empty if none yet)."""
+    """The trials table of a local or remote experiment as a DataFrame (empty if none yet)."""
     return read_results(experiment_dir, TRIALS_FILE)

@@ -3,9 +3,12 @@
 One call trains one model, or one pack of models (``sweeps.packing``): data from
 ``data_pipeline``, the models and their training loop from ``models`` (``PackedTrainer``, which
 for one model is the plain ``Trainer`` loop), evaluation from ``analysis``. It reports loss terms
-as it goes, writes each model's TensorBoard scalars and reconstruction grids, checkpoints so a
-failed trial resumes where it stopped, and ends with one report that holds the final metrics and
-the loss history: of the model, or of each member of the pack under ``members``.
+as it goes, writes each model's TensorBoard scalars and reconstruction grids, and checkpoints so a
+failed trial resumes where it stopped. At the end it writes its models' loss history itself, as
+one history part in the experiment's storage (``analysis/storage.py``), and then makes one report
+of scalars: the final metrics of the model, or of each member of the pack under ``members``, and
+the part's name (``results_part``), which the driver's results writer commits. Loss histories
+never travel through Tune.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from ray import tune
 from torch.utils.tensorboard import SummaryWriter
 
+from analysis import storage
 from analysis.task_evaluation import evaluate_task
 from analysis.tiles import reconstruction_grid
 from data_pipeline.splits import get_split
@@ -28,6 +32,7 @@ from models import NonFiniteLossError, reconstruct
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
 from sweeps.packing import members_of
+from sweeps.results import history_rows
 from sweeps.trials import TrialConfig
 
 N_GRID_IMAGES = 8
@@ -179,20 +184,32 @@ def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[Tri
     results = []
     for k, (member, log, trial) in enumerate(zip(trainer.members, logs, members)):
         if k in trainer.errors:
-            results.append({"config": trial.to_dict(), "error": trainer.errors[k], "history": log.history})
+            results.append({"config": trial.to_dict(), "error": trainer.errors[k]})
             continue
         metrics = _evaluate(member, data, split, trial, cpus)
         # members of a pack train together: each is credited an equal share of the pack's time
         metrics["train_seconds"] = train_seconds / len(members)
         log.final(member.model, member.step, metrics)
-        results.append({"config": trial.to_dict(), **metrics, "history": log.history, "step": member.step})
+        results.append({"config": trial.to_dict(), **metrics, "step": member.step})
     return results
+
+
+def write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict]) -> str:
+    """The finished members' loss histories as one new history part of the experiment; its name.
+    Written before the final report, so the driver's commit always finds it."""
+    experiment = storage.experiment_name(experiment_dir)
+    rows = [row for log, result in zip(logs, results) if "error" not in result
+            for row in history_rows(experiment, result["config"], log.history)]
+    part = storage.new_part()
+    storage.write_history_part(experiment_dir, part, rows)
+    return part
 
 
 def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
-    ``datasets`` maps ``DataConfig.key`` to a shared dataset; ``run_info`` holds the TensorBoard
-    root, the CPUs per trial, the checkpoint interval and the planned trials (for Optuna's)."""
+    ``datasets`` maps ``DataConfig.key`` to a shared dataset; ``run_info`` holds the experiment's
+    folder or URI (for the history part), the TensorBoard root, the CPUs per trial, the checkpoint
+    interval and the planned trials (for Optuna's)."""
     cpus = run_info["cpus_per_trial"]
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.get("base_trials", ()))
@@ -214,11 +231,12 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     if not _restore(trainer, logs):
         _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id)
     results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started)
+    part = write_history(run_info["experiment_dir"], logs, results)
 
     final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
-             "node_id": node_id, "device": str(trainer.device)}
+             "results_part": part, "node_id": node_id, "device": str(trainer.device)}
     if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
-        final.update({k: v for k, v in results[0].items() if k not in ("config", "history")})
+        final.update({k: v for k, v in results[0].items() if k != "config"})
     with tempfile.TemporaryDirectory() as folder:
         trainer_file.save_final(folder, [m.model.state_dict() for m in trainer.members],
                                 [m.step for m in trainer.members], trainer.errors,

@@ -15,12 +15,12 @@ import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
-from analysis.schema import compact  # noqa: E402
-from sweeps import plan_record, storage  # noqa: E402
+from analysis import storage  # noqa: E402
+from sweeps import plan_record  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
-from sweeps.results import ResultsWriter, read_trials, repair  # noqa: E402
+from sweeps.results import ResultsWriter, read_trials, repair, results_store  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
@@ -165,7 +165,8 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
         run_config=tune.RunConfig(
             name=plan["name"],
             storage_path=plan["storage"],
-            callbacks=[ResultsWriter(plan["experiment_dir"], base), JsonLoggerCallback(),
+            callbacks=[ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"])),
+                       JsonLoggerCallback(),
                        CSVLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -185,7 +186,8 @@ def _dataset_refs(datasets: dict) -> dict:
 def _trainable(args, plan: dict, gpus: float, remote: bool, dataset_refs: dict):
     # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
     # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
-    run_info = {"tensorboard_root": None if remote else plan["experiment_dir"],
+    run_info = {"experiment_dir": plan["experiment_dir"],
+                "tensorboard_root": None if remote else plan["experiment_dir"],
                 "cpus_per_trial": args.cpus_per_trial,
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
                 "base_trials": plan["trials"] if args.search == "optuna" else ()}
@@ -213,7 +215,7 @@ def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
     whose rows never landed (a driver killed while writing them) are written now."""
     print(f"Resuming {experiment_dir}", flush=True)
     grid = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True).fit()
-    repaired = repair(experiment_dir, [result.metrics for result in grid])
+    repaired = repair(results_store(experiment_dir), [result.metrics for result in grid])
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -226,7 +228,7 @@ def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
 def _to_run(plan: dict, covered: set[str]) -> list:
     """The planned trials that no Tune run holds and that have no row yet: all of them for a new
     experiment; for a resume, the ones an extension adds (or a run killed before Tune saved state)."""
-    finished = set(read_trials(plan["experiment_dir"])["trial_key"])
+    finished = results_store(plan["experiment_dir"]).keys
     return [t for t in plan["trials"] if t.trial_key not in covered and t.trial_key not in finished]
 
 
@@ -244,6 +246,7 @@ def run_sweep(args, plan: dict) -> dict:
     started_ray = _connect(args)
     started = time.perf_counter()
     failed, covered = 0, set()
+    store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     try:
         gpus = _gpus_per_trial(args)
         remote = storage.is_remote(experiment_dir)
@@ -265,7 +268,7 @@ def run_sweep(args, plan: dict) -> dict:
     finally:
         if started_ray:
             ray.shutdown()
-    compact(experiment_dir)  # an object store's per-trial parts, folded into the two files
+    store.compact()  # every part, folded into trials.parquet and history.parquet
     trials = read_trials(experiment_dir)
     return {"finished": len(trials), "failed": failed, "trials": trials,
             "seconds": time.perf_counter() - started}

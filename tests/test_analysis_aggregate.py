@@ -6,7 +6,7 @@ import pytest
 
 from analysis.aggregate import add_derived_columns, correlation_table, correlations
 from analysis.loading import load_trials
-from analysis.schema import TRIALS_FILE, append_rows
+from analysis.storage import write_results
 
 
 def frame():
@@ -56,7 +56,7 @@ def test_correlations_defaults_skip_missing_columns():
 def test_load_many_experiments(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        append_rows(tmp_path / name, TRIALS_FILE, [{"experiment": name, "trial_key": f"{name}1", "mig": 0.5}])
+        write_results(tmp_path / name, [{"experiment": name, "trial_key": f"{name}1", "mig": 0.5}])
     df = load_trials(str(tmp_path / "a"), str(tmp_path / "b"))
     assert list(df["experiment"]) == ["a", "b"] and list(df["mig"]) == [0.5, 0.5]
     with pytest.raises(FileNotFoundError, match="no trials.parquet"):

@@ -8,7 +8,7 @@ import pytest
 
 import analysis
 from analysis.report import main as report_main
-from analysis.schema import HISTORY_FILE, TRIALS_FILE, append_rows
+from analysis.storage import write_results
 
 BUCKET = "disgen-test"  # conftest's s3_server creates it
 
@@ -25,9 +25,8 @@ def rows(experiment, n=4, seed_missing=True):
 
 
 def test_dtypes_nullable_integers_and_categoricals(tmp_path):
-    append_rows(tmp_path, TRIALS_FILE, rows("e"))
-    append_rows(tmp_path, HISTORY_FILE, [{"experiment": "e", "trial_key": "e1", "step": 5, "loss": 1.0},
-                                         {"experiment": "e", "trial_key": "e1", "step": None, "loss": 2.0}])
+    write_results(tmp_path, rows("e"), [{"experiment": "e", "trial_key": "e1", "step": 5, "loss": 1.0},
+                                        {"experiment": "e", "trial_key": "e1", "step": None, "loss": 2.0}])
     df = analysis.load_trials(tmp_path)
     assert str(df["seed"].dtype) == "Int64" and df["seed"].isna().sum() == 1 and df["seed"].iloc[1] == 1
     # all null: still Int64
@@ -44,7 +43,7 @@ def test_dtypes_nullable_integers_and_categoricals(tmp_path):
 def test_several_experiments_at_once_keep_categoricals(tmp_path):
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
-        append_rows(tmp_path / name, TRIALS_FILE, rows(name))
+        write_results(tmp_path / name, rows(name))
     df = analysis.load_trials(tmp_path / "one", str(tmp_path / "two"))
     assert len(df) == 8 and set(df["experiment"]) == {"one", "two"}
     assert isinstance(df["experiment"].dtype, pd.CategoricalDtype)
@@ -60,8 +59,7 @@ def test_a_folder_without_results_is_an_error_naming_it(tmp_path):
 def test_results_on_s3_read_by_uri_and_reported_locally(s3_server, tmp_path, capsys):
     local = tmp_path / "exp"
     local.mkdir()
-    append_rows(local, TRIALS_FILE, rows("exp"))
-    append_rows(local, HISTORY_FILE, [{"experiment": "exp", "trial_key": "exp1", "step": 5, "loss": 1.0}])
+    write_results(local, rows("exp"), [{"experiment": "exp", "trial_key": "exp1", "step": 5, "loss": 1.0}])
     (local / "errors.jsonl").write_text('{"trial_key": "gone", "trial_id": "x", "error": "NaN loss"}\n')
     s3 = pafs.S3FileSystem(endpoint_override=s3_server["AWS_ENDPOINT_URL"], region="us-east-1")
     pafs.copy_files(str(local), f"{BUCKET}/disgen/exp", source_filesystem=pafs.LocalFileSystem(),

@@ -11,7 +11,7 @@ from _chromium import CHROMIUM, open_page
 
 from analysis.checkpoints import find_checkpoints, load_checkpoint
 from analysis.report import main as report_main
-from analysis.schema import TRIALS_FILE, append_rows
+from analysis.storage import write_results
 
 pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
 
@@ -87,7 +87,7 @@ def report(tmp_path_factory):
             ]
         )
     ]
-    append_rows(experiment, TRIALS_FILE, rows)
+    write_results(experiment, rows)
     (experiment / "spec.yaml").write_text("preset: default  # <the spec>\n")
     model = write_checkpoint(experiment)
     out = experiment / "report"
@@ -126,7 +126,7 @@ def test_every_image_loads_in_headless_chromium(report, tmp_path):
 
 
 def test_report_without_checkpoints_or_html(tmp_path, capsys):
-    append_rows(tmp_path, TRIALS_FILE, [trial("a", "blank_side", "beta_vae", 0.1, 90.0)])
+    write_results(tmp_path, [trial("a", "blank_side", "beta_vae", 0.1, 90.0)])
     assert report_main([str(tmp_path), "--no-html"]) == 0
     assert not (tmp_path / "report.html").exists()
     assert report_main([str(tmp_path), "--n-bootstrap", "5"]) == 0

@@ -12,7 +12,8 @@ from _chromium import CHROMIUM, dump_dom, open_page
 
 from analysis.figures import disentanglement_vs_nll
 from analysis.html_report import write_html_report
-from analysis.schema import HISTORY_FILE, TRIALS_FILE, TRIALS_SCHEMA, append_rows
+from analysis.schema import TRIALS_SCHEMA
+from analysis.storage import compact, write_results
 
 pytestmark = pytest.mark.slow  # paper-size results rendered three ways, and in Chromium: about a minute
 
@@ -79,8 +80,8 @@ def history_rows(rows, steps=(10, 20, 30)):
 def rendered(request, tmp_path_factory):
     rows = {"dittadi2021": d21_rows, "montero2022": m22_rows, "optuna_60_betas": optuna_rows}[request.param]()
     experiment = tmp_path_factory.mktemp(request.param)
-    append_rows(experiment, TRIALS_FILE, rows)
-    append_rows(experiment, HISTORY_FILE, history_rows(rows[:60]))
+    write_results(experiment, rows, history_rows(rows[:60]))
+    compact(experiment)
     out = experiment / "report"
     write_html_report([str(experiment)], str(out), max_models=0, n_bootstrap=20)
     return request.param, rows, out
@@ -174,7 +175,7 @@ def test_correlations_that_cannot_be_computed_are_folded_and_said_once(tmp_path)
     rng = np.random.default_rng(5)
     rows = [_row(rng, i, split="a", objective=["beta_vae", "ada_gvae"][i // 2 % 2])
             for i in range(4)]
-    append_rows(tmp_path, TRIALS_FILE, rows)
+    write_results(tmp_path, rows)
     write_html_report([str(tmp_path)], str(tmp_path / "r"), max_models=0, n_bootstrap=5)
     page = (tmp_path / "r" / "report.html").read_text()
     assert "rows are left out: they need at least 3 trials" in page

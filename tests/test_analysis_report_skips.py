@@ -9,7 +9,7 @@ import torch
 from test_analysis_report import trial, write_events
 
 from analysis.html_report import write_html_report
-from analysis.schema import TRIALS_FILE, append_rows
+from analysis.storage import write_results
 
 pytestmark = pytest.mark.slow  # trains the models it reports in a module fixture: about 5 s
 
@@ -48,8 +48,8 @@ def good_checkpoint(folder, key, extra=None):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     experiment = tmp_path_factory.mktemp("broken")
-    append_rows(experiment, TRIALS_FILE, [trial(k, "blank_side", "beta_vae", 0.1 * i, 80 + i)
-                                          for i, k in enumerate(CASES)])
+    write_results(experiment, [trial(k, "blank_side", "beta_vae", 0.1 * i, 80 + i)
+                               for i, k in enumerate(CASES)])
     for key, problem in CASES.items():
         folder = experiment / f"blank_side-{key}"
         folder.mkdir()

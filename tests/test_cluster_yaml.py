@@ -165,7 +165,7 @@ def test_no_aws_secret_is_copied_or_forwarded(cluster, monkeypatch):
     for secret in ("AWS_SECRET", "AWS_ACCESS_KEY", "AWS_SESSION_TOKEN", "aws_secret", ".aws"):
         assert secret not in text
     assert not any(".aws" in str(local) for local in cluster["file_mounts"].values())
-    from sweeps import storage
+    from analysis import storage
 
     for name, value in {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret",
                         "AWS_SESSION_TOKEN": "token", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}.items():

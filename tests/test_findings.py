@@ -359,11 +359,11 @@ def test_findings_pick_each_study_by_preset():
 @pytest.mark.slow  # writes a report: about 5 s
 def test_report_puts_the_findings_first(tmp_path, capsys):
     from analysis.report import main as report_main
-    from analysis.schema import TRIALS_FILE, append_rows
+    from analysis.storage import write_results
 
     df = m21_table({"blank_side": 8.0, "shape2tx": 1.05, "leave1out": 1.1})  # recombination-to-range: ✗
     rows = [{**row, "experiment": "m21", "trial_key": f"t{i}"} for i, row in enumerate(df.to_dict("records"))]
-    append_rows(tmp_path, TRIALS_FILE, rows)
+    write_results(tmp_path, rows)
     assert report_main([str(tmp_path), "--max-models", "0", "--no-progress", "--n-bootstrap", "50"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Findings") and "✗ Montero et al. 2021 (§2.1, Fig. 3)" in out
@@ -379,14 +379,14 @@ def test_report_puts_the_findings_first(tmp_path, capsys):
 
 @pytest.mark.slow  # writes a report: about 5 s
 def test_demo_report_only_writes_the_findings_report(tmp_path, capsys):
-    from analysis.schema import TRIALS_FILE, append_rows
+    from analysis.storage import write_results
     from sweeps import demo
 
     df = m21_table({"blank_side": 8.0, "shape2tx": 3.0, "leave1out": 1.1})
     rows = [{**row, "experiment": "montero2021-demo", "trial_key": f"t{i}"}
             for i, row in enumerate(df.to_dict("records"))]
     (tmp_path / "montero2021-demo").mkdir()
-    append_rows(tmp_path / "montero2021-demo", TRIALS_FILE, rows)
+    write_results(tmp_path / "montero2021-demo", rows)
     assert demo.main(["--storage-path", str(tmp_path), "--report-only", "--no-open"]) == 0
     page = (tmp_path / "demo-report" / "report.html").read_text()
     assert page.count("✓ Montero et al. 2021") == 2

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from analysis.storage import PARTS_DIR
 from sweeps.grid import get_spec, trial_configs
 from sweeps.paper_grid import main
 from sweeps.trials import trial_key
@@ -110,6 +111,12 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     assert sorted(history["step"].unique()) == [5, 10, 15, 20]
     assert set(history["trial_key"]) == set(trials["trial_key"])
     assert np.isfinite(history[["loss", "reconstruction", "kl"]]).all().all()
+    assert not (experiment / PARTS_DIR).exists()  # the run's parts, compacted into the two files
+    # Tune saw scalars: its record of each trial's final report names the history part, and holds
+    # no loss history
+    finals = [json.loads((experiment / d / "result.json").read_text().splitlines()[-1])
+              for d in trials["tensorboard_dir"]]
+    assert all(f["done"] and f["results_part"] and "history" not in f["members"][0] for f in finals)
 
     files = event_files(experiment)
     trial_dirs = {os.path.dirname(f) for f in files}

@@ -3,8 +3,7 @@ relative to the experiment (where sweeps/trainable.py writes the model's event f
 
 from types import SimpleNamespace
 
-import pandas as pd
-
+from analysis.storage import read_results
 from sweeps.packing import dirname, tune_config
 from sweeps.results import ResultsWriter, member_rows
 from sweeps.trials import TrialConfig
@@ -26,7 +25,7 @@ def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_p
     result = {"done": True, "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
     writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00001", config=tune_config(pack),
                                                     last_result=result))
-    trials = pd.read_parquet(tmp_path / "trials.parquet").set_index("trial_key")
+    trials = read_results(tmp_path).set_index("trial_key")
     assert trials.loc[one.trial_key, "trial_id"] == "abc_00000"
     assert trials.loc[one.trial_key, "tensorboard_dir"] == one.dirname
     for m in pack:  # locally, each member writes to its own folder under the experiment
@@ -37,8 +36,8 @@ def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_p
 def test_on_remote_storage_a_packs_members_sit_in_the_packs_folder():
     pack = [member(2.0, 0), member(4.0, 1)]
     result = {"trial_id": "x", "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
-    _, rows = member_rows("exp", result, remote=True)
+    rows = member_rows("exp", result, remote=True)
     assert [r["tensorboard_dir"] for r in rows] == [f"{dirname(pack)}/{m.dirname}" for m in pack]
     assert {r["trial_id"] for r in rows} == {"x"}
-    _, rows = member_rows("exp", {**result, "members": result["members"][:1]}, remote=True)
+    rows = member_rows("exp", {**result, "members": result["members"][:1]}, remote=True)
     assert rows[0]["tensorboard_dir"] == pack[0].dirname

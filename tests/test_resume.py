@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 from sweep_runs import wait_for
 
+from analysis.storage import read_results
+
 # Columns of trials.parquet that differ between two runs of the same trials, and why. Every other
 # column must be equal.
 EXPECTED_TO_DIFFER = {
@@ -27,8 +29,7 @@ EXPECTED_TO_DIFFER = {
 
 
 def finished_rows(experiment):
-    path = experiment / "trials.parquet"
-    return len(pd.read_parquet(path)) if path.exists() else 0
+    return len(read_results(str(experiment)))  # a running sweep's rows are parts until it ends
 
 
 def sweep_argv(grid, tmp_path, name, *extra):
@@ -129,7 +130,7 @@ def test_a_driver_killed_after_one_finished_trial_resumes_to_the_uninterrupted_r
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    before = pd.read_parquet(experiment / "trials.parquet")
+    before = read_results(str(experiment))
     assert len(before) == 1, "the driver was killed after exactly one finished trial"
 
     with checkpoint_signals.releasing():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from sweep_runs import TWO_SHORT_TRIALS, wait_for
 
+from analysis.storage import read_results
 from sweeps import plan_record
 from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE
@@ -20,8 +21,7 @@ GRID = TWO_SHORT_TRIALS.replace("steps: 10", "steps: 40")  # long enough to kill
 
 
 def rows(experiment):
-    path = experiment / "trials.parquet"
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame({"trial_key": []})
+    return read_results(str(experiment))  # a running sweep's rows are parts until it ends
 
 
 @pytest.mark.slow
