@@ -307,7 +307,7 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
             progress: bool = True) -> dict:
     """Convert the real file ``path`` into the prepared layout at ``out`` (a local folder or a
     URI); the manifest. ``dataset`` defaults to the one the file's published name belongs to;
-    ``rows_per_block`` to about 64 MiB of images, aligned to the file's chunks. A finished
+    ``rows_per_block`` to about 64 MiB of images; either is rounded down to whole hdf5 chunks. A finished
     conversion of the same file (name, size, modification time) is not redone."""
     from data_pipeline.sources import by_filename
 
@@ -324,7 +324,7 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
     if rows_per_block is not None and rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1; got {rows_per_block}")
     step = rows_per_block or prepared.rows_per_block(source.image_shape)
-    if rows_per_block is None and source.step > 1:
+    if source.step > 1:  # whole chunks of the source per block: each chunk is decompressed once
         step = max(source.step, step // source.step * source.step)
     identity = {"kind": "file", **source.identity, "rows_per_block": step}
     try:

@@ -82,7 +82,8 @@ def procedural_reference(dataset: str, n_images: int | None, seed: int) -> Datas
     """The grid points a generator renders for (``n_images``, ``seed``); computed, not rendered."""
     dataset = canonical_name(dataset)
     index = grid_draw(factor_space(dataset), n_images, seed)
-    n_images = None if len(index) == factor_space(dataset).n_images else n_images
+    if len(index) == factor_space(dataset).n_images:  # the whole grid, whatever was asked
+        n_images, seed = None, 0
     content = {"generator": dataset, "version": GENERATOR_VERSIONS[dataset],
                "grid_index": hashlib.sha256(index.tobytes()).hexdigest()}
     return DatasetReference("procedural", dataset, f"generator:{dataset}", _hash(content), n_images, seed)

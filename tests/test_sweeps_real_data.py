@@ -122,22 +122,39 @@ def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(t
 
 
 @pytest.mark.slow
-def test_a_sweep_trains_on_the_real_file_next_to_the_generator(ray_session, tmp_path, monkeypatch, capsys):
+def test_a_sweep_trains_on_the_real_file_its_prepared_copy_and_the_generator(ray_session, tmp_path, monkeypatch,
+                                                                            capsys):
+    from data_pipeline.prepare import main as prepare
+
     space, _ = write_circles(tmp_path)
-    monkeypatch.setenv("DISGEN_DATA", str(tmp_path))
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
+    monkeypatch.setenv("DISGEN_DATA", str(tmp_path))  # the real file and DIR/circles/, prepared from it
     grid = tmp_path / "grid.yaml"
-    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", "axes:\n  data_source: [procedural, real]\n"))
+    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", "axes:\n  data_source: [procedural, real, prepared]\n"))
     argv = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
     assert main(argv) == 0
-    assert "2 of 2 trials finished" in capsys.readouterr().out
+    assert "3 of 3 trials finished" in capsys.readouterr().out
     trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet").set_index("data_source")
-    assert sorted(trials.index) == ["procedural", "real"]
+    assert sorted(trials.index) == ["prepared", "procedural", "real"]
     train, test = get_split("circles", "midpos").train_test_indices(space.all_classes(), space)
     assert (trials.loc["real", "n_train_images"], trials.loc["real", "n_test_images"]) == (len(train), 4)
     assert trials.loc["procedural", "n_train_images"] == 924  # the generator's 32 × 32 grid
     assert json.loads(trials.loc["real", "config"])["data_source"] == "real"
-    # each row names the data it read: the file, or the generator, and the content id of its bytes
+    assert np.isfinite(trials["test_nll"]).all() and trials["trial_key"].is_unique
+    # the prepared copy holds the real file's bytes: the same numbers, to the last bit
+    metrics = ["train_nll", "test_nll", "n_train_images", "n_test_images"]
+    assert trials.loc["prepared", metrics].tolist() == trials.loc["real", metrics].tolist()
+    # each row names the data it read: the file, the prepared folder or the generator, and a content id
     assert trials.loc["real", "data_uri"] == str(tmp_path / "circles.npz")
+    assert trials.loc["prepared", "data_uri"] == str(tmp_path / "circles")
+    assert trials.loc["prepared", "data_content_id"] == json.loads(
+        (tmp_path / "circles" / "manifest.json").read_text())["content_id"]
     assert trials.loc["procedural", "data_uri"] == "generator:circles"
     assert trials["data_content_id"].str.len().eq(64).all() and trials["data_content_id"].is_unique
-    assert np.isfinite(trials["test_nll"]).all() and trials["trial_key"].is_unique
+    built = lambda: sorted(r["kind"] for r in materialisations()  # noqa: E731
+                           if r["content_id"] in set(trials["data_content_id"]))
+    assert built() == ["file", "prepared", "procedural"]  # each materialised once on this node
+    # extending the experiment (a second seed: three more trials) reads nothing the node already holds
+    assert main([*argv, "--resume", "--seeds", "2"]) == 0
+    assert "6 of 6 trials finished" in capsys.readouterr().out
+    assert built() == ["file", "prepared", "procedural"]
