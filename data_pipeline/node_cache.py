@@ -184,7 +184,8 @@ def materialise(reference: DatasetReference, cache_dir=None) -> Path:
         started = time.perf_counter()
         try:
             manifest = BUILDERS[reference.kind](reference, building)
-            prepared.verify(building)
+            if reference.kind != "prepared":  # a copy was checked byte by byte on the way in
+                prepared.verify(building)
             os.rename(building, final)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
