@@ -8,6 +8,11 @@ a :class:`~data_pipeline.node_cache.DatasetReference` (where the bytes are, and 
 names them), which Tune hands to the trials; each node then materialises it once into its cache
 and every trial there memory-maps it (:mod:`data_pipeline.node_cache`).
 
+With ``--data-source procedural --data-dir DIR`` (a folder every node sees, or a URI), each
+procedural dataset is instead rendered once, in parallel Ray Data blocks, to ``DIR/<dataset>-<content
+id>/`` in the prepared layout before the trials start (:func:`share_procedural`, once Ray is up),
+and the nodes cache it from there rather than each rendering it.
+
 The driver reads only what it needs to check the trials before Ray starts: a real file's keys,
 array headers and labels, a prepared folder's manifest and factor classes (a few MB), never an
 image. A missing or malformed file is a one-line :class:`UsageError`. Subsets (``n_images``) are
@@ -142,3 +147,30 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
             check_fits(labels, trial)
             checked.add((data.key, data.split))
     return references
+
+
+def share_procedural(references: dict, shared_dir: str) -> dict:
+    """The references with every procedural dataset rendered once to ``shared_dir`` (Ray Data
+    blocks on the cluster, skipped where a finished copy is there) and named by that copy. Needs a
+    running Ray; the driver holds no image."""
+    from data_pipeline import prepared
+    from data_pipeline.prepare import prepare
+
+    shared: dict = {}
+    out = {}
+    for key, reference in references.items():
+        if reference.kind != "procedural":
+            out[key] = reference
+            continue
+        if reference.entry not in shared:
+            uri = prepared.join(prepared.normalise(shared_dir), reference.entry)
+            try:
+                manifest = prepared.read_manifest(uri)
+                print(f"Using {reference.dataset} rendered earlier at {uri}", flush=True)
+            except (FileNotFoundError, ValueError):
+                print(f"Rendering {reference.dataset} ({reference.n_images or 'full grid'} images) once, to "
+                      f"{uri} (Ray Data)…", flush=True)
+                manifest = prepare(reference.dataset, uri, n_images=reference.n_images, seed=reference.seed)
+            shared[reference.entry] = prepared_reference(uri, manifest)
+        out[key] = shared[reference.entry]
+    return out

@@ -97,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "Each node caches a dataset once ($DISGEN_CACHE) and its trials memory-map it")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="folder holding the real files (dsprites_ndarray_…npz, 3dshapes.h5, "
-                             "mpi3d_toy.npz, circles.npz…), or with --data-source prepared the folder or "
-                             "URI holding DIR/<dataset>/; default: $DISGEN_DATA")
+                             "mpi3d_toy.npz, circles.npz…); with --data-source prepared, the folder or "
+                             "URI holding DIR/<dataset>/; with --data-source procedural, shared storage "
+                             "(a folder every node sees, or a URI) where each dataset is rendered once, "
+                             "by Ray Data, for the nodes to cache; default: $DISGEN_DATA")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
     parser.add_argument("--pack-size", default="auto", metavar="N|auto",
@@ -174,14 +176,16 @@ def check_data_dir(args) -> None:
     if not args.data_dir:
         return
     if "://" in args.data_dir:
-        if args.data_source != "prepared":
+        if args.data_source not in ("prepared", "procedural"):
             raise UsageError(f"--data-dir {args.data_dir}: real files are read from a local folder; for "
                              "data in an object store, prepare it there (python -m data_pipeline.prepare "
                              "DATASET --from-file FILE --out URI/DATASET) and pass --data-source prepared")
         return
     if not os.path.isdir(args.data_dir):
-        what = "the prepared datasets (DIR/<dataset>/)" if args.data_source == "prepared" else "the real data files"
-        raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds {what}")
+        what = {"prepared": "the prepared datasets (DIR/<dataset>/)",
+                "procedural": "the rendered datasets (create it first: a folder every node sees)"}
+        raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
+                         f"{what.get(args.data_source, 'the real data files')}")
 
 
 def load_spec(args) -> tuple[dict, str]:
@@ -230,8 +234,10 @@ def plan(args) -> dict:
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
     # or malformed real file or prepared folder stops the run before Ray starts.
     data = plan_data(trials, data_dir)
+    # --data-source procedural --data-dir: render each dataset once, there (once Ray is up)
+    shared_dir = args.data_dir if args.data_source == "procedural" else None
     return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "trials": trials, "data": data,
+            "preset": preset, "seeds": seeds, "trials": trials, "data": data, "shared_dir": shared_dir,
             "record": record, "added": added}
 
 

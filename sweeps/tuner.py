@@ -17,6 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis.schema import compact  # noqa: E402
 from sweeps import plan_record, storage  # noqa: E402
+from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
@@ -241,6 +242,8 @@ def run_sweep(args, plan: dict) -> dict:
     failed, covered = 0, set()
     try:
         gpus = _gpus_per_trial(args)
+        if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
+            plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
         remote = storage.is_remote(experiment_dir)
         trainable = _trainable(args, plan, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
