@@ -31,7 +31,6 @@ from data_pipeline import prepared
 from data_pipeline.spaces import canonical_name, dsprites_space, mpi3d_space, shapes3d_space, sprite_space
 
 PROGRESS = "progress.json"
-DEFAULT_PIECE = 10_000
 PICKLED = "which disgen never loads (unpickling can run code)"
 
 
@@ -58,7 +57,8 @@ def _npy_header(stream) -> tuple[tuple[int, ...], np.dtype]:
 class RealFile:
     """A real dataset file, its labels read and its images not: ``n``, ``image_shape`` (C, H, W),
     ``classes``, ``factor_space``, ``name``, ``identity`` (file name, bytes, modification time),
-    and :meth:`pieces` to stream the images as the prepared layout stores them."""
+    ``chunk`` (an hdf5 file's chunk depth, else 1), and :meth:`pieces` to stream the images as the
+    prepared layout stores them."""
 
     def __init__(self, path, dataset: str, bins=None):
         from data_pipeline import loaders
@@ -68,7 +68,7 @@ class RealFile:
             raise FileNotFoundError(f"{self.path}: no such file")
         self.name = "labelled" if str(dataset).lower() == "labelled" else canonical_name(dataset)
         self.suffix = self.path.suffix.lower()
-        self._loaders, self.binary, self.step = loaders, False, DEFAULT_PIECE
+        self._loaders, self.binary, self.chunk = loaders, False, 1
         stat = self.path.stat()
         self.identity = {"file": self.path.name, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
         if self.name == "labelled":
@@ -82,7 +82,8 @@ class RealFile:
         else:
             self._sprites()
         if len(self.classes) != self.n:
-            raise ValueError(f"{self.path}: expected one label row per image ({self.n:,}); got {len(self.classes):,}")
+            raise ValueError(f"{self.path}: expected one label row per image ({self.n:,}); "
+                             f"got {len(self.classes):,}")
 
     # -- reading headers and small arrays -------------------------------------------------------
 
@@ -137,7 +138,7 @@ class RealFile:
         self._loaders._expect(f"{self.path}: {key}", header, shape=shape, dtype=dtype)
         self.key, self.n, self.header = key, header.shape[0], header
         if header.chunks:
-            self.step = max(1, header.chunks[0])
+            self.chunk = max(1, header.chunks[0])
 
     def _dsprites(self) -> None:
         space = dsprites_space()
@@ -163,7 +164,8 @@ class RealFile:
         space = shapes3d_space()
         self._images("images", (None, 64, 64, 3), np.uint8)
         labels = self._header("labels")
-        self._loaders._expect(f"{self.path}: labels", labels, shape=(None, 6), dtype=np.floating, length=self.n)
+        self._loaders._expect(f"{self.path}: labels", labels, shape=(None, 6), dtype=np.floating,
+                              length=self.n)
         self.classes = self._loaders._classes_from_values(self._array("labels"), space, self.path)
         self.factor_space, self.image_shape = space, (3, 64, 64)
 
@@ -231,7 +233,8 @@ class RealFile:
         """A piece as the prepared layout stores it: (n, C, H, W) uint8 0..255."""
         if self.binary:
             if images.size and images.max() > 1:
-                raise ValueError(f"{self.path}: {self.key}: expected 0/1 pixels; got values up to {images.max()}")
+                raise ValueError(f"{self.path}: {self.key}: expected 0/1 pixels; got values up to "
+                                 f"{images.max()}")
             images = images.astype(np.uint8) * np.uint8(255)
         elif images.dtype == bool:
             images = images.astype(np.uint8) * np.uint8(255)
@@ -242,7 +245,7 @@ class RealFile:
     def pieces(self, start: int = 0, step: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, images (n, C, H, W) uint8 0..255) from ``start`` to the end, ``step`` rows at
         a time. M22's files hold 0/1 or 0/255 pixels; a first pass finds which."""
-        step = step or self.step
+        step = step or max(self.chunk, prepared.rows_per_block(self.image_shape))
         if self.binary is None:
             self.binary = all(piece.max(initial=0) <= 1 for _, piece in self._raw(0, step))
         for first, piece in self._raw(start, step):
@@ -324,8 +327,8 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
     if rows_per_block is not None and rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1; got {rows_per_block}")
     step = rows_per_block or prepared.rows_per_block(source.image_shape)
-    if source.step > 1:  # whole chunks of the source per block: each chunk is decompressed once
-        step = max(source.step, step // source.step * source.step)
+    if source.chunk > 1:  # whole hdf5 chunks per block: each chunk is decompressed once
+        step = max(source.chunk, step // source.chunk * source.chunk)
     identity = {"kind": "file", **source.identity, "rows_per_block": step}
     try:
         manifest = prepared.read_manifest(out)

@@ -161,7 +161,8 @@ class GroundTruthDataset:
         copied (an :class:`ImageRows` view), only the classes. ``observe`` keeps this dataset's
         ``observe`` (it reaches any grid point, so it still serves the subset)."""
         rows = np.asarray(rows, dtype=np.int64)
-        images = self.images.subset(rows) if isinstance(self.images, ImageRows) else ImageRows([self.images], rows)
+        images = self.images if isinstance(self.images, ImageRows) else ImageRows([self.images])
+        images = images.subset(rows)
         return GroundTruthDataset(self.name, images, self.classes[rows], self.factor_space,
                                   observe=self.observe if observe else None)
 

@@ -37,7 +37,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from data_pipeline import prepared
-from data_pipeline.datasets import GENERATOR_VERSIONS, GroundTruthDataset, factor_space, grid_draw, render_stored
+from data_pipeline.datasets import (
+    GENERATOR_VERSIONS,
+    GroundTruthDataset,
+    factor_space,
+    grid_draw,
+    render_stored,
+)
 from data_pipeline.spaces import canonical_name
 
 LOG = "materialisations.jsonl"
@@ -129,7 +135,8 @@ def _render(reference: DatasetReference, out: Path) -> dict:
     index = grid_draw(space, reference.n_images, reference.seed)
     image_shape = render_stored(name, space.classes_of(index[:1])).shape[1:]
     step = prepared.rows_per_block(image_shape)
-    blocks = [prepared.write_block(out, first, render_stored(name, space.classes_of(index[first:first + step])))
+    render = lambda rows: render_stored(name, space.classes_of(rows))  # noqa: E731
+    blocks = [prepared.write_block(out, first, render(index[first:first + step]))
               for first in range(0, len(index), step)]
     classes = prepared.write_classes(out, space.classes_of(index))
     source = {"kind": "procedural", "generator_version": GENERATOR_VERSIONS[name],

@@ -105,7 +105,8 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
         return write_rendered_block(dataset, ray.get(index_ref)[first:first + step], first, out)
 
     blocks = tasks.map(render_block).take_all()
-    return _finish(dataset, out, index, blocks, n_images, reduced, seed, time.perf_counter() - start, "ray.data")
+    seconds = time.perf_counter() - start
+    return _finish(dataset, out, index, blocks, n_images, reduced, seed, seconds, "ray.data")
 
 
 def prepare_single_process(dataset: str, out: str, n_images: int | None = None, reduced: bool = False,
@@ -183,11 +184,12 @@ def main(argv: list[str] | None = None) -> None:
         if not args.out:
             parser.fail("--out", "expected a folder or URI; got an empty string")
         try:
-            manifest = convert(args.from_file, args.out, dataset=args.dataset, rows_per_block=args.rows_per_block)
+            manifest = convert(args.from_file, args.out, dataset=args.dataset,
+                               rows_per_block=args.rows_per_block)
         except (ValueError, FileNotFoundError, OSError) as error:
             parser.error(reason(error))
-        print(f"{manifest['n_images']:,} images of {args.from_file} in {len(manifest['blocks'])} blocks under "
-              f"{args.out} (content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s)")
+        print(f"{manifest['n_images']:,} images of {args.from_file} in {len(manifest['blocks'])} blocks "
+              f"under {args.out} (content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s)")
         return
     _check_arguments(parser, args)
     options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_block=args.rows_per_block,

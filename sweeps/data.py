@@ -28,7 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from data_pipeline.factors import FactorSpace
-from data_pipeline.node_cache import DatasetReference, file_reference, prepared_reference, procedural_reference
+from data_pipeline.node_cache import (
+    DatasetReference,
+    file_reference,
+    prepared_reference,
+    procedural_reference,
+)
 from data_pipeline.splits import get_split
 from data_pipeline.subsets import subset_rows
 from sweeps.errors import UsageError
@@ -115,11 +120,13 @@ def check_fits(data: Labels, trial: TrialConfig) -> None:
         raise UsageError(f"{data.what} has {data.channels}-channel images but disgen's {data.name} has "
                          f"{trial.model.channels}; check that it is {data.name}")
     try:
-        rows = subset_rows(data.name, data.classes, data.factor_space, trial.data.n_images, trial.data.data_seed)
+        rows = subset_rows(data.name, data.classes, data.factor_space, trial.data.n_images,
+                           trial.data.data_seed)
     except ValueError as error:
         raise UsageError(f"{data.what}: {error}") from None
     classes = data.classes if rows is None else data.classes[rows]
-    train_rows, _ = get_split(trial.data.dataset, trial.data.split).train_test_indices(classes, data.factor_space)
+    split = get_split(trial.data.dataset, trial.data.split)
+    train_rows, _ = split.train_test_indices(classes, data.factor_space)
     if not len(train_rows):
         raise UsageError(f"split {trial.data.split!r} leaves no training images in {data.what} "
                          f"({len(classes):,} images); use more images or another split")

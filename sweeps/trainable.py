@@ -2,7 +2,8 @@
 
 One call trains one model, or one pack of models (``sweeps.packing``): data from
 ``data_pipeline`` (the trial is handed a dataset reference, which this node's cache materialises
-once and memory-maps: ``data_pipeline.node_cache``), the models and their training loop from ``models`` (``PackedTrainer``, which
+once and memory-maps: ``data_pipeline.node_cache``), the models and their training loop from
+``models`` (``PackedTrainer``, which
 for one model is the plain ``Trainer`` loop), evaluation from ``analysis``. It reports loss terms
 as it goes, writes each model's TensorBoard scalars and reconstruction grids, checkpoints so a
 failed trial resumes where it stopped, and ends with one report that holds the final metrics and

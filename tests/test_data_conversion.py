@@ -45,7 +45,7 @@ def test_shapes3d_converts_to_the_same_images_and_classes_memory_mapped(tmp_path
     source = shapes3d_file
     header = conversion.RealFile(source, "shapes3d")  # labels and header only: no image is read
     expected = load_shapes3d(source, verify=False)
-    assert (header.n, header.image_shape, header.step) == (N_SHAPES, (3, 64, 64), CHUNK)
+    assert (header.n, header.image_shape, header.chunk) == (N_SHAPES, (3, 64, 64), CHUNK)
     assert np.array_equal(header.classes, expected.classes)
     manifest = conversion.convert(source, tmp_path / "ra", rows_per_block=300, progress=False)
     assert [b["count"] for b in manifest["blocks"]] == [250, 250, 200]  # rounded down to whole chunks

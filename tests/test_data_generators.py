@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_pipeline import DATASETS, factor_space, load_procedural, render
+from data_pipeline import DATASETS, factor_space, render
 from data_pipeline.mpi3d import reduced_classes
 
 

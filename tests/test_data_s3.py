@@ -53,8 +53,8 @@ def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tm
     out = _run(["data_pipeline.prepare", "dsprites", "--out", f"{data_dir}/dsprites", "--n-images", "2000",
                 "--rows-per-block", "700", "--num-cpus", "2", "--address", "local"], environment, tmp_path)
     assert "2,000 images in 3 blocks" in out
-    keys = sorted(item["Key"].rsplit("/", 1)[1]
-                  for item in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="prepared/dsprites/")["Contents"])
+    listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="prepared/dsprites/")["Contents"]
+    keys = sorted(item["Key"].rsplit("/", 1)[1] for item in listed)
     assert keys == ["classes.npy", "images-000000000.npy", "images-000000700.npy", "images-000001400.npy",
                     "manifest.json"]
     manifest = prepared.read_manifest(f"{data_dir}/dsprites")
@@ -77,6 +77,19 @@ def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tm
     assert row["data_source"] == "prepared" and json.loads(row["config"])["data_source"] == "prepared"
     assert row["data_uri"] == f"{data_dir}/dsprites"  # the row names the prepared dataset
     assert row["data_content_id"] == manifest["content_id"] and np.isfinite(row["test_nll"])
+
+    # a real file converted straight to S3 (prepare --from-file) reads back the same
+    from data_pipeline import factor_space, render
+    from data_pipeline.prepare import main as prepare
+
+    space = factor_space("circles")
+    np.savez(tmp_path / "circles.npz", images=render("circles", space.all_classes()),
+             factor_values=space.raw_values(space.all_classes()), factor_sizes=np.array(space.sizes))
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", f"{data_dir}/circles",
+             "--rows-per-block", "300"])
+    circles = open_reference(prepared_reference(f"{data_dir}/circles"), cache_dir=tmp_path / "mine")
+    assert len(circles.images.blocks) == 4 and np.array_equal(circles.classes, space.all_classes())
+    assert np.array_equal(circles.images[np.arange(1024)][:, 0], render("circles", space.all_classes()))
 
     # a block altered on the server is refused by a node that has not cached it yet
     s3 = boto3.client("s3")

@@ -109,8 +109,9 @@ def test_nodes_smaller_than_the_data_cache_it_once_each_and_no_object_store_hold
     store = 80 * 2**20  # each node's object store: smaller than the data
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
-        nodes = [cluster.add_node(num_cpus=1, object_store_memory=store, env_vars={"DISGEN_CACHE": str(cache)})
-                 for cache in caches]  # each node its own cache folder, as on separate machines
+        # each node its own cache folder, as on separate machines
+        nodes = [cluster.add_node(num_cpus=1, object_store_memory=store,
+                                  env_vars={"DISGEN_CACHE": str(cache)}) for cache in caches]
         cluster.wait_for_nodes()
         argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
                 "--storage-path", str(tmp_path), "--name", "exp", "--data-source", "procedural",

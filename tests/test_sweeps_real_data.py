@@ -122,15 +122,16 @@ def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(t
 
 
 @pytest.mark.slow
-def test_a_sweep_trains_on_the_real_file_its_prepared_copy_and_the_generator(ray_session, tmp_path, monkeypatch,
-                                                                            capsys):
+def test_a_sweep_trains_on_the_real_file_its_prepared_copy_and_the_generator(ray_session, tmp_path,
+                                                                            monkeypatch, capsys):
     from data_pipeline.prepare import main as prepare
 
     space, _ = write_circles(tmp_path)
     prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
     monkeypatch.setenv("DISGEN_DATA", str(tmp_path))  # the real file and DIR/circles/, prepared from it
     grid = tmp_path / "grid.yaml"
-    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", "axes:\n  data_source: [procedural, real, prepared]\n"))
+    axis = "axes:\n  data_source: [procedural, real, prepared]\n"
+    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", axis))
     argv = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
     assert main(argv) == 0
     assert "3 of 3 trials finished" in capsys.readouterr().out
