@@ -77,13 +77,28 @@ def test_a_partial_real_file_is_subsampled_by_rows_and_too_many_images_is_refuse
         plan_data([config(n_images=30)], str(tmp_path))
 
 
-def test_data_dir_makes_every_trial_real_and_rows_record_it(tmp_path):
+def test_data_dir_makes_every_trial_real_and_the_driver_reads_no_image(tmp_path, monkeypatch):
+    from data_pipeline import conversion, prepared
+    from data_pipeline.prepare import main as prepare
+
     write_circles(tmp_path)
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
+
+    def no_images(*args, **kwargs):
+        raise AssertionError("the driver read images")
+
+    # the driver plans from headers, labels and manifests: every way to the pixels is closed
+    monkeypatch.setattr(conversion.RealFile, "_raw", no_images)
+    monkeypatch.setattr(prepared, "open_dataset", no_images)
+    monkeypatch.setattr(prepared, "copy_verified", no_images)
+    monkeypatch.setattr("data_pipeline.node_cache.materialise", no_images)
     grid = tmp_path / "grid.yaml"
     grid.write_text(textwrap.dedent(GRID))
-    args = build_parser().parse_args(["--grid", str(grid), "--scale", "tiny", "--data-dir", str(tmp_path),
-                                      "--storage-path", str(tmp_path / "out")])
-    run_plan = plan(args)
+    base = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path / "out")]
+    prepared_args = [*base, "--data-source", "prepared", "--data-dir", str(tmp_path)]
+    prepared_plan = plan(build_parser().parse_args(prepared_args))
+    assert prepared_plan["data"][("prepared", "circles", None, 0)].uri == str(tmp_path / "circles")
+    run_plan = plan(build_parser().parse_args([*base, "--data-dir", str(tmp_path)]))
     assert {c["data_source"] for c in run_plan["trials"]} == {"real"}
     assert list(run_plan["data"]) == [("real", "circles", None, 0)]
     assert run_plan["data"][("real", "circles", None, 0)].uri == str(tmp_path / "circles.npz")
