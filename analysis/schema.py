@@ -28,6 +28,11 @@ CONFIG_FIELDS = [
     # procedural (rendered by disgen's generators) or real (the dataset's real file); null in
     # files written before the column existed, which were all procedural.
     pa.field("data_source", pa.string()),
+    # The dataset the trial read: where (a prepared folder or URI, a real file's path, or
+    # generator:<dataset>) and the content id that names its bytes (data_pipeline.node_cache);
+    # null in files written before the columns existed.
+    pa.field("data_uri", pa.string()),
+    pa.field("data_content_id", pa.string()),
     pa.field("split", pa.string()),
     pa.field("condition", pa.string()),
     pa.field("architecture", pa.string()),

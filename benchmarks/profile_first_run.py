@@ -6,7 +6,7 @@ The phases of ``python -m sweeps.paper_grid`` (the ``default`` preset), each tim
 and CPU seconds (this process's CPU time, plus its children's for Ray):
 
 1. **imports**: torch, Ray, Tune, the sweep code;
-2. **rendering**: the driver builds the preset's dataset (``sweeps.data.load_datasets``);
+2. **rendering**: the preset's dataset rendered into the node cache (``data_pipeline.node_cache``);
 3. **Ray start-up**: ``ray.init`` of a private local Ray, as a plain run does, then shutdown;
 4. **training**: one trial's training (``PackedTrainer`` with the trial's config, one thread, as
    a trial with one CPU runs), and its images per second;
@@ -69,17 +69,18 @@ def main(argv: list[str] | None = None) -> int:
         from ray import tune  # noqa: F401
 
         from analysis.task_evaluation import evaluate_task
+        from data_pipeline.node_cache import open_reference
         from data_pipeline.splits import get_split
         from models.packed import PackedTrainer
-        from sweeps.data import load_datasets
+        from sweeps.data import plan_data
         from sweeps.grid import get_spec, trial_configs
 
     trials = trial_configs(get_spec("default"), "default", args.scale, [0])
     trial = next(t for t in trials if t.data.split == args.split)
     if args.steps:
         trial = trial.replace(steps=args.steps)
-    with Phase("rendering (driver)"):
-        data = load_datasets(trials)[trial.data.key]
+    with Phase("rendering (node cache)"):
+        data = open_reference(plan_data(trials)[trial.data.key], trial.data.n_images, trial.data.data_seed)
     with Phase("Ray start-up + shutdown"):
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         ray.shutdown()

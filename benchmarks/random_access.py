@@ -8,7 +8,7 @@ Run: ``python benchmarks/random_access.py [--n-images 60000] [--batches-before 3
    the real file is: ``images`` gzip (level 4) in chunks of (15000, 4, 4, 1) and ``labels`` in
    chunks of (7500, 1), the layouts h5py chooses by itself for the real shapes.
 2. Reads ``--batches-before`` random batches of 64 (sorted indices, as h5py needs) from it.
-3. Converts it with :func:`data_pipeline.random_access.convert` (timed).
+3. Converts it with :func:`data_pipeline.conversion.convert` into the prepared layout (timed).
 4. Reads ``--batches-after`` random batches of 64 from the memory-mapped ``images.npy``, and the
    same from an hdf5 with one image per chunk (disent's re-saved layout), for comparison.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_pipeline import factor_space, random_access, render  # noqa: E402
+from data_pipeline import conversion, factor_space, prepared, render  # noqa: E402
 
 REAL_IMAGE_CHUNK, REAL_LABEL_CHUNK, BATCH = (15000, 4, 4, 1), (7500, 1), 64
 
@@ -112,15 +112,15 @@ def main(argv: list[str] | None = None) -> None:
           f"of {n_rows})", flush=True)
 
     start = time.perf_counter()
-    random_access.convert(source, work / "random_access", progress=False)
+    conversion.convert(source, work / "prepared", progress=False)
     convert_seconds = time.perf_counter() - start
     print(f"convert: {convert_seconds:.1f} s ({args.n_images / convert_seconds:,.0f} images/s; "
           f"the full file would take ~{convert_seconds * 480_000 / args.n_images:,.0f} s)", flush=True)
 
-    data = random_access.load(work / "random_access", verify=False)
+    data = prepared.open_dataset(work / "prepared")
     after = time_batches(lambda rows: np.asarray(data.images[rows]), args.n_images, args.batches_after,
                          seed=2)
-    report("after: images.npy memory map", after)
+    report("after: the prepared layout's memory-mapped blocks", after)
 
     per_image = work / "per_image_chunk.h5"
     with h5py.File(per_image, "w") as f:

@@ -95,16 +95,34 @@ def labelled_dataset(images: np.ndarray, factors: np.ndarray, factor_names: Sequ
     ``bins`` overrides the file's ``factor_bins``: one int for every factor, a sequence (one per
     factor, None to choose) or a dict ``{factor name: bins}``.
     """
-    images, factors = np.asarray(images), np.asarray(factors)
+    images = np.asarray(images)
     _check_images(images, source)
+    classes, space = factor_classes(factors, len(images), factor_names, bins, source)
+    return GroundTruthDataset(name, stored_images(images), classes, space)
+
+
+def stored_images(images: np.ndarray) -> np.ndarray:
+    """Images in the file layout → (N, C, H, W) uint8 0..255 (bool 0/1 becomes 0/255)."""
+    if images.dtype == bool:
+        images = images.astype(np.uint8) * np.uint8(255)
+    if images.ndim == 4 and images.shape[3] == 1:
+        images = images[..., 0]
+    return as_channels_first(images)
+
+
+def factor_classes(factors: np.ndarray, n_images: int, factor_names: Sequence[str] | None = None, bins=None,
+                   source: str = "labelled data") -> tuple[np.ndarray, FactorSpace]:
+    """(classes (N, F), factor space) of a labelled file's factor values, checked (one row per
+    image, finite numbers) and discretised (see the module docstring); the images are not needed."""
+    factors = np.asarray(factors)
     if factors.ndim != 2 or factors.shape[1] < 1:
         raise ValueError(f"{source}: factors: expected shape (N, F) with F ≥ 1 factor columns; "
                          f"got {factors.shape}")
     if not (np.issubdtype(factors.dtype, np.integer) or np.issubdtype(factors.dtype, np.floating)
             or factors.dtype == bool):
         raise ValueError(f"{source}: factors: expected numbers (int or float); got dtype {factors.dtype}")
-    if len(factors) != len(images):
-        raise ValueError(f"{source}: factors: expected one row per image ({len(images)}); "
+    if len(factors) != n_images:
+        raise ValueError(f"{source}: factors: expected one row per image ({n_images}); "
                          f"got {len(factors)}")
     factors = factors.astype(np.float64)
     if not np.isfinite(factors).all():
@@ -122,20 +140,17 @@ def labelled_dataset(images: np.ndarray, factors: np.ndarray, factor_names: Sequ
         classes.append(c)
         values.append(v)
     space = FactorSpace(names=names, sizes=tuple(len(v) for v in values), values=tuple(values))
-    if images.dtype == bool:
-        images = images.astype(np.uint8) * np.uint8(255)
-    if images.ndim == 4 and images.shape[3] == 1:
-        images = images[..., 0]
-    return GroundTruthDataset(name, as_channels_first(images), np.stack(classes, axis=1), space)
+    return np.stack(classes, axis=1), space
 
 
-def _check_images(images: np.ndarray, source) -> None:
+def _check_images(images, source) -> None:
+    """``images`` (an array, or anything with its shape and dtype: an .npy header) in the layout."""
     if images.dtype not in (np.uint8, np.bool_):
         raise ValueError(f"{source}: images: expected dtype uint8 (0..255) or bool; got {images.dtype}")
-    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[3] in (1, 3))):
+    if not (len(images.shape) == 3 or (len(images.shape) == 4 and images.shape[3] in (1, 3))):
         raise ValueError(f"{source}: images: expected shape (N, H, W) or (N, H, W, C) with C = 1 or 3 "
-                         f"(channels last, as the real files store them); got {images.shape}")
-    if len(images) == 0:
+                         f"(channels last, as the real files store them); got {tuple(images.shape)}")
+    if images.shape[0] == 0:
         raise ValueError(f"{source}: images: expected at least one image; got none")
 
 
@@ -151,14 +166,14 @@ def _factor_names(factor_names, n_factors: int, source) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _read(path: Path) -> dict:
-    """The file's arrays by key (optional keys only if present)."""
+def _read(path: Path, keys=(*REQUIRED_KEYS, *OPTIONAL_KEYS)) -> dict:
+    """The file's arrays ``keys`` by key (those present), and ``_keys``: every key it holds."""
     suffix = path.suffix.lower()
     if suffix in NPZ_SUFFIXES:
         try:
             with np.load(path, allow_pickle=False) as data:
-                keys = list(data.files)
-                return {k: data[k] for k in (*REQUIRED_KEYS, *OPTIONAL_KEYS) if k in keys} | {"_keys": keys}
+                held = list(data.files)
+                return {k: data[k] for k in keys if k in held} | {"_keys": held}
         except ValueError as error:
             if "allow_pickle" not in str(error):
                 raise
@@ -171,22 +186,30 @@ def _read(path: Path) -> dict:
         import h5py
 
         with h5py.File(path, "r") as data:
-            keys = list(data.keys())
-            return {k: data[k][()] for k in (*REQUIRED_KEYS, *OPTIONAL_KEYS) if k in keys} | {"_keys": keys}
+            held = list(data.keys())
+            return {k: data[k][()] for k in keys if k in held} | {"_keys": held}
     raise ValueError(f"{path}: expected a .npz, .h5 or .hdf5 file; got suffix {path.suffix!r}")
 
 
-def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
-    """Load a labelled dataset file (.npz, .h5 or .hdf5; keys in the module docstring).
-
-    ``bins`` overrides the file's ``factor_bins`` (an int, a sequence or a dict by factor name).
-    """
+def check_path(path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (a labelled dataset: .npz or .h5 with keys "
                                 f"{', '.join(REQUIRED_KEYS)})")
-    arrays = _read(path)
-    missing = [k for k in REQUIRED_KEYS if k not in arrays]
+    return path
+
+
+def file_labels(path, n_images: int, bins=None) -> tuple[np.ndarray, FactorSpace]:
+    """(classes, factor space) of a labelled file, read from its small arrays (``factors``,
+    ``factor_names``, ``factor_bins``) alone: what a driver checks without reading the images.
+    ``n_images`` is the length of its ``images``."""
+    path = check_path(path)
+    arrays = _read(path, ("factors", *OPTIONAL_KEYS))
+    return _labels(arrays, n_images, path, bins)
+
+
+def _labels(arrays: dict, n_images: int, path: Path, bins) -> tuple[np.ndarray, FactorSpace]:
+    missing = [k for k in REQUIRED_KEYS if k not in arrays["_keys"]]
     if missing:
         raise ValueError(f"{path}: expected keys {', '.join(REQUIRED_KEYS)} (optional: "
                          f"{', '.join(OPTIONAL_KEYS)}); missing {', '.join(missing)}; the file holds "
@@ -203,8 +226,20 @@ def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
             raise ValueError(f"{path}: factor_bins: expected {len(names)} entries (one per factor); "
                              f"got {len(stored)}")
     per_factor = None if names is None else _bins_per_factor(bins, names, stored)
-    return labelled_dataset(arrays["images"], arrays["factors"], names, bins=per_factor, name=name,
-                            source=str(path))
+    return factor_classes(arrays["factors"], n_images, names, bins=per_factor, source=str(path))
+
+
+def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
+    """Load a labelled dataset file (.npz, .h5 or .hdf5; keys in the module docstring).
+
+    ``bins`` overrides the file's ``factor_bins`` (an int, a sequence or a dict by factor name).
+    """
+    path = check_path(path)
+    arrays = _read(path)
+    if "images" in arrays:
+        _check_images(np.asarray(arrays["images"]), path)
+    classes, space = _labels(arrays, len(arrays.get("images", ())), path, bins)
+    return GroundTruthDataset(name, stored_images(np.asarray(arrays["images"])), classes, space)
 
 
 def write_labelled(path, images: np.ndarray, factors: np.ndarray,

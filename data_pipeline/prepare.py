@@ -1,17 +1,19 @@
-"""Prepare a dataset as sharded files with a manifest, rendering in parallel Ray Data blocks.
+"""Prepare a dataset in the prepared layout, rendering it in parallel Ray Data blocks.
 
-Run ``python -m data_pipeline.prepare DATASET --out DIR [--n-images N] [--reduced]
-[--rows-per-shard 4096] [--num-cpus 2] [--address local]``. ``DIR`` is a local path or any URI pyarrow's file
-systems understand (``s3://bucket/prefix``). Ray Data shows its progress bar while blocks render.
+Run ``python -m data_pipeline.prepare DATASET --out DIR/DATASET [--n-images N] [--seed S]
+[--reduced] [--rows-per-block R] [--num-cpus 2] [--address local]``. ``DIR`` is a local folder or
+any URI pyarrow's file systems understand (``s3://bucket/prefix``); a sweep then reads it with
+``--data-source prepared --data-dir DIR``. Ray Data shows its progress bar while blocks render.
 
-``--from-file FILE`` converts a downloaded real file instead, once, into a memory-mappable
-``images.npy`` that reads random batches quickly (:mod:`data_pipeline.random_access`).
+The output is the prepared layout (:mod:`data_pipeline.prepared`): one ``.npy`` block of images
+(n, C, H, W) uint8 0..255 per Ray Data task, ``classes.npy``, and ``manifest.json`` with every
+file's sha256 and the content id that names the bytes. :func:`prepare_single_process` writes the
+same files in one process (``--single-process``: the baseline the benchmark compares against, and
+the faster choice on a 2-core laptop).
 
-Each shard ``shard-<first index>.npz`` holds ``images`` (n, C, H, W) uint8 0..255 and ``index``
-(n,) flat grid indices. ``manifest.json`` lists the shards with their counts and sha256, plus the
-dataset, generator version and factor space. :func:`read_shards` reads them back, verified, into
-one :class:`GroundTruthDataset`. :func:`prepare_single_process` writes the same files in one
-process (the baseline the benchmark compares against).
+``--from-file FILE`` converts a downloaded real file (or a user's labelled ``.npz``/``.h5``, with
+the dataset ``labelled``) into the same layout instead, streamed a piece at a time and resumable
+(:mod:`data_pipeline.conversion`).
 
 This is the only module of ``data_pipeline`` that imports Ray. Do not run it inside trials that
 have reserved every CPU: Ray Data then waits forever for a free one.
@@ -19,52 +21,27 @@ have reserved every CPU: Ray Data then waits forever for a free one.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
 import time
 
 import numpy as np
 
+from data_pipeline import prepared
 from data_pipeline.cli import Parser, dataset_name, reason, whole_number
-from data_pipeline.datasets import GENERATOR_VERSIONS, GroundTruthDataset, _render_stored, factor_space
+from data_pipeline.datasets import GENERATOR_VERSIONS, factor_space, grid_draw, render_stored
 from data_pipeline.spaces import canonical_name
 
-MANIFEST = "manifest.json"
 
-
-def _filesystem(out: str):
-    """(pyarrow filesystem, base path) for a local path or URI."""
-    import pyarrow.fs as pafs
-
-    if "://" in str(out):
-        return pafs.FileSystem.from_uri(str(out))
-    from pathlib import Path
-
-    path = Path(out).resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return pafs.LocalFileSystem(), str(path)
-
-
-def write_shard(dataset: str, index: np.ndarray, out: str) -> dict:
-    """Render grid points ``index`` of ``dataset`` and write them as one shard; its manifest row."""
+def write_rendered_block(dataset: str, index: np.ndarray, first: int, out: str) -> dict:
+    """Render grid points ``index`` of ``dataset`` and write them as the block of rows ``first…``;
+    its manifest row."""
     dataset = canonical_name(dataset)
-    index = np.asarray(index, dtype=np.int64)
-    space = factor_space(dataset)
-    images = _render_stored(dataset, space.classes_of(index))
-    buffer = io.BytesIO()
-    np.savez(buffer, images=images, index=index)
-    payload = buffer.getvalue()
-    name = f"shard-{int(index[0]):09d}.npz"
-    fs, base = _filesystem(out)
-    with fs.open_output_stream(f"{base}/{name}") as stream:
-        stream.write(payload)
-    return {"file": name, "first": int(index[0]), "count": int(len(index)),
-            "sha256": hashlib.sha256(payload).hexdigest()}
+    classes = factor_space(dataset).classes_of(np.asarray(index, dtype=np.int64))
+    return prepared.write_block(out, first, render_stored(dataset, classes))
 
 
-def _grid_index(dataset: str, n_images: int | None, reduced: bool, seed: int) -> np.ndarray:
+def grid_index(dataset: str, n_images: int | None, reduced: bool, seed: int) -> np.ndarray:
+    """The flat grid indices to prepare: the generator's seeded draw, or MPI3D's reduced grid."""
     space = factor_space(dataset)
     if n_images is not None and n_images < 1:
         raise ValueError(f"n_images must be at least 1, or None for the whole grid; got {n_images}")
@@ -73,31 +50,37 @@ def _grid_index(dataset: str, n_images: int | None, reduced: bool, seed: int) ->
             raise ValueError("--reduced: only mpi3d has a reduced grid")
         from data_pipeline.mpi3d import reduced_classes
 
-        return space.index_of(reduced_classes())
-    if n_images is None or n_images >= space.n_images:
-        return np.arange(space.n_images)
-    return np.sort(np.random.default_rng(seed).choice(space.n_images, n_images, replace=False))
+        return np.sort(space.index_of(reduced_classes()))
+    return grid_draw(space, n_images, seed)
 
 
-def _write_manifest(dataset: str, out: str, shards: list[dict], seconds: float, how: str) -> dict:
+def _image_shape(dataset: str) -> tuple:
+    return render_stored(dataset, factor_space(dataset).classes_of([0])).shape[1:]
+
+
+def _finish(dataset: str, out: str, index: np.ndarray, blocks: list[dict], n_images, reduced: bool,
+            seed: int, seconds: float, how: str) -> dict:
     space = factor_space(dataset)
-    shards = sorted(shards, key=lambda s: s["first"])
-    manifest = {
-        "dataset": dataset, "generator_version": GENERATOR_VERSIONS[dataset],
-        "factor_names": list(space.names), "factor_sizes": list(space.sizes),
-        "n_images": int(sum(s["count"] for s in shards)), "layout": "images (n, C, H, W) uint8 0..255",
-        "shards": shards, "seconds": round(seconds, 3), "built_by": how,
-    }
-    fs, base = _filesystem(out)
-    with fs.open_output_stream(f"{base}/{MANIFEST}") as stream:
-        stream.write(json.dumps(manifest, indent=1).encode())
-    return manifest
+    classes = prepared.write_classes(out, space.classes_of(index))
+    source = {"kind": "procedural", "generator_version": GENERATOR_VERSIONS[dataset],
+              "n_images": None if len(index) == space.n_images else n_images, "seed": seed,
+              "reduced": reduced}
+    return prepared.write_manifest(out, dataset, space, _image_shape(dataset), blocks, classes, source, how,
+                                   seconds)
+
+
+def _rows(dataset: str, rows_per_block: int | None) -> int:
+    if rows_per_block is not None and rows_per_block < 1:
+        raise ValueError(f"rows_per_block must be at least 1; got {rows_per_block}")
+    return rows_per_block or prepared.rows_per_block(_image_shape(dataset))
 
 
 def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool = False,
-            rows_per_shard: int = 4096, seed: int = 0, num_cpus: int | None = None,
+            rows_per_block: int | None = None, seed: int = 0, num_cpus: int | None = None,
             address: str | None = None) -> dict:
-    """Render ``dataset`` in parallel Ray Data blocks into shards under ``out``; the manifest.
+    """Render ``dataset`` in parallel Ray Data blocks into the prepared layout at ``out``; the
+    manifest. Each task renders and writes one block; the driver writes the classes and the
+    manifest (never an image).
 
     Unless this process is already connected to Ray, it calls ``ray.init(address)``: None joins
     the machine's running cluster if there is one, else starts one with ``num_cpus``; ``"local"``
@@ -106,64 +89,42 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
     import ray
 
     dataset = canonical_name(dataset)
-    if rows_per_shard < 1:
-        raise ValueError(f"rows_per_shard must be at least 1; got {rows_per_shard}")
-    index = _grid_index(dataset, n_images, reduced, seed)
+    step = _rows(dataset, rows_per_block)
+    index = grid_index(dataset, n_images, reduced, seed)
     if not ray.is_initialized():
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     start = time.perf_counter()
-    # One block per shard holding only its start row; the grid indices go to the object store
-    # once and each task reads its slice zero-copy. (Moving the index array through Ray Data and
-    # repartitioning it cost an all-to-all step and block conversions.)
+    # One block per task holding only its first row; the grid indices go to the object store once
+    # and each task reads its slice zero-copy.
     index_ref = ray.put(index)
-    firsts = list(range(0, len(index), rows_per_shard))
-    shards_to_write = ray.data.from_items([{"start": f} for f in firsts], override_num_blocks=len(firsts))
+    firsts = list(range(0, len(index), step))
+    tasks = ray.data.from_items([{"first": f} for f in firsts], override_num_blocks=len(firsts))
 
-    def render_shard(row: dict) -> dict:
-        first = int(row["start"])
-        return write_shard(dataset, ray.get(index_ref)[first:first + rows_per_shard], out)
+    def render_block(row: dict) -> dict:
+        first = int(row["first"])
+        return write_rendered_block(dataset, ray.get(index_ref)[first:first + step], first, out)
 
-    shards = shards_to_write.map(render_shard).take_all()
-    return _write_manifest(dataset, out, shards, time.perf_counter() - start, "ray.data")
+    blocks = tasks.map(render_block).take_all()
+    seconds = time.perf_counter() - start
+    return _finish(dataset, out, index, blocks, n_images, reduced, seed, seconds, "ray.data")
 
 
 def prepare_single_process(dataset: str, out: str, n_images: int | None = None, reduced: bool = False,
-                           rows_per_shard: int = 4096, seed: int = 0) -> dict:
-    """The same shards and manifest as :func:`prepare`, written by one process."""
+                           rows_per_block: int | None = None, seed: int = 0) -> dict:
+    """The same blocks and manifest as :func:`prepare`, written by one process."""
     dataset = canonical_name(dataset)
-    index = _grid_index(dataset, n_images, reduced, seed)
+    step = _rows(dataset, rows_per_block)
+    index = grid_index(dataset, n_images, reduced, seed)
     start = time.perf_counter()
-    shards = [write_shard(dataset, index[i:i + rows_per_shard], out)
-              for i in range(0, len(index), rows_per_shard)]
-    return _write_manifest(dataset, out, shards, time.perf_counter() - start, "single process")
-
-
-def read_shards(out: str, verify: bool = True) -> GroundTruthDataset:
-    """Read prepared shards back into one dataset, in grid order; checksums verified."""
-    fs, base = _filesystem(out)
-    with fs.open_input_stream(f"{base}/{MANIFEST}") as stream:
-        manifest = json.loads(stream.read())
-    images, index = [], []
-    for shard in manifest["shards"]:
-        with fs.open_input_stream(f"{base}/{shard['file']}") as stream:
-            payload = stream.read()
-        if verify and hashlib.sha256(payload).hexdigest() != shard["sha256"]:
-            raise ValueError(f"{shard['file']}: sha256 differs from the manifest; the shard is corrupt")
-        with np.load(io.BytesIO(payload)) as data:
-            images.append(data["images"])
-            index.append(data["index"])
-    index = np.concatenate(index)
-    order = np.argsort(index, kind="stable")
-    space = factor_space(manifest["dataset"])
-    if list(space.sizes) != manifest["factor_sizes"]:
-        raise ValueError(f"{out}: manifest factor sizes {manifest['factor_sizes']} differ from "
-                         f"{manifest['dataset']}'s {list(space.sizes)}")
-    return GroundTruthDataset(manifest["dataset"], np.concatenate(images)[order],
-                              space.classes_of(index[order]), space)
+    blocks = [write_rendered_block(dataset, index[i:i + step], i, out) for i in range(0, len(index), step)]
+    return _finish(dataset, out, index, blocks, n_images, reduced, seed, time.perf_counter() - start,
+                   "single process")
 
 
 def _check_arguments(parser, args) -> None:
     """Refuse, before Ray starts, what the types alone cannot: combinations and the output."""
+    if args.dataset == "labelled":
+        parser.fail("dataset", "labelled data has no generator; convert your file with --from-file FILE")
     grid = factor_space(args.dataset).n_images
     if args.reduced and args.dataset != "mpi3d":
         parser.fail("--reduced", f"only mpi3d has a reduced grid; drop --reduced for {args.dataset}")
@@ -180,7 +141,7 @@ def _check_arguments(parser, args) -> None:
     if "://" not in args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.fail("--out", f"{args.out} is a file; give a folder (it is created if missing)")
     try:
-        _filesystem(args.out)
+        prepared.filesystem(args.out)
     except (OSError, ValueError) as error:
         parser.fail("--out", f"cannot write to {args.out} ({reason(error)}); give a writable local "
                              "folder or a URI such as s3://bucket/prefix")
@@ -188,12 +149,15 @@ def _check_arguments(parser, args) -> None:
 
 def build_parser() -> Parser:
     parser = Parser(prog="python -m data_pipeline.prepare", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=dataset_name)
-    parser.add_argument("--out", required=True, help="output folder or URI (s3://bucket/prefix)")
+    parser.add_argument("dataset", type=_dataset_or_labelled,
+                        help="a dataset name (or 'labelled' with --from-file: a user's labelled file)")
+    parser.add_argument("--out", required=True,
+                        help="output folder or URI, by convention DIR/DATASET (s3://bucket/prefix/dsprites)")
     parser.add_argument("--n-images", type=whole_number(1), default=None,
                         help="a seeded sample of the grid (default: the whole grid)")
     parser.add_argument("--reduced", action="store_true", help="mpi3d only: the small sub-grid")
-    parser.add_argument("--rows-per-shard", type=whole_number(1), default=4096)
+    parser.add_argument("--rows-per-block", type=whole_number(1), default=None,
+                        help="images per block (default: about 64 MiB of images)")
     parser.add_argument("--seed", type=whole_number(0), default=0)
     parser.add_argument("--num-cpus", type=whole_number(1), default=None)
     parser.add_argument("--address", default=None,
@@ -201,34 +165,41 @@ def build_parser() -> Parser:
                              "(default: the running cluster if any, else a new local one)")
     parser.add_argument("--single-process", action="store_true", help="no Ray: one process")
     parser.add_argument("--from-file", default=None, metavar="FILE",
-                        help="convert this downloaded real file into a random-access layout under --out (a "
-                             "local folder: images.npy memory map, classes.npy, manifest.json) instead of "
-                             "rendering; resumable, checksummed (data_pipeline/random_access.py)")
+                        help="convert this downloaded real file (or labelled .npz/.h5) into the prepared "
+                             "layout at --out instead of rendering; streamed, resumable, checksummed "
+                             "(data_pipeline/conversion.py)")
     return parser
+
+
+def _dataset_or_labelled(text: str) -> str:
+    return "labelled" if text.lower() == "labelled" else dataset_name(text)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_file:
-        from data_pipeline.random_access import convert
+        from data_pipeline.conversion import convert
 
+        if not args.out:
+            parser.fail("--out", "expected a folder or URI; got an empty string")
         try:
-            manifest = convert(args.from_file, args.out, dataset=args.dataset)
-        except (ValueError, FileNotFoundError) as error:
-            parser.error(str(error))
-        print(f"{manifest['n_images']:,} images of {args.from_file} in {args.out}/images.npy, "
-              f"random access ({manifest['seconds']:.1f} s)")
+            manifest = convert(args.from_file, args.out, dataset=args.dataset,
+                               rows_per_block=args.rows_per_block)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            parser.error(reason(error))
+        print(f"{manifest['n_images']:,} images of {args.from_file} in {len(manifest['blocks'])} blocks "
+              f"under {args.out} (content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s)")
         return
     _check_arguments(parser, args)
-    options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_shard=args.rows_per_shard,
+    options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_block=args.rows_per_block,
                    seed=args.seed)
     if args.single_process:
         manifest = prepare_single_process(args.dataset, args.out, **options)
     else:
         manifest = prepare(args.dataset, args.out, num_cpus=args.num_cpus, address=args.address, **options)
-    print(f"{manifest['n_images']:,} images in {len(manifest['shards'])} shards under {args.out} "
-          f"({manifest['seconds']:.1f} s, {manifest['built_by']})")
+    print(f"{manifest['n_images']:,} images in {len(manifest['blocks'])} blocks under {args.out} "
+          f"(content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s, {manifest['built_by']})")
 
 
 if __name__ == "__main__":

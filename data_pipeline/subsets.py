@@ -1,55 +1,80 @@
-"""Subsets of a real dataset file: ``n_images`` rows drawn as the generators draw grid points.
+"""Subsets of a stored dataset: ``n_images`` rows drawn as the generators draw grid points.
 
-On a file that holds the whole factor grid, ``subsample(data, n, seed)`` picks the rows of the grid
-points ``load_procedural(name, n, seed)`` would render, so a real and a procedural trial of the same
-config see the same factor combinations; a whole-grid result can also ``observe`` any grid point (the
-BetaVAE and FactorVAE scores sample their own). On a partial file, ``n`` rows drawn at random
-(seeded, in file order).
+:func:`subset_rows` decides on the factor classes alone (what a driver reads, never the images),
+so the driver and a trial choose the same rows. Where the data holds every grid point that
+``load_procedural(name, n, seed)`` would render (a file or prepared folder with the whole factor
+grid, or one prepared from the generator with that draw), those are the rows, so a real, a
+prepared and a procedural trial of the same config see the same factor combinations; a whole-grid
+dataset can also ``observe`` any grid point (the BetaVAE and FactorVAE scores sample their own).
+Otherwise ``n`` rows are drawn at random (seeded, in stored order). A subset is an index set
+(:meth:`GroundTruthDataset.subset`): no image is copied.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from data_pipeline.datasets import GroundTruthDataset
+from data_pipeline.datasets import GroundTruthDataset, grid_draw
 
 
-def observe_grid(images: np.ndarray, row_of_index: np.ndarray, space, classes: np.ndarray) -> np.ndarray:
+def observe_grid(images, row_of_index: np.ndarray, space, classes: np.ndarray) -> np.ndarray:
     """The stored images of any grid points of a dataset that holds the whole grid: an index."""
     return images[row_of_index[space.index_of(space.check_classes(classes))]]
 
 
-def grid_rows(data: GroundTruthDataset) -> np.ndarray | None:
-    """For each flat grid index, the row of ``data`` that holds it; None unless ``data`` holds
-    every grid point exactly once."""
-    space = data.factor_space
-    if len(data) != space.n_images:
+def grid_rows(data) -> np.ndarray | None:
+    """For each flat grid index, the row of ``data`` (anything with ``classes`` and
+    ``factor_space``) that holds it; None unless ``data`` holds every grid point exactly once."""
+    return grid_rows_of(data.classes, data.factor_space)
+
+
+def grid_rows_of(classes: np.ndarray, space) -> np.ndarray | None:
+    """:func:`grid_rows` of a class array in factor space ``space``."""
+    if len(classes) != space.n_images:
         return None
     row_of_index = np.full(space.n_images, -1, dtype=np.int64)
-    row_of_index[space.index_of(data.classes)] = np.arange(len(data))
+    row_of_index[space.index_of(classes)] = np.arange(len(classes))
     return row_of_index if (row_of_index >= 0).all() else None
 
 
-def subsample(data: GroundTruthDataset, n_images: int | None, seed: int) -> GroundTruthDataset:
-    """``n_images`` rows of a real dataset (all of them for None); ValueError if the file holds
-    fewer (see the module docstring)."""
-    rows_of_grid = grid_rows(data)
-    if n_images is None or (rows_of_grid is not None and n_images >= len(data)):
-        if rows_of_grid is None:
-            return data
-        return GroundTruthDataset(data.name, data.images, data.classes, data.factor_space,
-                                  observe=functools.partial(observe_grid, data.images, rows_of_grid,
-                                                            data.factor_space))
+def _rows_of_draw(classes: np.ndarray, space, n_images: int, seed: int) -> np.ndarray | None:
+    """The rows holding the grid points a generator draws for (n_images, seed) in ``space``, in
+    draw order, if the data holds every one of them; else None."""
+    if len(classes) < n_images or not len(classes):
+        return None
+    drawn = grid_draw(space, n_images, seed)
+    index = space.index_of(classes)
+    order = np.argsort(index, kind="stable")
+    found = np.minimum(np.searchsorted(index[order], drawn), len(order) - 1)
+    if not np.array_equal(index[order][found], drawn):
+        return None
+    return order[found]
+
+
+def subset_rows(name: str, classes: np.ndarray, space, n_images: int | None, seed: int) -> np.ndarray | None:
+    """The rows of a stored dataset a trial with ``n_images`` and ``data_seed`` trains on (see the
+    module docstring); None for all of them. ValueError if it holds too few."""
+    if n_images is None:
+        return None
     if n_images < 1:
         raise ValueError(f"n_images must be at least 1 or null (the whole file); got {n_images}")
-    rng = np.random.default_rng(seed)
-    if rows_of_grid is not None:
-        rows = rows_of_grid[np.sort(rng.choice(data.factor_space.n_images, size=n_images, replace=False))]
-    elif n_images > len(data):
-        raise ValueError(f"n_images {n_images:,} but the real {data.name} file holds only "
-                         f"{len(data):,} images; set n_images to at most that, or null")
-    else:
-        rows = np.sort(rng.choice(len(data), size=n_images, replace=False))
-    return GroundTruthDataset(data.name, data.images[rows], data.classes[rows], data.factor_space)
+    if n_images >= len(classes) and grid_rows_of(classes, space) is not None:
+        return None
+    rows = None if name == "labelled" else _rows_of_draw(classes, space, n_images, seed)
+    if rows is None:
+        if n_images > len(classes):
+            raise ValueError(f"n_images {n_images:,} but the {name} data holds only {len(classes):,} "
+                             "images; set n_images to at most that, or null")
+        rows = np.sort(np.random.default_rng(seed).choice(len(classes), size=n_images, replace=False))
+    return None if np.array_equal(rows, np.arange(len(classes))) else rows
+
+
+def subsample(data: GroundTruthDataset, n_images: int | None, seed: int,
+              keep_observe: bool = False) -> GroundTruthDataset:
+    """``n_images`` rows of ``data`` (all of them for None), by index (see the module docstring).
+    A subset keeps ``observe`` only with ``keep_observe`` (a generator renders any grid point);
+    ValueError if the data holds fewer rows."""
+    rows = subset_rows(data.name, data.classes, data.factor_space, n_images, seed)
+    if rows is None:
+        return data
+    return data.subset(rows, observe=keep_observe)

@@ -1,79 +1,183 @@
-"""A sweep's datasets, built once on the driver before Ray starts and shared by every trial.
+"""A sweep's datasets, planned on the driver by reference: what each trial will read, never the images.
 
-A trial's ``data.data_source`` says where its images come from: ``procedural`` (the default) renders
-them with disgen's generators; ``real`` loads the dataset's real file (dSprites, 3DShapes, MPI3D,
-Circles…) from ``--data-dir`` or ``$DISGEN_DATA``. With ``n_images`` set, both draw the same
-seeded grid points (``load_procedural``'s draw); a real file that holds the whole factor grid
-also gets an ``observe`` function, so the metrics that sample their own grid points (BetaVAE,
-FactorVAE scores) work on it.
+A trial's ``data.data_source`` says where its images come from: ``procedural`` (the default)
+renders them with disgen's generators; ``real`` reads the dataset's real file from ``--data-dir``
+or ``$DISGEN_DATA``; ``prepared`` reads ``DIR/<dataset>/`` as ``python -m data_pipeline.prepare``
+wrote it (a local folder or a URI such as ``s3://bucket/prefix``). :func:`plan_data` turns each into
+a :class:`~data_pipeline.node_cache.DatasetReference` (where the bytes are, and the content id that
+names them), which Tune hands to the trials; each node then materialises it once into its cache
+and every trial there memory-maps it (:mod:`data_pipeline.node_cache`).
+
+With ``--data-source procedural --data-dir DIR`` (a folder every node sees, or a URI), each
+procedural dataset is instead rendered once, in parallel Ray Data blocks, to ``DIR/<dataset>-<content
+id>/`` in the prepared layout before the trials start (:func:`share_procedural`, once Ray is up),
+and the nodes cache it from there rather than each rendering it.
+
+The driver reads only what it needs to check the trials before Ray starts: a real file's keys,
+array headers and labels, a prepared folder's manifest and factor classes (a few MB), never an
+image. A missing or malformed file is a one-line :class:`UsageError`. Subsets (``n_images``) are
+chosen from the classes alone (:func:`data_pipeline.subsets.subset_rows`), the same rows the trial
+will take, so a split that leaves no training images is refused here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from data_pipeline import GroundTruthDataset, load_procedural
+import numpy as np
+
+from data_pipeline.factors import FactorSpace
+from data_pipeline.node_cache import (
+    DatasetReference,
+    file_reference,
+    prepared_reference,
+    procedural_reference,
+)
 from data_pipeline.splits import get_split
-from data_pipeline.subsets import subsample
+from data_pipeline.subsets import subset_rows
 from sweeps.errors import UsageError
 from sweeps.trials import TrialConfig
 
 
-def load_real_file(dataset: str, data_dir: str | None) -> GroundTruthDataset:
-    """A dataset's real file, or a one-line UsageError saying what is wrong with it."""
-    from data_pipeline.loaders import load_real
+@dataclass
+class Labels:
+    """A stored dataset as the driver sees it: its factor classes and image shape, not its images."""
+
+    name: str
+    classes: np.ndarray
+    factor_space: FactorSpace
+    image_shape: tuple
+    what: str  # how errors name it: "the real circles file", "the prepared dsprites data at …"
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    @property
+    def channels(self) -> int:
+        return int(self.image_shape[0])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.image_shape[1])
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
+    """A dataset's real file, checked from its headers and labels (never its images), or a
+    one-line UsageError saying what is wrong with it."""
+    from data_pipeline.conversion import RealFile, real_file_path
     from data_pipeline.sources import download_hint
 
     try:
-        return load_real(dataset, data_dir)
+        path = real_file_path(dataset, data_dir)
+        source = RealFile(path, dataset)
     except Exception as error:  # a user's file: any failure to read it is bad input
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         where = f"--data-dir {data_dir}" if data_dir else "$DISGEN_DATA"
         hint = download_hint(dataset, data_dir) if isinstance(error, FileNotFoundError) else None
-        raise UsageError(f"data_source real: cannot load {dataset} ({reason}); "
+        raise UsageError(f"data_source real: cannot load {dataset} ({_first_line(error)}); "
                          + (f"{hint} (or pass --data-dir with the folder holding it)" if hint else
                             f"pass --data-dir with the folder holding the real file (checked: {where}; "
                             "docs/data.md names the files)")) from None
+    labels = Labels(source.name, source.classes, source.factor_space, source.image_shape,
+                    f"the real {source.name} file")
+    return file_reference(source.name, path, source.identity), labels
 
 
-def check_fits(data: GroundTruthDataset, trial: TrialConfig) -> None:
-    """A real dataset must suit the trials that use it: image size, channels, and a split that
-    leaves training images."""
+def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
+    """``<data_dir>/<dataset>/`` as ``data_pipeline.prepare`` wrote it: its manifest and factor
+    classes, or a one-line UsageError."""
+    from data_pipeline import prepared
+
+    if not data_dir:
+        raise UsageError("data_source prepared: no folder of prepared datasets; pass --data-dir DIR (or set "
+                         "$DISGEN_DATA), where DIR/<dataset>/ was written by python -m data_pipeline.prepare")
+    uri = prepared.join(prepared.normalise(data_dir), dataset)
+    try:
+        manifest = prepared.read_manifest(uri)
+        classes = prepared.read_classes(uri, manifest)
+    except Exception as error:  # missing, unreadable or damaged: bad input either way
+        raise UsageError(f"data_source prepared: no prepared {dataset} at {uri} ({_first_line(error)}); "
+                         f"prepare it with: python -m data_pipeline.prepare {dataset} --out {uri}") from None
+    if manifest["dataset"] != dataset:
+        raise UsageError(f"data_source prepared: {uri} holds {manifest['dataset']}, not {dataset}; prepare "
+                         f"{dataset} with: python -m data_pipeline.prepare {dataset} --out {uri}")
+    labels = Labels(dataset, classes, prepared.space_of(manifest), tuple(manifest["image_shape"]),
+                    f"the prepared {dataset} data at {uri}")
+    return prepared_reference(uri, manifest), labels
+
+
+def check_fits(data: Labels, trial: TrialConfig) -> None:
+    """A stored dataset must suit the trials that use it: image size, channels, and a split that
+    leaves training images (on the trial's own subset)."""
     if data.image_size != trial.model.image_size:
-        raise UsageError(f"the real {data.name} file has {data.image_size} px images but the trials "
-                         f"use image_size {trial.model.image_size}; set image_size: {data.image_size} in "
-                         "the grid")
+        raise UsageError(f"{data.what} has {data.image_size} px images but the trials use image_size "
+                         f"{trial.model.image_size}; set image_size: {data.image_size} in the grid")
     if data.channels != trial.model.channels:
-        raise UsageError(f"the real {data.name} file has {data.channels}-channel images but disgen's "
-                         f"{data.name} has {trial.model.channels}; check that the file is {data.name}")
-    train_rows, _ = get_split(trial.data.dataset, trial.data.split).train_test_indices(
-        data.classes, data.factor_space)
+        raise UsageError(f"{data.what} has {data.channels}-channel images but disgen's {data.name} has "
+                         f"{trial.model.channels}; check that it is {data.name}")
+    try:
+        rows = subset_rows(data.name, data.classes, data.factor_space, trial.data.n_images,
+                           trial.data.data_seed)
+    except ValueError as error:
+        raise UsageError(f"{data.what}: {error}") from None
+    classes = data.classes if rows is None else data.classes[rows]
+    split = get_split(trial.data.dataset, trial.data.split)
+    train_rows, _ = split.train_test_indices(classes, data.factor_space)
     if not len(train_rows):
-        raise UsageError(f"split {trial.data.split!r} leaves no training images in the real "
-                         f"{data.name} data ({len(data):,} images); use more images or another split")
+        raise UsageError(f"split {trial.data.split!r} leaves no training images in {data.what} "
+                         f"({len(classes):,} images); use more images or another split")
 
 
-def load_datasets(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dict:
-    """``DataConfig.key`` → dataset for every trial, each built once; every real file is loaded
-    once and checked against the trials that use it."""
-    datasets: dict = {}
-    real_files: dict = {}
+def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dict:
+    """``DataConfig.key`` → :class:`DatasetReference` for every trial's data. Each real file or
+    prepared folder is read once (labels only) and checked against the trials that use it."""
+    references: dict = {}
+    stored: dict = {}
     checked: set = set()
     for trial in trials:
         data = trial.data
-        if data.key not in datasets:
-            if data.data_source == "procedural":
-                print(f"Rendering {data.dataset} ({data.n_images or 'full grid'} images)…", flush=True)
-                datasets[data.key] = load_procedural(data.dataset, data.n_images, seed=data.data_seed)
-            else:
-                if data.dataset not in real_files:
-                    print(f"Loading the real {data.dataset} file…", flush=True)
-                    real_files[data.dataset] = load_real_file(data.dataset, data_dir)
-                try:
-                    datasets[data.key] = subsample(real_files[data.dataset], data.n_images, data.data_seed)
-                except ValueError as error:
-                    raise UsageError(str(error)) from None
-        if data.data_source == "real" and (data.key, data.split) not in checked:
-            check_fits(datasets[data.key], trial)
+        if data.data_source == "procedural":
+            if data.key not in references:
+                references[data.key] = procedural_reference(data.dataset, data.n_images, data.data_seed)
+            continue
+        if (data.data_source, data.dataset) not in stored:
+            read = real_file if data.data_source == "real" else prepared_data
+            print(f"Reading the {data.data_source} {data.dataset} labels…", flush=True)
+            stored[data.data_source, data.dataset] = read(data.dataset, data_dir)
+        reference, labels = stored[data.data_source, data.dataset]
+        references[data.key] = reference
+        if (data.key, data.split) not in checked:
+            check_fits(labels, trial)
             checked.add((data.key, data.split))
-    return datasets
+    return references
+
+
+def share_procedural(references: dict, shared_dir: str) -> dict:
+    """The references with every procedural dataset rendered once to ``shared_dir`` (Ray Data
+    blocks on the cluster, skipped where a finished copy is there) and named by that copy. Needs a
+    running Ray; the driver holds no image."""
+    from data_pipeline import prepared
+    from data_pipeline.prepare import prepare
+
+    shared: dict = {}
+    out = {}
+    for key, reference in references.items():
+        if reference.kind != "procedural":
+            out[key] = reference
+            continue
+        if reference.entry not in shared:
+            uri = prepared.join(prepared.normalise(shared_dir), reference.entry)
+            try:
+                manifest = prepared.read_manifest(uri)
+                print(f"Using {reference.dataset} rendered earlier at {uri}", flush=True)
+            except (FileNotFoundError, ValueError):
+                print(f"Rendering {reference.dataset} ({reference.n_images or 'full grid'} images) once, to "
+                      f"{uri} (Ray Data)…", flush=True)
+                manifest = prepare(reference.dataset, uri, n_images=reference.n_images, seed=reference.seed)
+            shared[reference.entry] = prepared_reference(uri, manifest)
+        out[key] = shared[reference.entry]
+    return out

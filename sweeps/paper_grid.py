@@ -103,13 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scheduler", choices=["none", "asha"], default="none",
                         help="asha: stop poorly training trials early (ASHA on the training loss); "
                              "stopped trials get no row in trials.parquet")
-    parser.add_argument("--data-source", choices=["procedural", "real"], default=None,
+    parser.add_argument("--data-source", choices=["procedural", "real", "prepared"], default=None,
                         help="procedural: images rendered by disgen's generators; real: the datasets' "
-                             "real files from --data-dir (default: the grid's data_source setting, "
-                             "else procedural; real when --data-dir is given)")
+                             "real files from --data-dir; prepared: DIR/<dataset>/ as python -m "
+                             "data_pipeline.prepare wrote it, DIR a folder or URI (s3://…) (default: the "
+                             "grid's data_source setting, else procedural; real when --data-dir is given). "
+                             "Each node caches a dataset once ($DISGEN_CACHE) and its trials memory-map it")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="folder holding the real files (dsprites_ndarray_…npz, 3dshapes.h5, "
-                             "mpi3d_toy.npz, circles.npz…); default: $DISGEN_DATA")
+                             "mpi3d_toy.npz, circles.npz…); with --data-source prepared, the folder or "
+                             "URI holding DIR/<dataset>/; with --data-source procedural, shared storage "
+                             "(a folder every node sees, or a URI) where each dataset is rendered once, "
+                             "by Ray Data, for the nodes to cache; default: $DISGEN_DATA")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
     parser.add_argument("--pack-size", default="auto", metavar="N|auto",
@@ -180,6 +185,23 @@ def check_options(args) -> None:
                          "use --storage-path to choose where it goes")
 
 
+def check_data_dir(args) -> None:
+    """``--data-dir``: an existing local folder, or (for prepared data only) a URI."""
+    if not args.data_dir:
+        return
+    if "://" in args.data_dir:
+        if args.data_source not in ("prepared", "procedural"):
+            raise UsageError(f"--data-dir {args.data_dir}: real files are read from a local folder; for "
+                             "data in an object store, prepare it there (python -m data_pipeline.prepare "
+                             "DATASET --from-file FILE --out URI/DATASET) and pass --data-source prepared")
+        return
+    if not os.path.isdir(args.data_dir):
+        what = {"prepared": "the prepared datasets (DIR/<dataset>/)",
+                "procedural": "the rendered datasets (create it first: a folder every node sees)"}
+        raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
+                         f"{what.get(args.data_source, 'the real data files')}")
+
+
 def load_spec(args) -> tuple[dict, str]:
     """The study's spec and name: a preset or a grid file, with the command line's data settings pinned
     and, for --search optuna, the searched settings taken off the axes."""
@@ -201,9 +223,7 @@ def plan(args) -> dict:
     validated and frozen: ``sweeps.trials.TrialConfig``), the experiment folder and the datasets."""
     check_options(args)
     spec, preset = load_spec(args)
-    if args.data_dir and not os.path.isdir(args.data_dir):
-        raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
-                         "the real data files")
+    check_data_dir(args)
     data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
     seeds = parse_seeds(args.seeds) if args.seeds else list(range(default_seeds(spec, args.scale)))
     trials = trial_configs(spec, preset, args.scale, seeds)
@@ -223,13 +243,15 @@ def plan(args) -> dict:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
     record = plan_record.make_record(trials, args.search, args.scheduler)
     added = plan_record.check_resume(experiment_dir, record) if args.resume else []
-    from sweeps.data import load_datasets
+    from sweeps.data import plan_data
 
-    # Rendered or loaded here, on the driver, so that a missing or malformed real file stops the
-    # run before Ray starts.
-    datasets = load_datasets(trials, data_dir)
+    # Planned here, on the driver, from labels and manifests only (never images), so that a missing
+    # or malformed real file or prepared folder stops the run before Ray starts.
+    data = plan_data(trials, data_dir)
+    # --data-source procedural --data-dir: render each dataset once, there (once Ray is up)
+    shared_dir = args.data_dir if args.data_source == "procedural" else None
     return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "trials": trials, "datasets": datasets,
+            "preset": preset, "seeds": seeds, "trials": trials, "data": data, "shared_dir": shared_dir,
             "record": record, "added": added}
 
 

@@ -44,6 +44,8 @@ def trial_row(experiment: str, config: dict, result: dict) -> dict:
     row = {name: config.get(name) for name in TRIALS_SCHEMA.names if name in config}
     row["config"] = json.dumps(config, sort_keys=True, default=str)
     row.update({f.name: result.get(f.name) for f in METRIC_FIELDS if f.name in result})
+    # the dataset the trial read, which the trainable reports beside its metrics
+    row.update({name: result[name] for name in ("data_uri", "data_content_id") if name in result})
     row["experiment"] = experiment
     row["finished_at"] = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     return row

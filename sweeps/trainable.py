@@ -1,7 +1,9 @@
 """The Ray Tune trainable: the only place that touches Ray's trial API.
 
 One call trains one model, or one pack of models (``sweeps.packing``): data from
-``data_pipeline``, the models and their training loop from ``models`` (``PackedTrainer``, which
+``data_pipeline`` (the trial is handed a dataset reference, which this node's cache materialises
+once and memory-maps: ``data_pipeline.node_cache``), the models and their training loop from
+``models`` (``PackedTrainer``, which
 for one model is the plain ``Trainer`` loop), evaluation from ``analysis``. It reports loss terms
 as it goes, writes each model's TensorBoard scalars and reconstruction grids, and checkpoints so a
 failed trial resumes where it stopped. At the end it writes its models' loss history itself, as
@@ -27,6 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 from analysis import storage
 from analysis.task_evaluation import evaluate_task
 from analysis.tiles import reconstruction_grid
+from data_pipeline.node_cache import open_reference
 from data_pipeline.splits import get_split
 from models import NonFiniteLossError, reconstruct
 from models import checkpoint as trainer_file
@@ -107,14 +110,15 @@ def _pack_progress(reports: dict[int, dict], members: int) -> dict:
     return out
 
 
-def _dataset(first: TrialConfig, datasets: dict):
-    if first.data.key not in datasets:
+def _dataset(first: TrialConfig, references: dict):
+    """The trial's images: its dataset reference materialised in this node's cache (once per node)
+    and memory-mapped, its ``n_images`` rows chosen by index."""
+    reference = references.get(first.data.key)
+    if reference is None:
         raise RuntimeError(f"trial {first.trial_key} needs {first.data.data_source} {first.data.dataset} "
-                           "data that the driver did not load; resume with the same --data-source/--data-dir "
+                           "data that the driver did not plan; resume with the same --data-source/--data-dir "
                            "options the experiment started with")
-    data = datasets[first.data.key]
-    # the driver puts each dataset in the object store once: fetch only this trial's
-    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
+    return reference, open_reference(reference, first.data.n_images, first.data.data_seed)
 
 
 def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:
@@ -179,8 +183,9 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
 
 
 def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[TrialConfig], data, split,
-            cpus: float, train_seconds: float) -> list[dict]:
-    """Evaluate every model that trained to the end: one result per member, with its config."""
+            cpus: float, train_seconds: float, reference) -> list[dict]:
+    """Evaluate every model that trained to the end: one result per member, with its config and the
+    dataset it read (its location and content id)."""
     results = []
     for k, (member, log, trial) in enumerate(zip(trainer.members, logs, members)):
         if k in trainer.errors:
@@ -189,6 +194,7 @@ def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[Tri
         metrics = _evaluate(member, data, split, trial, cpus)
         # members of a pack train together: each is credited an equal share of the pack's time
         metrics["train_seconds"] = train_seconds / len(members)
+        metrics.update(data_uri=reference.uri, data_content_id=reference.content_id)
         log.final(member.model, member.step, metrics)
         results.append({"config": trial.to_dict(), **metrics, "step": member.step})
     return results
@@ -205,16 +211,16 @@ def write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict
     return part
 
 
-def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
+def train_trial(config: dict, run_info: dict) -> None:
     """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
-    ``datasets`` maps ``DataConfig.key`` to a shared dataset; ``run_info`` holds the experiment's
-    folder or URI (for the history part), the TensorBoard root, the CPUs per trial, the checkpoint
-    interval and the planned trials (for Optuna's)."""
+    ``run_info`` holds the dataset references (``DataConfig.key`` → ``DatasetReference``), the
+    experiment's folder or URI (for the history part), the TensorBoard root, the CPUs per trial,
+    the checkpoint interval and the planned trials (for Optuna's)."""
     cpus = run_info["cpus_per_trial"]
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.get("base_trials", ()))
     first = members[0]
-    data = _dataset(first, datasets)
+    reference, data = _dataset(first, run_info["datasets"])
     split = get_split(first.data.dataset, first.data.split)
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
     # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
@@ -230,7 +236,7 @@ def train_trial(config: dict, datasets: dict, run_info: dict) -> None:
     started = time.perf_counter()
     if not _restore(trainer, logs):
         _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id)
-    results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started)
+    results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started, reference)
     part = write_history(run_info["experiment_dir"], logs, results)
 
     final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,

@@ -28,7 +28,7 @@ from sweeps.errors import UsageError
 NOT_IN_KEY = ("report_every", "preset", "scale")
 # Settings that follow from the others: never given, always derived.
 DERIVED = ("condition", "trial_key", "channels")
-DATA_SOURCES = ("procedural", "real")
+DATA_SOURCES = ("procedural", "real", "prepared")
 DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")
 RUN_KEYS = {"preset": "the study's name", "scale": "tiny, smoke, small or full"}
 DATA_KEYS = {
@@ -36,8 +36,9 @@ DATA_KEYS = {
     "split": "held-out split name",
     "n_images": "grid points to render (null: the full grid)",
     "data_seed": "seed of the image subset",
-    "data_source": "procedural (rendered by disgen's generators, the default) or real (the dataset's "
-                   "real file from --data-dir or $DISGEN_DATA)",
+    "data_source": "procedural (rendered by disgen's generators, the default), real (the dataset's "
+                   "real file from --data-dir or $DISGEN_DATA) or prepared (DIR/<dataset>/ as "
+                   "python -m data_pipeline.prepare wrote it)",
 }
 EVALUATION_KEYS = {
     "report_every": "steps between progress reports",

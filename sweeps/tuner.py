@@ -17,6 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis import storage  # noqa: E402
 from sweeps import plan_record  # noqa: E402
+from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
@@ -176,23 +177,18 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
     )
 
 
-def _dataset_refs(datasets: dict) -> dict:
-    """One object per dataset in Ray's object store: ``DataConfig.key`` → its ObjectRef. A trial
-    fetches only its own dataset's object (``sweeps.trainable._dataset``), so a node holds the
-    datasets of the trials it runs, not every dataset of the sweep."""
-    return {key: ray.put(data) for key, data in datasets.items()}
-
-
-def _trainable(args, plan: dict, gpus: float, remote: bool, dataset_refs: dict):
+def _trainable(args, plan: dict, gpus: float, remote: bool):
     # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
-    # into each trial's working folder, which Tune syncs to the store (sync_artifacts).
+    # into each trial's working folder, which Tune syncs to the store (sync_artifacts). The
+    # datasets travel as references (a few hundred bytes each); each node caches the data once.
     run_info = {"experiment_dir": plan["experiment_dir"],
                 "tensorboard_root": None if remote else plan["experiment_dir"],
                 "cpus_per_trial": args.cpus_per_trial,
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
-                "base_trials": plan["trials"] if args.search == "optuna" else ()}
+                "base_trials": plan["trials"] if args.search == "optuna" else (),
+                "datasets": plan["data"]}
     return tune.with_resources(
-        tune.with_parameters(train_trial, datasets=dataset_refs, run_info=run_info),
+        tune.with_parameters(train_trial, run_info=run_info),
         {"cpu": args.cpus_per_trial, "gpu": gpus},
     )
 
@@ -249,8 +245,10 @@ def run_sweep(args, plan: dict) -> dict:
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     try:
         gpus = _gpus_per_trial(args)
+        if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
+            plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
         remote = storage.is_remote(experiment_dir)
-        trainable = _trainable(args, plan, gpus, remote, _dataset_refs(plan["datasets"]))
+        trainable = _trainable(args, plan, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
         if restoring:

@@ -20,6 +20,15 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ["DISGEN_CHECKPOINT_SIGNAL_DIR"] = os.path.join(
     tempfile.gettempdir(), f"disgen-checkpoint-signals-{os.getpid()}")
 
+# The node cache (data_pipeline.node_cache) of this test process and the Ray workers it starts:
+# a temporary folder, never the user's ~/.cache; removed at exit by the process that made it.
+# Tests that count materialisations use a folder of their own.
+if "DISGEN_CACHE" not in os.environ:
+    import atexit
+
+    os.environ["DISGEN_CACHE"] = tempfile.mkdtemp(prefix="disgen-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["DISGEN_CACHE"], True)
+
 import pytest  # noqa: E402
 
 

@@ -63,8 +63,11 @@ ROWS = [
     (PREPARE, ["simple", *OUT, "--n-images", "1e12"], 2, "--n-images"),
     (PREPARE, ["simple", *OUT, "--n-images", "2.5"], 2, "--n-images"),
     (PREPARE, ["simple", *OUT, "--n-images", "5000"], 2, "3,072"),  # more than the grid
-    (PREPARE, ["simple", *OUT, "--rows-per-shard", "0"], 2, "--rows-per-shard"),
-    (PREPARE, ["simple", *OUT, "--rows-per-shard", "nan"], 2, "--rows-per-shard"),
+    (PREPARE, ["simple", *OUT, "--rows-per-block", "0"], 2, "--rows-per-block"),
+    (PREPARE, ["simple", *OUT, "--rows-per-block", "nan"], 2, "--rows-per-block"),
+    (PREPARE, ["labelled", *OUT], 2, "--from-file"),
+    (PREPARE, ["dsprites", *OUT, "--from-file", "{tmp}/bad/dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz"],
+     2, "expected shape"),
     (PREPARE, ["simple", *OUT, "--seed", "-1"], 2, "--seed"),
     (PREPARE, ["simple", *OUT, "--num-cpus", "0"], 2, "--num-cpus"),
     (PREPARE, ["simple", *OUT, "--num-cpus", "-3"], 2, "--num-cpus"),
@@ -125,6 +128,14 @@ ROWS = [
     (SWEEP, ["--grid", "{tmp}/grids/missing.yaml", *RESULTS], 2, "no such file"),
     (SWEEP, ["--grid", "{tmp}/afile.txt", *RESULTS], 2, ".yaml"),
     (SWEEP, ["--data-dir", "{tmp}/nope", *RESULTS], 2, "--data-dir"),
+    (SWEEP, ["--data-dir", "{tmp}/bad", "--scale", "tiny", *RESULTS], 2, "expected shape"),
+    (SWEEP, ["--data-dir", "{tmp}/evil", "--scale", "tiny", *RESULTS], 2, "pickled"),
+    (SWEEP, ["--data-dir", "s3://bucket/data", *RESULTS], 2, "local folder"),
+    (SWEEP, ["--data-source", "prepared", "--data-dir", "{tmp}/empty", *RESULTS], 2,
+     "python -m data_pipeline.prepare"),
+    (SWEEP, ["--data-source", "prepared", "--data-dir", "{tmp}/nope", *RESULTS], 2, "--data-dir"),
+    (SWEEP, ["--data-source", "prepared", "--data-dir", "{tmp}/notprepared", *RESULTS], 2,
+     "not a disgen prepared"),
     (SWEEP, ["--cpus-per-trial", "abc", *RESULTS], 2, "--cpus-per-trial"),
     (SWEEP, ["--storage-path", "{tmp}/afile.txt/x"], 2, "storage path"),
     # python -m sweeps.paper_grid: grid files
@@ -169,6 +180,8 @@ def write_workspace(tmp_path):
         if "search" in other:
             spec["search"] = other["search"]
         (tmp_path / "grids" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "notprepared" / "dsprites").mkdir(parents=True)
+    (tmp_path / "notprepared" / "dsprites" / "manifest.json").write_text('{"shards": []}')
     (tmp_path / "labelled").mkdir()
     np.savez(tmp_path / "labelled" / "labelled.npz", images=np.zeros((6, 8, 8), np.uint8),
              factors=np.arange(12.0).reshape(6, 2))
@@ -218,7 +231,7 @@ def test_good_inputs_still_work(workspace, capsys, no_ray):
     """The same command lines with good inputs succeed (so the rows fail for their bad input)."""
     out = str(workspace / "shards")
     assert run_cli(PREPARE, ["simple", "--out", out, "--n-images", "5", "--single-process"]) == 0
-    assert "5 images in 1 shards" in capsys.readouterr().out
+    assert "5 images in 1 blocks" in capsys.readouterr().out
     png = str(workspace / "split.png")
     assert run_cli(SHOW, ["dsprites", "--split", "blank_side", "--out", png, "--n", "2",
                           "--n-images", "200"]) == 0

@@ -1,13 +1,11 @@
-"""The procedural generators and their on-disk cache."""
+"""The procedural generators."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from data_pipeline import DATASETS, factor_space, load_procedural, render
-from data_pipeline.cache import cache_path
-from data_pipeline.datasets import GENERATOR_VERSIONS
+from data_pipeline import DATASETS, factor_space, render
 from data_pipeline.mpi3d import reduced_classes
 
 
@@ -42,17 +40,3 @@ def test_mpi3d_reduced_keeps_real_class_numbers():
     assert len(classes) == 6 * 6 * 2 * 3 * 3 * 4 * 4
     assert set(np.unique(classes[:, 5])) == {0, 13, 26, 39}
     space.check_classes(classes)
-
-
-def test_procedural_cache_roundtrip_and_checksum(tmp_path):
-    first = load_procedural("simple", n_images=30, seed=2, cache_dir=tmp_path)
-    path = cache_path("simple", GENERATOR_VERSIONS["simple"], first.classes, tmp_path)
-    assert path.is_file()
-    again = load_procedural("simple", n_images=30, seed=2, cache_dir=tmp_path)
-    assert np.array_equal(first.images, again.images)
-    spoiled = np.load(path)
-    spoiled[0, 0, 0, 0] ^= 1
-    np.save(path, spoiled)
-    with pytest.warns(UserWarning, match="checksum"):
-        third = load_procedural("simple", n_images=30, seed=2, cache_dir=tmp_path)
-    assert np.array_equal(third.images, first.images)

@@ -1,4 +1,5 @@
-"""Ray Data preparation: shards and manifest written in parallel blocks, read back verified."""
+"""The prepared layout: blocks and manifest written in parallel Ray Data tasks or one process, read
+back memory-mapped and verified; a damaged block is refused."""
 
 from __future__ import annotations
 
@@ -10,28 +11,47 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from data_pipeline import load_procedural  # noqa: E402
-from data_pipeline.prepare import prepare, prepare_single_process, read_shards  # noqa: E402
+from data_pipeline import load_procedural, prepared  # noqa: E402
+from data_pipeline.datasets import ImageRows  # noqa: E402
+from data_pipeline.prepare import prepare, prepare_single_process  # noqa: E402
 
 
 @pytest.mark.slow
-def test_ray_data_shards_read_back_equal_the_generator(ray_session, tmp_path):
-    manifest = prepare("simple", tmp_path / "ray", n_images=700, rows_per_shard=200, seed=1)
-    assert manifest["n_images"] == 700 and len(manifest["shards"]) == 4
+def test_ray_data_blocks_read_back_equal_the_generator(ray_session, tmp_path):
+    manifest = prepare("simple", tmp_path / "ray", n_images=700, rows_per_block=200, seed=1)
+    assert manifest["n_images"] == 700 and [b["count"] for b in manifest["blocks"]] == [200, 200, 200, 100]
     on_disk = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert on_disk["shards"] == manifest["shards"]
-    data = read_shards(tmp_path / "ray")
+    assert on_disk["blocks"] == manifest["blocks"] and on_disk["built_by"] == "ray.data"
+    data = prepared.open_dataset(tmp_path / "ray")
     expected = load_procedural("simple", n_images=700, seed=1)
+    assert isinstance(data.images, ImageRows)  # the four blocks, memory-mapped, read in place
     assert np.array_equal(data.classes, expected.classes)
-    assert np.array_equal(data.images, expected.images)
-    single = prepare_single_process("simple", tmp_path / "one", n_images=700, rows_per_shard=200, seed=1)
-    assert np.array_equal(read_shards(tmp_path / "one").images, data.images)
-    assert sum(s["count"] for s in single["shards"]) == 700
+    assert np.array_equal(np.asarray(data.images), expected.images)
+    single = prepare_single_process("simple", tmp_path / "one", n_images=700, rows_per_block=200, seed=1)
+    assert single["content_id"] == manifest["content_id"]  # the same bytes, however they were written
+    assert prepare_single_process("simple", tmp_path / "other", n_images=700, seed=2)["content_id"] != \
+        manifest["content_id"]
 
 
-def test_a_corrupt_shard_is_refused(tmp_path):
-    manifest = prepare_single_process("circles", tmp_path, rows_per_shard=500)
-    shard = tmp_path / manifest["shards"][0]["file"]
-    shard.write_bytes(shard.read_bytes()[:-10] + b"0123456789")
-    with pytest.raises(ValueError, match="sha256 differs"):
-        read_shards(tmp_path)
+def test_blocks_are_memory_mapped_and_a_damaged_block_is_refused(tmp_path):
+    manifest = prepare_single_process("circles", tmp_path, rows_per_block=500)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["classes.npy", "images-000000000.npy", "images-000000500.npy", "images-000001000.npy",
+                     "manifest.json"]
+    assert np.load(tmp_path / "classes.npy").dtype == np.uint8  # the few MB a driver reads
+    data = prepared.open_dataset(tmp_path)
+    rows = np.array([1023, 0, 499, 500, 999, 1000])
+    expected = load_procedural("circles")
+    assert np.array_equal(data.images[rows], expected.images[rows])
+    assert np.array_equal(data.images[7], expected.images[7])
+    assert isinstance(data.images.blocks[0], np.memmap) and not data.images.blocks[0].flags.writeable
+    prepared.verify(tmp_path)
+    block = tmp_path / manifest["blocks"][1]["file"]
+    payload = bytearray(block.read_bytes())
+    payload[-10] ^= 1
+    block.write_bytes(bytes(payload))
+    with pytest.raises(ValueError, match="images-000000500.npy: sha256 differs"):
+        prepared.verify(tmp_path)
+    block.write_bytes(bytes(payload[:-10]))
+    with pytest.raises(ValueError, match="wrong size"):
+        prepared.open_dataset(tmp_path)

@@ -1,5 +1,6 @@
 """Several nodes: trials spread over them, and losing a node mid-sweep loses no result: its trial
-is retried on the other node from its last checkpoint, and every report lands once."""
+is retried on the other node from its last checkpoint, and every report lands once. Data reaches
+the nodes by reference: each caches a prepared dataset once, and no object store holds it."""
 
 import json
 import os
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -74,3 +76,67 @@ def test_a_removed_nodes_trial_restores_from_its_checkpoint_on_the_other_node(tm
     assert [(r["step"], r["training_iteration"], r["node_id"]) for r in restored] == [
         (15, 3, other)]
     assert all(r["node_id"] == other for r in record[2:])
+
+
+NODE_GRID = """
+description: four tiny trials on 25,000 dSprites images (98 MiB)
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 25000, data_seed: 0,
+        batch_size: 32, report_every: 5, n_nll: 100, n_metric: 200, metrics: [d_score], lr: 0.001,
+        split: blank_side}
+axes:
+  beta: [1.0, 2.0, 4.0, 8.0]
+scales:
+  tiny: {steps: 10}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_nodes_smaller_than_the_data_cache_it_once_each_and_no_object_store_holds_it(tmp_path):
+    """The data is rendered once, by Ray Data on the cluster, to shared storage (a folder every node
+    sees); each node copies it into its own cache once; no object store ever holds it."""
+    from ray._private.internal_api import node_stats
+    from ray.cluster_utils import Cluster
+
+    from data_pipeline import prepared
+    from data_pipeline.node_cache import materialisations
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(NODE_GRID)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    caches = [tmp_path / f"node-{i}-cache" for i in range(3)]
+    store = 80 * 2**20  # each node's object store: smaller than the data
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        # each node its own cache folder, as on separate machines
+        nodes = [cluster.add_node(num_cpus=1, object_store_memory=store,
+                                  env_vars={"DISGEN_CACHE": str(cache)}) for cache in caches]
+        cluster.wait_for_nodes()
+        argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(grid), "--scale", "tiny",
+                "--storage-path", str(tmp_path), "--name", "exp", "--data-source", "procedural",
+                "--data-dir", str(shared)]
+        done = subprocess.run(argv, env={**os.environ, "RAY_ADDRESS": cluster.address}, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+        created = [node_stats(n.node_ip_address, n.node_manager_port, include_memory_info=False)
+                   .store_stats.cumulative_created_bytes for n in nodes]
+    finally:
+        cluster.shutdown()
+
+    (rendered,) = shared.iterdir()  # rendered once, to the shared folder, in the prepared layout
+    manifest = prepared.read_manifest(rendered)
+    images_bytes = sum(block["bytes"] for block in manifest["blocks"])
+    assert manifest["built_by"] == "ray.data" and manifest["n_images"] == 25_000 and images_bytes > store
+    trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet")
+    assert len(trials) == 4 and trials["trial_key"].is_unique and np.isfinite(trials["test_nll"]).all()
+    assert set(trials["node_id"]) == {n.node_id for n in nodes}  # every node ran a trial
+    assert set(trials["data_source"]) == {"procedural"} and set(trials["data_uri"]) == {str(rendered)}
+    assert set(trials["data_content_id"]) == {manifest["content_id"]}
+    for cache in caches:  # each node copied the data once, though one of them ran two trials
+        (record,) = materialisations(cache)
+        assert (record["kind"], record["content_id"], record["bytes"]) == ("prepared", manifest["content_id"],
+                                                                            images_bytes)
+    # every object any node's store ever held adds up to a sliver of the data: the images never went
+    # through an object store (trials received a reference of a few hundred bytes)
+    assert max(created) < images_bytes / 20, created

@@ -51,7 +51,7 @@ def test_a_python_grid_file_works_the_same(tmp_path):
      "no split 'nope' for dataset 'dsprites'; known: blank_side, "),
     (("split: [blank_side, shape2tx]", "split: [fhue_gt50]"), "no split 'fhue_gt50' for dataset 'dsprites'"),
     (("data_seed: 0", "data_seed: 0, data_source: disk"),
-     "data_source: unknown 'disk'; choose one of procedural, real"),
+     "data_source: unknown 'disk'; choose one of procedural, real, prepared"),
     (("beta: [1.0, 2.0, 8.0]", "beta: []"), "axis 'beta' is empty, so the grid has zero trials"),
     (("n_images: 2000", "n_imgs: 2000"), "unknown setting 'n_imgs'"),
     (("scales:", "scalez:"), "unknown key 'scalez'"),

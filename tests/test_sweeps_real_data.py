@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from data_pipeline import get_split, render
+from data_pipeline.node_cache import materialisations, open_reference
 from data_pipeline.spaces import sprite_space
-from sweeps.data import load_datasets
+from sweeps.data import plan_data
 from sweeps.errors import UsageError
 from sweeps.paper_grid import build_parser, main, plan
 from sweeps.trials import TrialConfig
@@ -47,15 +48,19 @@ def config(**settings):
 
 def test_a_whole_real_grid_observes_any_grid_point_and_subsets_follow_the_seeded_draw(tmp_path):
     space, _ = write_circles(tmp_path)
-    datasets = load_datasets([config(), config(n_images=10, data_seed=3)], str(tmp_path))
-    whole = datasets[("real", "circles", None, 0)]
+    references = plan_data([config(), config(n_images=10, data_seed=3)], str(tmp_path))
+    reference = references[("real", "circles", None, 0)]
+    assert references[("real", "circles", 10, 3)] == reference  # one file, one reference
+    cache = tmp_path / "cache"
+    whole = open_reference(reference, None, 0, cache_dir=cache)
     asked = np.array([[5, 0], [0, 0], [2, 3], [2, 3]])
     assert np.array_equal(whole.observe(asked)[:, 0], render("circles", asked, space))
-    subset = datasets[("real", "circles", 10, 3)]
+    subset = open_reference(reference, 10, 3, cache_dir=cache)
     drawn = space.classes_of(np.sort(np.random.default_rng(3).choice(36, 10, replace=False)))
     assert np.array_equal(subset.classes, drawn)  # the grid points load_procedural draws
-    assert np.array_equal(subset.images[:, 0], render("circles", drawn, space))
+    assert np.array_equal(subset.images[np.arange(10)][:, 0], render("circles", drawn, space))
     assert subset.observe is None
+    assert len(materialisations(cache)) == 1  # the file was converted once; the subset is an index set
 
 
 def test_a_partial_real_file_is_subsampled_by_rows_and_too_many_images_is_refused(tmp_path):
@@ -63,23 +68,40 @@ def test_a_partial_real_file_is_subsampled_by_rows_and_too_many_images_is_refuse
     with np.load(tmp_path / "circles.npz") as data:
         kept = {key: data[key][:20] if key != "factor_sizes" else data[key] for key in data.files}
     np.savez(tmp_path / "circles.npz", **kept)
-    data = load_datasets([config(n_images=5)], str(tmp_path))[("real", "circles", 5, 0)]
+    reference = plan_data([config(n_images=5)], str(tmp_path))[("real", "circles", 5, 0)]
+    data = open_reference(reference, 5, 0, cache_dir=tmp_path / "cache")
     rows = np.sort(np.random.default_rng(0).choice(20, 5, replace=False))
     assert np.array_equal(data.classes, classes[:20][rows])
     assert data.observe is None  # not the whole grid: nothing to index unseen points from
     with pytest.raises(UsageError, match="holds only 20 images"):
-        load_datasets([config(n_images=30)], str(tmp_path))
+        plan_data([config(n_images=30)], str(tmp_path))
 
 
-def test_data_dir_makes_every_trial_real_and_rows_record_it(tmp_path):
+def test_data_dir_makes_every_trial_real_and_the_driver_reads_no_image(tmp_path, monkeypatch):
+    from data_pipeline import conversion, prepared
+    from data_pipeline.prepare import main as prepare
+
     write_circles(tmp_path)
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
+
+    def no_images(*args, **kwargs):
+        raise AssertionError("the driver read images")
+
+    # the driver plans from headers, labels and manifests: every way to the pixels is closed
+    monkeypatch.setattr(conversion.RealFile, "_raw", no_images)
+    monkeypatch.setattr(prepared, "open_dataset", no_images)
+    monkeypatch.setattr(prepared, "copy_verified", no_images)
+    monkeypatch.setattr("data_pipeline.node_cache.materialise", no_images)
     grid = tmp_path / "grid.yaml"
     grid.write_text(textwrap.dedent(GRID))
-    args = build_parser().parse_args(["--grid", str(grid), "--scale", "tiny", "--data-dir", str(tmp_path),
-                                      "--storage-path", str(tmp_path / "out")])
-    run_plan = plan(args)
+    base = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path / "out")]
+    prepared_args = [*base, "--data-source", "prepared", "--data-dir", str(tmp_path)]
+    prepared_plan = plan(build_parser().parse_args(prepared_args))
+    assert prepared_plan["data"][("prepared", "circles", None, 0)].uri == str(tmp_path / "circles")
+    run_plan = plan(build_parser().parse_args([*base, "--data-dir", str(tmp_path)]))
     assert {c["data_source"] for c in run_plan["trials"]} == {"real"}
-    assert list(run_plan["datasets"]) == [("real", "circles", None, 0)]
+    assert list(run_plan["data"]) == [("real", "circles", None, 0)]
+    assert run_plan["data"][("real", "circles", None, 0)].uri == str(tmp_path / "circles.npz")
 
 
 @pytest.mark.slow
@@ -115,18 +137,40 @@ def test_missing_or_malformed_real_files_are_one_line_errors_before_ray_starts(t
 
 
 @pytest.mark.slow
-def test_a_sweep_trains_on_the_real_file_next_to_the_generator(ray_session, tmp_path, monkeypatch, capsys):
+def test_a_sweep_trains_on_the_real_file_its_prepared_copy_and_the_generator(ray_session, tmp_path,
+                                                                            monkeypatch, capsys):
+    from data_pipeline.prepare import main as prepare
+
     space, _ = write_circles(tmp_path)
-    monkeypatch.setenv("DISGEN_DATA", str(tmp_path))
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
+    monkeypatch.setenv("DISGEN_DATA", str(tmp_path))  # the real file and DIR/circles/, prepared from it
     grid = tmp_path / "grid.yaml"
-    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", "axes:\n  data_source: [procedural, real]\n"))
+    axis = "axes:\n  data_source: [procedural, real, prepared]\n"
+    grid.write_text(textwrap.dedent(GRID).replace("axes:\n", axis))
     argv = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
     assert main(argv) == 0
-    assert "2 of 2 trials finished" in capsys.readouterr().out
+    assert "3 of 3 trials finished" in capsys.readouterr().out
     trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet").set_index("data_source")
-    assert sorted(trials.index) == ["procedural", "real"]
+    assert sorted(trials.index) == ["prepared", "procedural", "real"]
     train, test = get_split("circles", "midpos").train_test_indices(space.all_classes(), space)
     assert (trials.loc["real", "n_train_images"], trials.loc["real", "n_test_images"]) == (len(train), 4)
     assert trials.loc["procedural", "n_train_images"] == 924  # the generator's 32 × 32 grid
     assert json.loads(trials.loc["real", "config"])["data_source"] == "real"
     assert np.isfinite(trials["test_nll"]).all() and trials["trial_key"].is_unique
+    # the prepared copy holds the real file's bytes: the same numbers, to the last bit
+    metrics = ["train_nll", "test_nll", "n_train_images", "n_test_images"]
+    assert trials.loc["prepared", metrics].tolist() == trials.loc["real", metrics].tolist()
+    # each row names the data it read: the file, the prepared folder or the generator, and a content id
+    assert trials.loc["real", "data_uri"] == str(tmp_path / "circles.npz")
+    assert trials.loc["prepared", "data_uri"] == str(tmp_path / "circles")
+    assert trials.loc["prepared", "data_content_id"] == json.loads(
+        (tmp_path / "circles" / "manifest.json").read_text())["content_id"]
+    assert trials.loc["procedural", "data_uri"] == "generator:circles"
+    assert trials["data_content_id"].str.len().eq(64).all() and trials["data_content_id"].is_unique
+    built = lambda: sorted(r["kind"] for r in materialisations()  # noqa: E731
+                           if r["content_id"] in set(trials["data_content_id"]))
+    assert built() == ["file", "prepared", "procedural"]  # each materialised once on this node
+    # extending the experiment (a second seed: three more trials) reads nothing the node already holds
+    assert main([*argv, "--resume", "--seeds", "2"]) == 0
+    assert "6 of 6 trials finished" in capsys.readouterr().out
+    assert built() == ["file", "prepared", "procedural"]
