@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from data_pipeline import prepared
 from data_pipeline.spaces import canonical_name, dsprites_space, mpi3d_space, shapes3d_space, sprite_space
@@ -346,16 +347,20 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
     start = blocks[-1]["first"] + blocks[-1]["count"] if blocks else 0
     if progress and start:
         print(f"{path.name}: resuming after {start:,} of {source.n:,} images (checked)", flush=True)
+    # a live bar on a terminal; in a log (no TTY) only the lines before and after
+    bar = tqdm(total=source.n, initial=start, unit="img", unit_scale=True, desc=path.name,
+               disable=None if progress else True)
     for first, images in source.pieces(start, step):
         blocks.append(prepared.write_block(out, first, images))
         _write_json(out, PROGRESS, {"source": identity, "blocks": blocks})
-        if progress:
-            print(f"\r{path.name}: {first + len(images):,} of {source.n:,} images", end="", flush=True)
-    if progress:
-        print(flush=True)
+        bar.update(len(images))
+    bar.close()
     classes = prepared.write_classes(out, source.classes)
     manifest = prepared.write_manifest(out, source.name, source.factor_space, source.image_shape, blocks,
                                        classes, identity, "conversion", time.perf_counter() - started)
+    if progress:
+        seconds = time.perf_counter() - started
+        print(f"{path.name}: {source.n:,} images converted in {seconds:.1f} s", flush=True)
     fs, base = prepared.filesystem(out)
     fs.delete_file(f"{base}/{PROGRESS}")
     return manifest
