@@ -52,7 +52,8 @@ def main() -> int:
         print(open(os.path.join(storage, "sweep.log")).read()[-4000:])
         print(f"sweep failed with exit code {process.returncode}")
         return process.returncode
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+    memory = psutil.virtual_memory().total / 2**30
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, "
           f"load {os.getloadavg()[0]:.1f}")
     print(f"label={args.label} driver_peak_rss_gib={peak / 2**30:.2f} wall_s={wall:.0f} "
           f"command={' '.join(command[1:])}")
