@@ -563,6 +563,20 @@ class PackedTrainer:
                 taken.update(self._advance_part(index, half, half_live, steps))
         return taken
 
+    def advance(self, steps: int) -> dict[int, TermsBlock]:
+        """Take ``steps`` steps of every member that has not finished or failed (at most to its
+        end), as ``Trainer.advance`` does for one model: the loss terms by member, still on the
+        device. ``run`` is the loop with reports; this is for timing and tests."""
+        ends = {k: min(m.total_steps, m.step + steps)
+                for k, m in enumerate(self.members) if k not in self.errors}
+        taken: dict[int, list[TermsBlock]] = {k: [] for k in ends}
+        for group in self.groups:
+            while live := [k for k in group if k in ends and self.members[k].step < ends[k]]:
+                for k, block in self._advance(live, ends).items():
+                    taken[k].append(block)
+        return {k: TermsBlock(blocks[0].names, torch.cat([b.values for b in blocks]))
+                for k, blocks in taken.items() if blocks}
+
     def run(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
         """Train every member to its run's length. Every ``report_every`` steps (and at each
         member's end) yields {member index: progress dict, as ``Trainer.run`` yields}. A member

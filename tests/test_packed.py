@@ -298,3 +298,17 @@ def test_gpu_pack_size_leaves_room_for_the_process_and_its_dataset():
     assert pack_memory_bytes(config, 10, "cuda", 3 * gib, free) == CUDA_PROCESS_BYTES + 3 * gib + 10 * need
     assert pack_memory_bytes(config, 10, "cpu", 3 * gib, free) == 10 * need
     assert max_pack_size(config, "cuda", free_bytes=gib, dataset=3 * gib) == 1  # never below one
+
+
+def test_advance_steps_every_member_as_far_as_its_end(data):
+    images, _ = data
+    rows = [np.arange(40), np.arange(8, 32)]
+    configs = [small(epochs=1.0, seed=0), small(epochs=1.0, seed=1, beta=4.0)]  # 5 and 3 steps
+    trainer = PackedTrainer(configs, images, rows, device=DEVICE, mode="vmap")
+    blocks = trainer.advance(4)
+    assert [len(blocks[k].values) for k in (0, 1)] == [4, 3] and [m.step for m in trainer.members] == [4, 3]
+    for k, config in enumerate(configs):
+        alone_trainer = Trainer(build(config), images, rows[k], config, DEVICE)
+        expected = [r["loss"] for r in alone_trainer.run(report_every=1)]
+        np.testing.assert_allclose(blocks[k].values[:, 0].cpu().numpy(), expected[:4], rtol=RTOL)
+    assert list(trainer.advance(4)) == [0] and trainer.members[0].step == 5
