@@ -172,9 +172,14 @@ def test_members_with_their_own_rows_and_run_lengths_follow_their_trajectories(d
                 assert got == expected
             else:
                 np.testing.assert_allclose(got, expected, rtol=RTOL)
-            # the member that finished first kept its final weights while the other trained on
-            for mine, theirs in zip(trainer.members[k].model.parameters(), alone_trainer.model.parameters()):
+            # the member that finished first kept its final weights and Adam state while the other
+            # trained on
+            member = trainer.members[k]
+            for mine, theirs in zip(member.model.parameters(), alone_trainer.model.parameters()):
                 torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+                ours, alone_state = member.optimizer.state[mine], alone_trainer.optimizer.state[theirs]
+                for moment in ("exp_avg", "exp_avg_sq"):
+                    torch.testing.assert_close(ours[moment], alone_state[moment], rtol=1e-2, atol=1e-6)
 
 
 def test_a_checkpoint_taken_after_one_member_finished_resumes(data):
