@@ -183,7 +183,8 @@ def step_dittadi(device, sizes, peak, measured) -> dict:
     out = {"flops_per_image": flops, "member_estimate_bytes": member_memory_bytes(config),
            "plain": with_mfu(plain, flops, "bf16" if plain["bf16"] else "fp32", peak, measured)}
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-    # D21's training set at 128 px: 3DShapes-sized (480,000 RGB images), 23.6 GB: never resident
+    # D21's training set at 128 px: 3DShapes-sized (480,000 RGB images), 23.6 GB, counted when it
+    # fits in half the free memory (as a trial would upload it)
     d21 = dataset_bytes(480_000, 3, size)
     fits = max_pack_size(config, device, free_bytes=free or 8 * 2**30, dataset=d21)
     out.update(pack_size_estimate=fits, pack_size_free_bytes=free, d21_dataset_bytes=d21)
