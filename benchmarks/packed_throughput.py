@@ -1,16 +1,16 @@
-"""Packed training throughput: K models trained together against K separate single-model runs.
+"""Training throughput of the plain path (one model, ``Trainer``) and of packs (``PackedTrainer``).
 
     python benchmarks/packed_throughput.py                      # CPU: K = 8 burgess β-VAEs, batch 64
     python benchmarks/packed_throughput.py --device cuda --k 1 8 32 128
 
-Every figure is training images per second summed over the members, measured in this one process:
-- ``separate``: the K models trained one after another, each by its own ``Trainer`` (what K
-  single-model trials do, minus Ray);
+Every figure is training images per second, summed over a pack's members, measured in this one
+process with the engine's own ``advance`` (the steps of a report interval, without the report):
+- ``plain``: one model, ``Trainer`` (what a one-model trial runs);
+- ``separate``: K models one after another, each its own ``Trainer`` (K single-model trials,
+  minus Ray);
 - ``packed-loop`` and ``packed-vmap``: one ``PackedTrainer`` in each mode.
-The ratio is packed over separate. On a GPU the baseline is one model alone (one model per
-process), so the ratio at K = 32 is the issue's "aggregate throughput over one model per process",
-and the model FLOP utilisation is the achieved FLOP/s (the FLOPs of one member's training step,
-counted by ``torch.utils.flop_counter``, times the steps taken) over the GPU's peak.
+On a GPU each run is synchronised before and after its timed steps. ``measure_plain`` and
+``measure_pack`` are what ``benchmarks/gpu_figures.py`` (``benchmarks/gpu.sh``) calls.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -26,19 +27,23 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from models import ModelConfig, Trainer, build  # noqa: E402
-from models.packed import PackedTrainer  # noqa: E402
-
-# Dense peak FLOP/s by GPU name fragment: (fp32 without tensor cores, tf32 / bf16 tensor cores).
-PEAK_FLOPS = {"H200": (67e12, 989e12), "H100": (67e12, 989e12), "A100": (19.5e12, 312e12),
-              "V100": (15.7e12, 125e12), "A10G": (31.2e12, 125e12), "L4": (30.3e12, 121e12)}
+from models import GPUSettings, ModelConfig, Trainer, build  # noqa: E402
+from models.packed import PackedTrainer, dataset_bytes, pack_memory_bytes  # noqa: E402
 
 
-def configs(k: int, args) -> list[ModelConfig]:
+def pack_configs(k: int, architecture: str = "burgess", batch_size: int = 64, image_size: int = 64,
+                 channels: int = 1, steps: int = 1000, bf16: bool | None = None) -> list[ModelConfig]:
+    """K β-VAEs that differ in β and seed, as a sweep's pack does."""
     betas = (1.0, 2.0, 4.0, 8.0)
-    return [ModelConfig(architecture=args.architecture, objective="beta_vae", beta=betas[i % len(betas)],
-                        seed=i, batch_size=args.batch, steps=args.steps + 1, image_size=args.image_size,
-                        channels=args.channels) for i in range(k)]
+    return [ModelConfig(architecture=architecture, objective="beta_vae", beta=betas[i % len(betas)], seed=i,
+                        batch_size=batch_size, steps=steps, image_size=image_size, channels=channels,
+                        bf16=bf16) for i in range(k)]
+
+
+def synthetic_images(n: int, channels: int = 1, size: int = 64, seed: int = 0) -> np.ndarray:
+    """Random binary uint8 images (0/255)."""
+    rng = np.random.default_rng(seed)
+    return ((rng.random((n, channels, size, size)) > 0.7) * 255).astype(np.uint8)
 
 
 def synchronise(device: torch.device) -> None:
@@ -46,42 +51,78 @@ def synchronise(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_separate(members: list[ModelConfig], images, device) -> float:
-    """Seconds to train each config alone, one after another (the first step of each untimed, so
-    ``steps - 1`` timed steps each)."""
-    total = 0.0
-    for config in members:
-        trainer = Trainer(build(config), images, np.arange(len(images)), config, device)
-        trainer.train_step()  # warm-up: allocator, cuDNN autotuning
-        synchronise(trainer.device)
+def _timed(advance, device: torch.device, steps: int, rounds: int, warmup: int) -> list[float]:
+    """Seconds of ``advance(steps)`` in each of ``rounds`` rounds, after ``advance(warmup)``."""
+    if warmup:
+        advance(warmup)
+    seconds = []
+    for _ in range(rounds):
+        synchronise(device)
         started = time.perf_counter()
-        for _ in trainer.run(report_every=config.steps):
-            pass
-        synchronise(trainer.device)
-        total += time.perf_counter() - started
-    return total
+        advance(steps)
+        synchronise(device)
+        seconds.append(time.perf_counter() - started)
+    return seconds
 
 
-def time_packed(members: list[ModelConfig], images, device, mode: str) -> float:
-    trainer = PackedTrainer(members, images, np.arange(len(images)), device=device, mode=mode)
-    for index, group in enumerate(trainer.groups):  # warm-up: one step of every member, untimed
-        trainer._advance_group(index, group, report_every=1)
-    synchronise(trainer.device)
-    started = time.perf_counter()
-    for _ in trainer.run(report_every=members[0].steps):
-        pass
-    synchronise(trainer.device)
-    return time.perf_counter() - started
+def _memory(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {}
+    free, total = torch.cuda.mem_get_info(device)
+    return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+            "device_used_bytes": total - free}
 
 
-def step_flops(config: ModelConfig, images, device) -> float:
-    """FLOPs of one training step of one model (forward and backward), as PyTorch counts them."""
-    from torch.utils.flop_counter import FlopCounterMode
+def _reset_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
-    trainer = Trainer(build(config), images, np.arange(len(images)), config, device)
-    with FlopCounterMode(display=False) as counter:
-        trainer.train_step()
-    return float(counter.get_total_flops())
+
+def measure_plain(config: ModelConfig, images: np.ndarray, device: torch.device, steps: int, rounds: int = 3,
+                  warmup: int = 5, settings: GPUSettings | None = None) -> dict:
+    """Images per second of one model on the plain path (median over rounds), and its memory."""
+    _reset_memory(device)
+    trainer = Trainer(build(config), images, np.arange(len(images)), config, device, settings=settings)
+    seconds = _timed(trainer.advance, device, steps, rounds, warmup)
+    rate = steps * config.batch_size / statistics.median(seconds)
+    per_round = [steps * config.batch_size / s for s in seconds]
+    return {"images_per_second": rate, "rounds_images_per_second": per_round,
+            "bf16": trainer.bf16, "steps_timed": steps, **_memory(device)}
+
+
+def measure_pack(configs: list[ModelConfig], images: np.ndarray, device: torch.device, steps: int,
+                 rounds: int = 3, warmup: int = 5, mode: str = "vmap",
+                 settings: GPUSettings | None = None) -> dict:
+    """Aggregate images per second of a pack (median over rounds), its memory against the sizing
+    estimate, and the vmapped groups it ran as (after any halving for memory)."""
+    _reset_memory(device)
+    pack = PackedTrainer(configs, images, np.arange(len(images)), device=device, mode=mode, settings=settings)
+    seconds = _timed(pack.advance, device, steps, rounds, warmup)
+    per_round = [len(configs) * steps * configs[0].batch_size / s for s in seconds]
+    out = {"members": len(configs), "images_per_second": statistics.median(per_round),
+           "rounds_images_per_second": per_round, "bf16": pack.members[0].bf16, "mode": pack.mode,
+           "vmapped_group_sizes": [len(g) for g in pack.vmapped_groups()], "halvings": pack.halvings,
+           "steps_timed": steps, **_memory(device)}
+    if device.type == "cuda":
+        data = dataset_bytes(*images.shape[:2], images.shape[2])
+        # the process's whole estimate (against device_used_bytes), and the part PyTorch allocates
+        # (against peak_allocated_bytes): the members and the uploaded dataset
+        out["estimate_bytes"] = pack_memory_bytes(configs[0], len(configs), device, data)
+        out["estimate_members_and_data_bytes"] = pack_memory_bytes(configs[0], len(configs), "cpu") + data
+    return out
+
+
+def measure_separate(configs: list[ModelConfig], images: np.ndarray, device: torch.device, steps: int,
+                     rounds: int, warmup: int) -> float:
+    """Aggregate images per second of K models trained one after another."""
+    seconds = [0.0] * rounds
+    for config in configs:
+        trainer = Trainer(build(config), images, np.arange(len(images)), config, device)
+        for r, s in enumerate(_timed(trainer.advance, device, steps, rounds, warmup)):
+            seconds[r] += s
+    return statistics.median(len(configs) * steps * configs[0].batch_size / s for s in seconds)
 
 
 def main() -> None:
@@ -90,8 +131,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=[8], help="pack sizes (default: 8)")
     parser.add_argument("--architecture", default="burgess")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per model")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians reported")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; medians reported")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--device", default="cpu")
@@ -103,44 +144,25 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     modes = args.modes or (["loop", "vmap"] if device.type == "cpu" else ["vmap"])
-    rng = np.random.default_rng(0)
-    shape = (4096, args.channels, args.image_size, args.image_size)
-    images = ((rng.random(shape) > 0.7) * 255).astype(np.uint8)
-
+    images = synthetic_images(4096, args.channels, args.image_size)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"# {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads; "
           f"load {os.getloadavg()[0]:.1f}; {args.architecture} β-VAE, batch {args.batch}, "
-          f"{args.image_size} px, {args.steps} timed steps per model")
-    flops = step_flops(configs(1, args)[0], images, device) if device.type == "cuda" else None
-    peak = next((p for key, p in PEAK_FLOPS.items() if key in name), None) if flops else None
-
+          f"{args.image_size} px, {args.steps} timed steps × {args.rounds} rounds")
+    total = 2 + args.steps * (args.rounds + 1)
+    shape = dict(architecture=args.architecture, batch_size=args.batch, image_size=args.image_size,
+                 channels=args.channels, steps=total)
+    plain = measure_plain(pack_configs(1, **shape)[0], images, device, args.steps, args.rounds, 2)
+    print(f"plain (one model): {plain['images_per_second']:8.0f} img/s")
     for k in args.k:
-        members = configs(k, args)
-        images_trained = k * args.steps * args.batch
-        # one model per process is the baseline on a GPU; K after one another on a CPU
-        baseline_members = members[:1] if device.type == "cuda" else members
-        # rounds interleave the runs, so a slow spell of a shared machine hits them alike
-        rates: dict[str, list[float]] = {"separate": [], **{mode: [] for mode in modes}}
-        seconds_of: dict[str, list[float]] = {mode: [] for mode in modes}
-        for _ in range(args.rounds):
-            baseline = time_separate(baseline_members, images, device)
-            rates["separate"].append(len(baseline_members) * args.steps * args.batch / baseline)
-            for mode in modes:
-                seconds_of[mode].append(time_packed(members, images, device, mode))
-                rates[mode].append(images_trained / seconds_of[mode][-1])
-        baseline_rate = float(np.median(rates["separate"]))
-        print(f"K={k:<4} separate{'(1 model)' if device.type == 'cuda' else ''}: {baseline_rate:8.0f} img/s "
-              f"(rounds: {', '.join(f'{r:.0f}' for r in rates['separate'])})")
+        configs = pack_configs(k, **shape)
+        separate = measure_separate(configs, images, device, args.steps, args.rounds, 2)
+        print(f"K={k:<4} separate: {separate:8.0f} img/s")
         for mode in modes:
-            rate = float(np.median(rates[mode]))
-            seconds = float(np.median(seconds_of[mode]))
-            line = (f"K={k:<4} packed-{mode:<5}: {rate:8.0f} img/s   ratio {rate / baseline_rate:5.2f} "
-                    f"(rounds: {', '.join(f'{r:.0f}' for r in rates[mode])})")
-            if flops and peak:
-                achieved = flops * k * args.steps / seconds
-                line += (f"   {achieved / 1e12:6.1f} TFLOP/s, MFU {achieved / peak[0]:.1%} of fp32 peak, "
-                         f"{achieved / peak[1]:.1%} of tensor-core peak")
-            print(line, flush=True)
+            measured = measure_pack(configs, images, device, args.steps, args.rounds, 2, mode)
+            rate = measured["images_per_second"]
+            print(f"K={k:<4} packed-{mode:<5}: {rate:8.0f} img/s   {rate / separate:5.2f}× separate, "
+                  f"{rate / plain['images_per_second']:5.2f}× one model", flush=True)
 
 
 if __name__ == "__main__":

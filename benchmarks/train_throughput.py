@@ -80,8 +80,8 @@ def pure_model_step(config, images, device):
     """The engine's step with the data path replaced by a fixed batch already on the device."""
     trainer = Trainer(build(config), images, np.arange(len(images)), config, device)
     trainer.model.train()
-    fixed = trainer.next_batch()
-    trainer.next_batch = lambda: fixed
+    fixed = trainer.batch_images(trainer.rows_ahead(1)[0])
+    trainer.batch_images = lambda rows: fixed
     return trainer.train_step
 
 
@@ -125,7 +125,7 @@ def main(argv=None) -> dict:
     trainer = Trainer(build(config), images, np.arange(len(images)), config, cpu)
     repeats, started = 200, time.perf_counter()
     for _ in range(repeats):
-        trainer.next_batch()
+        trainer.batch_images(trainer.rows_ahead(1)[0])
     batch_ms = (time.perf_counter() - started) / repeats * 1e3
     step_ms = args.batch_size / burgess["pure_model_step"] * 1e3
     burgess["data_path_ms_per_step"] = batch_ms

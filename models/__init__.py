@@ -25,7 +25,8 @@ from models.config import (
     NetworkConfig,
     OptimisationConfig,
 )
-from models.engine import NonFiniteLossError, TaskTrainer, Trainer, add_input_noise, select_device, train
+from models.device import GPUSettings, select_device
+from models.engine import NonFiniteLossError, TaskTrainer, Trainer, add_input_noise, train
 from models.evaluation import encode_means, nll_per_image, reconstruct
 from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
 from models.lie_group_vae import LieGroupVAE
@@ -39,6 +40,7 @@ __all__ = [
     "CascadeVAE",
     "CompositionNet",
     "CompositionTrainer",
+    "GPUSettings",
     "GroundTruthDecoder",
     "GroundTruthDecoderTrainer",
     "LATENT_OPS",

@@ -20,6 +20,7 @@ from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
 from models.config import ModelConfig, NetworkConfig
+from models.device import Rows
 from models.engine import TaskTrainer
 from models.objectives import bernoulli_nll, gaussian_kl, posterior_sample
 
@@ -233,8 +234,8 @@ class CompositionTrainer(TaskTrainer):
     """
 
     def __init__(self, model: CompositionNet, images: np.ndarray, classes: np.ndarray, factor_space,
-                 train_indices: np.ndarray, config: ModelConfig, device=None):
-        super().__init__(model, images, train_indices, config, device)
+                 train_indices: np.ndarray, config: ModelConfig, device=None, settings=None):
+        super().__init__(model, images, train_indices, config, device, settings)
         classes = np.asarray(classes)
         if classes.ndim != 2 or len(classes) != len(images):
             raise ValueError(f"classes: expected one row of factor classes per image, ({len(images)}, F); "
@@ -251,13 +252,24 @@ class CompositionTrainer(TaskTrainer):
         """Reference and transform images encoded per step."""
         return 2 * self.optimisation.batch_size
 
-    def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rows_per_step(self) -> int:
+        """Reference, transform and target rows and the action of each triplet."""
+        return 4 * self.optimisation.batch_size
+
+    def draw_rows(self) -> np.ndarray:
+        """A batch of training triplets from ``batch_rng``: the reference, transform and target rows,
+        then the action (the factor's index) of each, one array."""
+        return np.concatenate(self.triplets.sample(self.batch_rng, self.optimisation.batch_size))
+
+    def draw_inputs(self, rows: Rows | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """A batch of training triplets: reference, transform, the action (one-hot) and target."""
+        rows = self.rows_ahead(1)[0] if rows is None else rows
         batch_size = self.optimisation.batch_size
-        reference, transform, target, action = self.triplets.sample(self.batch_rng, batch_size)
-        one_hot = torch.nn.functional.one_hot(torch.from_numpy(action), self.model.n_actions).to(self.device)
-        return (self.batch_images(reference), self.batch_images(transform), one_hot,
-                self.batch_images(target))
+        reference, transform, target = self.batch_images(rows[:3 * batch_size]).chunk(3)
+        action = rows.on_device[3 * batch_size:]
+        one_hot = (action.unsqueeze(1) == torch.arange(self.model.n_actions, device=action.device)).long()
+        return reference, transform, one_hot.to(self.device), target
 
     def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
         """The target's NLL + β·w·KL; the posterior samples come from ``noise_rng``."""

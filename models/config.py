@@ -77,7 +77,7 @@ def _type_problems(config) -> list[str]:
             problems.append(f"{field.name}: must be a finite number; got {value!r}")
         elif kind.startswith("str") and not isinstance(value, str):
             problems.append(f"{field.name}: expected a name (text); got {value!r}")
-        elif kind == "bool" and not isinstance(value, bool):
+        elif kind.startswith("bool") and not isinstance(value, bool):
             problems.append(f"{field.name}: expected true or false; got {value!r}")
         elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
                 isinstance(m, int) and not isinstance(m, bool) for m in value)):
@@ -261,7 +261,7 @@ class OptimisationConfig(_Part):
     lr_decay: float
     input_noise_subpixel_std: float
     input_noise_greyscale_std: float
-    bf16: bool
+    bf16: bool | None
 
     def _normalise(self) -> None:
         object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
@@ -357,7 +357,7 @@ class ModelConfig:
     # input noise (D21), added to the encoder's input only
     input_noise_subpixel_std: float = 0.0
     input_noise_greyscale_std: float = 0.0
-    bf16: bool = False  # bf16 autocast, on CUDA only
+    bf16: bool | None = None  # bf16 autocast: None (default) on CUDA, False never, True (warns off CUDA)
     # the task (see docs/models.md): "vae" trains ``objective``; the other two ignore it
     task: str = "vae"
     latent_op: str = "linear"  # composition: how the two codes and the action combine (M21: linear)

@@ -15,7 +15,8 @@ from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
 from models.config import IMAGE_SIZES, ModelConfig
-from models.engine import TaskTrainer, to_float
+from models.device import Rows, to_float
+from models.engine import TaskTrainer
 from models.objectives import bernoulli_nll
 
 
@@ -90,8 +91,8 @@ class GroundTruthDecoderTrainer(TaskTrainer):
     """
 
     def __init__(self, model: GroundTruthDecoder, images: np.ndarray, classes: np.ndarray, factor_space,
-                 train_indices: np.ndarray, config: ModelConfig, device=None):
-        super().__init__(model, images, train_indices, config, device)
+                 train_indices: np.ndarray, config: ModelConfig, device=None, settings=None):
+        super().__init__(model, images, train_indices, config, device, settings)
         values = np.asarray(classes if factor_space is None else factor_space.raw_values(classes))
         if values.ndim != 2 or len(values) != len(images):
             raise ValueError(f"classes: expected one row of factors per image, ({len(images)}, F); "
@@ -99,12 +100,13 @@ class GroundTruthDecoderTrainer(TaskTrainer):
         if values.shape[1] != model.low.shape[0]:
             raise ValueError(f"classes: the decoder reads {model.low.shape[0]} factors; "
                              f"got {values.shape[1]}")
-        self.values = torch.as_tensor(values, dtype=torch.float32)
+        # every row's factor values, on the device
+        self.values = torch.as_tensor(values, dtype=torch.float32).to(self.device)
 
-    def draw_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A batch of training rows: their factor values and their images."""
-        rows = np.sort(self.batch_rng.choice(self.train_indices, size=self.optimisation.batch_size))
-        return self.values[torch.from_numpy(rows)].to(self.device), self.batch_images(rows)
+    def draw_inputs(self, rows: Rows | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of training rows (``draw_rows``' sorted batch): their factor values and images."""
+        rows = self.rows_ahead(1)[0] if rows is None else rows
+        return self.values[rows.on_device], self.batch_images(rows)
 
     def loss_terms(self, inputs) -> dict[str, torch.Tensor]:
         return self.model.loss_terms(*inputs)

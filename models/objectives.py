@@ -98,7 +98,11 @@ def annealed_capacity(logits, x, mean, logvar, *, gamma: float, capacity: float,
     reconstruction = RECONSTRUCTION[likelihood](logits, x).mean()
     kl = gaussian_kl(mean, logvar).sum(1).mean()
     loss = reconstruction + gamma * (kl - capacity).abs()
-    capacity = torch.as_tensor(capacity, dtype=kl.dtype, device=kl.device)
+    # a number (one model) becomes a tensor by a fill on the device, not a copy the GPU waits for
+    if isinstance(capacity, torch.Tensor):
+        capacity = torch.as_tensor(capacity, dtype=kl.dtype, device=kl.device)
+    else:
+        capacity = torch.full((), capacity, dtype=kl.dtype, device=kl.device)
     return {"loss": loss, "reconstruction": reconstruction, "kl": kl, "capacity": capacity}
 
 
@@ -199,6 +203,7 @@ class Objective(nn.Module):
     model_class = VAE  # the model it trains (CascadeVAE and LieGroupVAE have their own latents)
     needs_pairs = False
     draws_prior = False  # whether each step also draws N(0, I) prior samples (WAE-MMD, WAE-GAN)
+    reads_dataset_size = False  # whether the loss reads the training set's size (β-TCVAE's estimator)
     own_adam: dict | None = None  # Adam settings of the objective's own optimiser, if it has one
     own_module: str | None = None  # the attribute holding the module it trains
 
@@ -373,6 +378,7 @@ class BetaTCVAEObjective(Objective):
     estimated on the batch with minibatch-weighted sampling over the training set's size."""
 
     loss_terms = ("reconstruction", "kl", "mutual_information", "total_correlation", "dimension_wise_kl")
+    reads_dataset_size = True
 
     def __init__(self, config, latent_dim: int, dataset_size: int = 1):
         super().__init__(config, latent_dim, dataset_size)

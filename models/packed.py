@@ -1,38 +1,41 @@
-"""Packed training: many small models that share a dataset, a split and a shape, trained at once.
+"""Packed training: many small models that share a dataset, trained at once in one process.
 
 The studies' models are small (about 1M parameters at 64 px), and one of them leaves a GPU mostly
-idle. ``PackedTrainer`` trains K model configs together. Each member is an ordinary ``Trainer``
-(its own model, objective, seeded generators, schedules and optimiser state), so a member sees
+idle. ``PackedTrainer`` trains K model configs together; one model is not a pack (train it with
+``models.build_trainer``, the plain path). Each member is an ordinary ``Trainer`` (its own model,
+objective, training rows, seeded generators, schedules and optimiser state), so a member sees
 exactly the batches, noise, β, warm-up and learning rate it would see alone, and its checkpoint is
-an ordinary ``Trainer`` checkpoint. Two ways to take a step:
+an ordinary ``Trainer`` checkpoint. Members may train on different rows (each its own split) and
+for different numbers of steps. Two ways to take a step:
 
 - **vmap** (the default on GPUs): the members' parameters are stacked (``torch.func.
   stack_module_state``) and one ``torch.func.vmap`` of the objective over the stack computes every
   member's loss in one pass (convolutions become grouped convolutions). Gradients are clipped per
-  member, and Adam runs on the stacked tensors with a learning rate per member; Adam is
-  elementwise, so this is each member's own Adam. Objectives with an optimiser of their own
-  (FactorVAE's discriminator) stack those parameters and that optimiser too.
-- **loop** (the default on CPUs): one member's step after another. On CPU, vmapped convolutions
-  are no faster than a loop (0.87× and 0.62× measured; benchmarks/README.md), so a pack there saves Ray's
-  per-trial overhead and nothing else.
+  member, and Adam runs on the stacked tensors with a learning rate per member, as ``torch.
+  _foreach_*`` ops (a few multi-tensor kernels on a GPU); Adam is elementwise, so this is each
+  member's own Adam. Objectives with an optimiser of their own (FactorVAE's discriminator)
+  stack those parameters and that optimiser too.
+- **loop** (the default on CPUs): one member's ``Trainer`` step after another. On CPU, vmapped
+  convolutions are no faster than a loop (0.87× and 0.62× measured; benchmarks/README.md), so a
+  pack there saves Ray's per-trial overhead and nothing else.
 
-Both are driven by the one training loop, ``models.engine.train_together``, and a looped member
-takes ``Trainer.train_step``, the one step; the vmapped step is that step's computation under
-``torch.func.vmap``: the same ``draw_inputs`` and objective, the same clipping formula
-(``clip_coefficient``) and Adam's update on stacked tensors.
+Both are driven by the one training loop, ``models.engine.train_together``. A vmapped step takes
+its inputs without waiting on the host: the row indices of every member's batches up to the next
+report are drawn on the host (each member from its own generator, as alone) and uploaded in one
+asynchronous copy with the schedules' values (KL weight, capacity, learning rate) of those steps;
+each step gathers all members' batches from the resident dataset in one indexing. The loss terms
+stay on the device until the report.
 
-Members must have the same shapes: configs that differ in anything but the scalar hyperparameters
-of ``SCALAR_FIELDS`` (and the seed) are split into separate groups automatically (``split_into_
-packs``); groups step side by side. A member whose loss turns NaN or infinite stops alone; the
-others go on, and its error is reported.
-
-On a GPU the uint8 dataset is uploaded once and shared by every member; each step indexes it on
-the device and converts only the batch to floats. Only the batch's row indices (512 bytes at
-batch 64) cross from the host.
+Members that differ in anything but the scalar hyperparameters of ``SCALAR_FIELDS`` (and the seed
+and the training rows) are split into separate vmapped groups automatically (``split_into_packs``);
+groups step side by side. A member whose loss turns NaN or infinite stops alone; the others go
+on, and its error is reported. If a vmapped group runs out of GPU memory in its first steps, it is
+halved and retried (``halvings`` says so).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Sequence
 
@@ -42,9 +45,29 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from models.config import ModelConfig
-from models.engine import Trainer, clip_coefficient, select_device, train_together
+from models.device import (
+    GPUSettings,
+    Rows,
+    fits_resident,
+    free_memory_bytes,
+    resident_images,
+    select_device,
+    to_device,
+    to_float,
+)
+from models.engine import (
+    ROWS_PER_UPLOAD,
+    TermsBlock,
+    Trainer,
+    add_input_noise,
+    clip_coefficient,
+    train_together,
+)
 from models.objectives import Schedule
-from models.registry import build, build_objective
+from models.registry import build, build_objective, objective_class
+
+__all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
+           "pack_key", "pack_memory_bytes", "resident_images", "split_into_packs"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
 # no code path. Everything else (architecture, objective, latent size, batch size, run length…)
@@ -52,7 +75,7 @@ from models.registry import build, build_objective
 SCALAR_FIELDS = (
     "seed", "beta", "gamma", "lr", "lr_decay", "lr_milestones", "kl_warmup_steps", "grad_clip_norm",
     "capacity_max", "capacity_steps", "discriminator_lr", "mmd_weight", "logvar_l1_weight",
-    "input_noise_subpixel_std", "input_noise_greyscale_std",
+    "input_noise_subpixel_std", "input_noise_greyscale_std", "pair_factors_changed",
     # WAE-GAN and LieGroupVAE (buffers, or used only at initialisation)
     "adversarial_weight", "adversary_lr", "prior_std", "group_reconstruction_weight", "hessian_weight",
     "commutator_weight", "lie_basis_init_std", "encoder_group_probability",
@@ -67,12 +90,17 @@ def pack_key(config: ModelConfig) -> tuple:
         ("likelihood", config.resolved_likelihood),)
 
 
-def split_into_packs(configs: Sequence[ModelConfig], pack_size: int | None = None) -> list[list[int]]:
+def split_into_packs(configs: Sequence[ModelConfig], pack_size: int | None = None,
+                     train_sizes: Sequence[int] | None = None) -> list[list[int]]:
     """Indices of ``configs`` grouped by ``pack_key`` (first-seen order), each group cut into
-    chunks of at most ``pack_size`` (no limit when None)."""
+    chunks of at most ``pack_size`` (no limit when None). With ``train_sizes`` (each member's
+    number of training rows), members of an objective whose loss reads it (β-TCVAE) group by it
+    too."""
     groups: dict[tuple, list[int]] = {}
     for index, config in enumerate(configs):
-        groups.setdefault(pack_key(config), []).append(index)
+        reads_size = train_sizes is not None and objective_class(config.objective).reads_dataset_size
+        key = pack_key(config) + ((("train_size", train_sizes[index]),) if reads_size else ())
+        groups.setdefault(key, []).append(index)
     packs = []
     for members in groups.values():
         size = pack_size or len(members)
@@ -80,15 +108,37 @@ def split_into_packs(configs: Sequence[ModelConfig], pack_size: int | None = Non
     return packs
 
 
+def member_train_indices(train_indices, members: int) -> list[np.ndarray]:
+    """One array of training rows per member: ``train_indices`` itself when it is one array of
+    rows (every member trains on it), else its k-th entry for member k."""
+    if isinstance(train_indices, (list, tuple)) and len(train_indices) and all(
+            np.ndim(rows) == 1 for rows in train_indices):
+        if len(train_indices) != members:
+            raise ValueError(f"train_indices: got {len(train_indices)} arrays of training rows for "
+                             f"{members} members; give one array per member, or one array for all")
+        return [np.asarray(rows, dtype=np.int64) for rows in train_indices]
+    return [np.asarray(train_indices, dtype=np.int64)] * members
+
+
 # ----------------------------------------------------------------------------------------------
 # memory: how many members fit on a device
+
+# What a CUDA process holds besides its models and data: the CUDA context with the kernels it loads
+# (about 0.5 GiB with PyTorch's lazy loading), cuBLAS's and cuDNN's workspaces, and the caching
+# allocator's slack. An estimate, not a measurement: benchmarks/gpu.sh reports a process's peak
+# against ``pack_memory_bytes``.
+CUDA_PROCESS_BYTES = 3 * 2**29
+# Copies of every layer's activations a vmapped training step holds: the saved activation, its
+# gradient, and the copy vmap's batching rules make (a grouped convolution reads the members side
+# by side in its channels).
+ACTIVATION_COPIES = 3
 
 
 def member_memory_bytes(config: ModelConfig) -> int:
     """An estimate of one member's training memory in float32: parameters, gradients and Adam's
-    two moments (4 copies), plus every layer's activations at the batch size, kept for the
-    backward pass and matched by their gradients (2 copies), plus the float batch. The model is
-    built on PyTorch's meta device, so this allocates nothing."""
+    two moments (4 copies), plus every layer's activations at the batch size (``ACTIVATION_COPIES``
+    copies), plus the float batch and its noisy copy. The model is built on PyTorch's meta device,
+    so this allocates nothing."""
     from models.vae import VAE
 
     with torch.device("meta"):
@@ -110,30 +160,36 @@ def member_memory_bytes(config: ModelConfig) -> int:
         model.decode(mean)
     for hook in hooks:
         hook.remove()
-    return 4 * (4 * parameters + 2 * activations[0] + 2 * batch.numel())
+    return 4 * (4 * parameters + ACTIVATION_COPIES * activations[0] + 2 * batch.numel())
 
 
-def free_memory_bytes(device: torch.device) -> int:
-    """Free memory on ``device``: the GPU's free memory, or the host's available memory."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        import psutil
+def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
+    """The bytes of a uint8 dataset of ``n_images`` images (what a process uploads to its GPU)."""
+    return int(n_images) * channels * image_size * image_size
 
-        return int(psutil.virtual_memory().available)
-    except ImportError:  # pragma: no cover - psutil comes with ray, but models does not need ray
-        import os
 
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+def pack_memory_bytes(config: ModelConfig, members: int, device: str | torch.device = "cuda",
+                      dataset: int = 0, budget_bytes: int | None = None) -> int:
+    """An estimate of the memory a process training ``members`` models of ``config``'s shape needs
+    on ``device``: the members, plus on a GPU the process's own (``CUDA_PROCESS_BYTES``) and the
+    ``dataset`` bytes when it is uploaded (when it fits in half of ``budget_bytes``, the
+    process's share; always when None)."""
+    need = members * member_memory_bytes(config)
+    if select_device(device).type == "cuda":
+        resident = budget_bytes is None or fits_resident(dataset, budget_bytes)
+        need += CUDA_PROCESS_BYTES + (dataset if resident else 0)
+    return need
 
 
 def max_pack_size(config: ModelConfig, device: str | torch.device | None = None,
-                  free_bytes: int | None = None, headroom: float = 0.8) -> int:
-    """The largest number of members of ``config``'s shape that fit in ``headroom`` of the
-    device's free memory (at least 1)."""
-    device = select_device(device) if not isinstance(device, torch.device) else device
+                  free_bytes: int | None = None, headroom: float = 0.8, dataset: int = 0) -> int:
+    """The largest number of members of ``config``'s shape that fit in ``headroom`` of the memory
+    a process has on ``device`` (``free_bytes``, by default the device's free memory), at least 1.
+    On a GPU the process's own memory and the uploaded ``dataset`` (bytes) come off first."""
+    device = select_device(device)
     free_bytes = free_memory_bytes(device) if free_bytes is None else free_bytes
-    return max(1, int(headroom * free_bytes // member_memory_bytes(config)))
+    fixed = pack_memory_bytes(config, 0, device, dataset, free_bytes)
+    return max(1, int((headroom * free_bytes - fixed) // member_memory_bytes(config)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,85 +205,114 @@ class _Member(nn.Module):
         self.model = model
         self.objective = objective
 
-    def forward(self, x, x_in, noise, kl_weight, capacity, step: int, aux=None):
+    def forward(self, x, x_in, noise, kl_weight, capacity, step, aux=None):
         if aux is not None:
             return self.objective.own_loss(aux, noise)
         return self.objective(self.model, x, x_in, noise, Schedule(step, kl_weight, capacity))
 
 
+def _per_member(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(K,) values shaped to broadcast over a stacked tensor (K, ...)."""
+    return values.view(-1, *[1] * (like.dim() - 1))
+
+
 class _StackedAdam:
     """Adam over stacked tensors (members along dimension 0), each member with its own learning
-    rate, computed as ``torch.optim.Adam`` computes it."""
+    rate, computed as ``torch.optim.Adam`` computes it, in ``torch._foreach_*`` ops (on a CPU each
+    is the per-tensor op; on a GPU a few multi-tensor kernels for all tensors)."""
 
     def __init__(self, tensors: list[torch.Tensor], betas=(0.9, 0.999), eps: float = 1e-8):
-        self.betas, self.eps, self.step_count = betas, eps, 0
+        self.betas, self.eps = betas, eps
         self.exp_avg = [torch.zeros_like(t) for t in tensors]
         self.exp_avg_sq = [torch.zeros_like(t) for t in tensors]
 
     @torch.no_grad()
-    def step(self, tensors, grads, lr: torch.Tensor) -> None:
+    def step(self, tensors, grads, lr: torch.Tensor, count: int) -> None:
+        """The update of Adam's step number ``count`` (1 for the first); ``lr`` (K,) on the device."""
         beta1, beta2 = self.betas
-        self.step_count += 1
-        bias_correction1 = 1 - beta1 ** self.step_count
-        bias_correction2_sqrt = math.sqrt(1 - beta2 ** self.step_count)
-        for tensor, grad, exp_avg, exp_avg_sq in zip(tensors, grads, self.exp_avg, self.exp_avg_sq):
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
-            step_size = (lr / bias_correction1).view(-1, *[1] * (tensor.dim() - 1))
-            tensor.sub_(step_size * exp_avg / denom)
+        bias_correction1 = 1 - beta1 ** count
+        bias_correction2_sqrt = math.sqrt(1 - beta2 ** count)
+        torch._foreach_lerp_(self.exp_avg, list(grads), 1 - beta1)
+        torch._foreach_mul_(self.exp_avg_sq, beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, list(grads), list(grads), value=1 - beta2)
+        denominators = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denominators, bias_correction2_sqrt)
+        torch._foreach_add_(denominators, self.eps)
+        step_size = lr / bias_correction1
+        updates = [_per_member(step_size, m) * m for m in self.exp_avg]
+        torch._foreach_div_(updates, denominators)
+        torch._foreach_sub_(list(tensors), updates)
 
     def load_from(self, optimizers: list[torch.optim.Optimizer], params_per_member: list[list]) -> None:
-        """Take the moments and step count from the members' own Adam optimisers."""
+        """Take the moments from the members' own Adam optimisers (zeros where they have none)."""
         states = [[opt.state.get(p, {}) for p in params]
                   for opt, params in zip(optimizers, params_per_member)]
-        steps = {int(s["step"]) if "step" in s else 0 for member in states for s in member}
-        if len(steps) > 1:
-            raise ValueError(f"packed members are at different optimiser steps {sorted(steps)}")
-        self.step_count = steps.pop() if steps else 0
         for index in range(len(self.exp_avg)):
             for name, stacked in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
                 stacked[index].copy_(torch.stack([
                     member[index].get(name, torch.zeros_like(stacked[index][0])) for member in states]))
 
-    def save_to(self, optimizers: list[torch.optim.Optimizer], params_per_member: list[list]) -> None:
-        """Write the moments back into the members' own Adam optimisers, so each member's
-        ``state_dict`` is an ordinary one."""
-        if self.step_count == 0:
+    def save_member(self, position: int, optimizer: torch.optim.Optimizer, params: list, steps: int) -> None:
+        """Write member ``position``'s moments into its own Adam optimiser, at step ``steps``, so
+        its ``state_dict`` is an ordinary one."""
+        if steps == 0:
             return
-        for k, (opt, params) in enumerate(zip(optimizers, params_per_member)):
-            for index, p in enumerate(params):
-                opt.state[p] = {"step": torch.tensor(float(self.step_count)),
-                                "exp_avg": self.exp_avg[index][k].clone(),
-                                "exp_avg_sq": self.exp_avg_sq[index][k].clone()}
+        for index, p in enumerate(params):
+            optimizer.state[p] = {"step": torch.tensor(float(steps)),
+                                  "exp_avg": self.exp_avg[index][position].clone(),
+                                  "exp_avg_sq": self.exp_avg_sq[index][position].clone()}
 
 
 class _VmapGroup:
-    """Members with equal shapes, their parameters stacked, stepped with one vmapped pass."""
+    """Members with equal shapes, their parameters stacked, stepped with one vmapped pass.
+
+    Positions in ``live`` step; the others (finished members, whose state has been written back
+    and is ``frozen``, and failed ones) compute on zeros inside the stack and are ignored."""
 
     def __init__(self, members: list[Trainer]):
         self.members = members
         first = members[0]
+        self.device, self.bf16, self.images = first.device, first.bf16, first.images
         self.base = _Member(first.model, first.objective)
-        modules = [_Member(m.model, m.objective) for m in members]
-        params, self.buffers = stack_module_state(modules)
+        params, self.buffers = stack_module_state([_Member(m.model, m.objective) for m in members])
         own_names = {f"objective.{name}" for name, _ in first.objective.named_parameters()}
         self.model_names = [n for n in params if n not in own_names]
         self.own_names = [n for n in params if n in own_names]
         self.params = params
         self.has_own = bool(self.own_names) and first.objective.own_adam is not None
         self.adam = _StackedAdam([params[n] for n in self.model_names])
+        norms = [m.optimisation.grad_clip_norm for m in members]
+        # constants uploaded once; the per-step values arrive with the rows (``advance``)
+        self.clip_limit = None if all(n is None for n in norms) else torch.tensor(
+            [math.inf if n is None else n for n in norms], device=self.device)
         if self.has_own:
-            settings = first.objective.own_adam
-            self.own_adam = _StackedAdam([params[n] for n in self.own_names], betas=settings.get("betas"))
+            self.own_adam = _StackedAdam([params[n] for n in self.own_names],
+                                         betas=first.objective.own_adam.get("betas"))
+            self.own_lr = torch.tensor([m.objective.own_adam["lr"] for m in members], device=self.device)
+        self.noisy = any(m.optimisation.input_noise_subpixel_std > 0
+                         or m.optimisation.input_noise_greyscale_std > 0 for m in members)
+        # every argument but the step (one number for all) has the members along dimension 0
+        self.terms = vmap(self._member_terms, in_dims=(0, 0, 0, 0, 0, 0, 0, None))
+        self.own_terms = vmap(self._member_own_loss, in_dims=(0, 0, 0, 0, None))
+        if first.settings.compile:
+            self.terms, self.own_terms = torch.compile(self.terms), torch.compile(self.own_terms)
+        self.frozen: set[int] = set()
         self.load_from_members()
 
-    def _member_params(self, names: list[str], prefix: str) -> list[list[nn.Parameter]]:
+    def _member_terms(self, params, buffers, x, x_in, noise, kl_weight, capacity, step):
+        return functional_call(self.base, (params, buffers), (x, x_in, noise, kl_weight, capacity, step))
+
+    def _member_own_loss(self, params, buffers, noise, aux, step):
+        return functional_call(self.base, (params, buffers), (None, None, noise, None, None, step),
+                               {"aux": aux})
+
+    def _member_params(self, names: list[str], prefix: str, members=None) -> list[list[nn.Parameter]]:
         return [[dict(getattr(_Member(m.model, m.objective), prefix).named_parameters())[n[len(prefix) + 1:]]
-                 for n in names] for m in self.members]
+                 for n in names] for m in (members or self.members)]
 
     def load_from_members(self) -> None:
-        """Stack the members' current parameters and optimiser states (after a resume)."""
+        """Stack the members' current parameters and optimiser states (after a resume). Members
+        already at their run's end are ``frozen``: their own modules hold their final state."""
         with torch.no_grad():
             for name, stacked in self.params.items():
                 stacked.copy_(torch.stack([dict(_Member(m.model, m.objective).named_parameters())[name]
@@ -237,66 +322,118 @@ class _VmapGroup:
         if self.has_own:
             self.own_adam.load_from([m.objective._own_optimizer for m in self.members],
                                     self._member_params(self.own_names, "objective"))
+        self.frozen = {k for k, m in enumerate(self.members) if m.step >= m.total_steps}
+
+    def write_member(self, position: int, optimiser_too: bool = True) -> None:
+        """Write member ``position``'s stacked parameters (and optimiser states) into its own
+        modules and optimisers."""
+        member = self.members[position]
+        with torch.no_grad():
+            own = dict(_Member(member.model, member.objective).named_parameters())
+            for name, stacked in self.params.items():
+                own[name].copy_(stacked[position])
+        if optimiser_too:
+            self.adam.save_member(position, member.optimizer,
+                                  self._member_params(self.model_names, "model", [member])[0], member.step)
+            if self.has_own:
+                self.own_adam.save_member(position, member.objective._own_optimizer,
+                                          self._member_params(self.own_names, "objective", [member])[0],
+                                          member.step)
+
+    def freeze(self, position: int) -> None:
+        """Member ``position`` has finished: write its state back once; the stack no longer holds it."""
+        if position not in self.frozen:
+            self.write_member(position)
+            self.frozen.add(position)
 
     def save_to_members(self) -> None:
         """Write the stacked parameters and optimiser states back into the members."""
-        with torch.no_grad():
-            for k, member in enumerate(self.members):
-                own = dict(_Member(member.model, member.objective).named_parameters())
-                for name, stacked in self.params.items():
-                    own[name].copy_(stacked[k])
-        self.adam.save_to([m.optimizer for m in self.members], self._member_params(self.model_names, "model"))
-        if self.has_own:
-            self.own_adam.save_to([m.objective._own_optimizer for m in self.members],
-                                  self._member_params(self.own_names, "objective"))
+        for position in range(len(self.members)):
+            if position not in self.frozen:
+                self.write_member(position)
 
-    def train_step(self) -> list[dict[str, torch.Tensor]]:
+    # -- stepping ------------------------------------------------------------------------------
+
+    def advance(self, live: list[int], steps: int) -> dict[int, TermsBlock]:
+        """``steps`` steps of the members at positions ``live``; their loss terms by position.
+        The rows and schedule values of the steps are drawn from each live member's own
+        generators and formulas on the host, then uploaded at once."""
+        members, count = self.members, len(self.members)
+        rows_per_step = members[live[0]].rows_per_step()
+        per_upload = max(1, ROWS_PER_UPLOAD // (rows_per_step * count))
+        taken: list[dict[str, torch.Tensor]] = []
+        while len(taken) < steps:
+            n = min(steps - len(taken), per_upload)
+            rows = np.zeros((n, count, rows_per_step), np.int64)
+            schedules = np.zeros((n, 3, count))  # KL weight, capacity, learning rate
+            for k in live:
+                schedules[:, :, k] = members[k].schedule_table(n)
+                rows[:, k] = members[k].draw_rows_ahead(n)
+            rows_now = Rows(rows, self.device)
+            schedules_now = to_device(schedules.astype(np.float32), self.device)
+            taken += [self.train_step(rows_now[i], schedules_now[i], live) for i in range(n)]
+        names = tuple(taken[0])
+        block = torch.stack([torch.stack([terms[n].detach().float() for n in names]) for terms in taken])
+        return {k: TermsBlock(names, block[:, :, k]) for k in live}
+
+    def batch_images(self, rows: Rows) -> torch.Tensor:
+        """(K, rows, C, H, W): every member's batch, in one gather."""
+        if isinstance(self.images, torch.Tensor):
+            return self.images[rows.on_device].to(self.device).float().div_(255.0)
+        return to_float(self.images[rows.host], self.device)
+
+    def train_step(self, rows: Rows, schedule: torch.Tensor, live: list[int]) -> dict[str, torch.Tensor]:
+        """One step of every member at once; ``schedule`` (3, K): each member's KL weight,
+        capacity and learning rate at this step."""
         members = self.members
-        drawn = [m.draw_inputs() for m in members]
-        x = torch.stack([d[0] for d in drawn])
-        x_in = torch.stack([d[1] for d in drawn])
-        noise = {name: torch.stack([d[2][name] for d in drawn]) for name in drawn[0][2]}
-        device = x.device
-        kl_weight = torch.tensor([float(d[3].kl_weight) for d in drawn], device=device)
-        capacity = torch.tensor([float(d[3].capacity) for d in drawn], device=device)
-        step = drawn[0][3].step
-
-        def member_terms(params, buffers, x, x_in, noise, kl_weight, capacity):
-            return functional_call(self.base, (params, buffers), (x, x_in, noise, kl_weight, capacity, step))
-
-        terms = vmap(member_terms)(self.params, self.buffers, x, x_in, noise, kl_weight, capacity)
+        x = self.batch_images(rows)
+        x_in = x
+        if self.noisy:  # each member's input noise from its own generator, as alone
+            x_in = torch.stack([add_input_noise(x[k], m.optimisation.input_noise_subpixel_std,
+                                                m.optimisation.input_noise_greyscale_std, m.noise_rng)
+                                if k in live else x[k] for k, m in enumerate(members)])
+        drawn = {k: members[k].objective.draw_noise(members[k].noise_rng, x.shape[1], self.device)
+                 for k in live}
+        like = drawn[live[0]]
+        noise = {name: torch.stack([drawn[k][name] if k in drawn else torch.zeros_like(like[name])
+                                    for k in range(len(members))]) for name in like}
+        step = members[live[0]].step
+        step_tensor = torch.tensor(step)  # a host number: read by no vmappable objective
+        with self.autocast():
+            terms = self.terms(self.params, self.buffers, x, x_in, noise, schedule[0], schedule[1],
+                               step_tensor)
         aux = {name: terms.pop(name).detach() for name in list(terms) if name.startswith("_")}
         model_tensors = [self.params[n] for n in self.model_names]
         grads = torch.autograd.grad(terms["loss"].sum(), model_tensors)
-        grads = self._clip(grads, [m.optimisation.grad_clip_norm for m in members])
-        lr = torch.tensor([m.learning_rate() for m in members], device=device)
-        self.adam.step(model_tensors, grads, lr)
-
+        grads = self._clip(grads)
+        self.adam.step(model_tensors, grads, schedule[2], step + 1)
         if self.has_own:
-            def member_own_loss(params, buffers, noise, aux):
-                return functional_call(self.base, (params, buffers), (None, None, noise, None, None, step),
-                                       {"aux": aux})
-
-            own_loss = vmap(member_own_loss)(self.params, self.buffers, noise, aux)
+            with self.autocast():
+                own_loss = self.own_terms(self.params, self.buffers, noise, aux, step_tensor)
             own_tensors = [self.params[n] for n in self.own_names]
             own_grads = torch.autograd.grad(own_loss.sum(), own_tensors)
-            own_lr = torch.tensor([m.objective.own_adam["lr"] for m in members], device=device)
-            self.own_adam.step(own_tensors, own_grads, own_lr)
+            self.own_adam.step(own_tensors, own_grads, self.own_lr, step + 1)
             terms[members[0].objective.own_loss_name] = own_loss
-        for member in members:
-            member.step += 1
-        return [{name: value[k].detach() for name, value in terms.items()} for k in range(len(members))]
+        for k in live:
+            members[k].step += 1
+        return terms
 
-    @staticmethod
-    def _clip(grads, max_norms: list[float | None]):
+    def autocast(self):
+        return members_autocast(self.bf16)
+
+    def _clip(self, grads):
         """Each member's global gradient-norm clipping (``clip_coefficient``, one norm per member)."""
-        if all(norm is None for norm in max_norms):
+        if self.clip_limit is None:
             return grads
         members = grads[0].shape[0]
         total = torch.stack([g.reshape(members, -1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
-        limit = torch.tensor([math.inf if n is None else n for n in max_norms], device=total.device)
-        coefficient = clip_coefficient(total, limit)
-        return [g * coefficient.view(-1, *[1] * (g.dim() - 1)) for g in grads]
+        coefficient = clip_coefficient(total, self.clip_limit)
+        return [g * _per_member(coefficient, g) for g in grads]
+
+
+def members_autocast(bf16: bool):
+    """bf16 autocast on CUDA when ``bf16``, else nothing."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,44 +441,56 @@ class _VmapGroup:
 
 
 class PackedTrainer:
-    """Trains ``configs`` together on the rows ``train_indices`` of ``images``.
+    """Trains ``configs`` together on the rows ``train_indices`` of ``images``: one array of rows
+    for every member, or one array per member (members of different splits).
 
     ``mode`` is "vmap", "loop", or "auto" (vmap on CUDA, loop elsewhere). Objectives that cannot
-    run under vmap (``packable = False``) and the ground-truth decoder and composition tasks
-    (``factor_space`` needed) always loop. ``members[k]`` is member k's ``Trainer``;
-    after ``run`` its model is trained, as if it had been trained alone.
+    run under vmap (``packable = False``), the ground-truth decoder and composition tasks
+    (``factor_space`` needed) and groups of one member always loop. ``members[k]`` is member k's
+    ``Trainer``; after ``run`` its model is trained, as if it had been trained alone; during
+    ``run``, ``current_model(k)`` is its model with its current weights. ``settings``: the GPU
+    settings (``models.device.GPUSettings``), shared by every member.
     """
 
-    def __init__(self, configs: Sequence[ModelConfig | dict], images: np.ndarray, train_indices: np.ndarray,
-                 device: str | torch.device | None = None, factors: np.ndarray | None = None,
-                 mode: str = "auto", factor_space=None):
+    def __init__(self, configs: Sequence[ModelConfig | dict], images: np.ndarray,
+                 train_indices: np.ndarray | Sequence[np.ndarray], device: str | torch.device | None = None,
+                 factors: np.ndarray | None = None, mode: str = "auto", factor_space=None,
+                 settings: GPUSettings | None = None):
         if mode not in MODES:
             raise ValueError(f"mode: unknown {mode!r}; choose one of {', '.join(MODES)}")
         configs = [ModelConfig.from_dict(c) if isinstance(c, dict) else c for c in configs]
         if not configs:
             raise ValueError("configs: a pack needs at least one model config")
-        self.device = select_device(device) if not isinstance(device, torch.device) else device
+        self.device = select_device(device)
+        self.settings = settings or GPUSettings()
         self.mode = ("vmap" if self.device.type == "cuda" else "loop") if mode == "auto" else mode
-        data = resident_images(images, self.device)
-        self.members = [self._member(c, data, train_indices, factors, factor_space) for c in configs]
+        data = resident_images(images, self.device, self.settings)
+        rows = member_train_indices(train_indices, len(configs))
+        self.members = [self._member(c, data, r, factors, factor_space) for c, r in zip(configs, rows)]
         self.errors: dict[int, str] = {}
-        self.groups: list[list[int]] = split_into_packs(configs)
+        self.groups: list[list[int]] = split_into_packs(configs, train_sizes=[len(r) for r in rows])
         self._group_of = {k: index for index, group in enumerate(self.groups) for k in group}
-        self._vmapped: dict[int, _VmapGroup] = {}
-        if self.mode == "vmap":
-            for index, group in enumerate(self.groups):
-                member = self.members[group[0]]
-                if member.config.task == "vae" and getattr(type(member.objective), "packable", True):
-                    self._vmapped[index] = _VmapGroup([self.members[k] for k in group])
+        # each vmapped group's parts: the group, or its halves after running out of memory
+        self._parts = {index: [tuple(group)] for index, group in enumerate(self.groups)
+                       if self._vmappable(group)}
+        self._stacks: dict[tuple[int, ...], _VmapGroup] = {}  # built at a part's first step
+        self._proven: set[tuple[int, ...]] = set()  # parts that have taken steps without running out
+        self.halvings: list[str] = []
 
     def _member(self, config: ModelConfig, images, train_indices, factors, factor_space) -> Trainer:
         if config.task == "vae":
-            return Trainer(build(config), images, train_indices, config, self.device, factors=factors)
+            return Trainer(build(config), images, train_indices, config, self.device, factors=factors,
+                           settings=self.settings)
         if factors is None or factor_space is None:
             raise ValueError(f"task: {config.task!r} needs factors= (each image's classes) and factor_space=")
         from models.tasks import build_trainer
 
-        return build_trainer(config, images, factors, factor_space, train_indices, self.device)
+        return build_trainer(config, images, factors, factor_space, train_indices, self.device, self.settings)
+
+    def _vmappable(self, group: list[int]) -> bool:
+        member = self.members[group[0]]
+        return (self.mode == "vmap" and len(group) > 1 and member.config.task == "vae"
+                and getattr(type(member.objective), "packable", True))
 
     def __len__(self) -> int:
         return len(self.members)
@@ -350,20 +499,83 @@ class PackedTrainer:
     def total_steps(self) -> int:
         return max(m.total_steps for m in self.members)
 
-    def _advance(self, live: list[int], boundaries: dict[int, int]) -> dict[int, list[dict]]:
+    def vmapped_groups(self) -> list[list[int]]:
+        """The members stepped together by one vmap each (after any halving)."""
+        return [list(part) for parts in self._parts.values() for part in parts]
+
+    def _advance(self, live: list[int], boundaries: dict[int, int]) -> dict[int, TermsBlock]:
         """Step a group's live members to their next report (``train_together``'s ``advance``):
-        a vmapped group all at once (a failed member keeps computing inside the stack, its numbers
-        ignored), a looped group one member after the other."""
-        group = self._group_of[live[0]]
-        if group in self._vmapped:
-            stack, taken = self._vmapped[group], {k: [] for k in live}
-            for _ in range(boundaries[live[0]] - self.members[live[0]].step):
-                for k, terms in zip(self.groups[group], stack.train_step()):
-                    if k in taken:
-                        taken[k].append(terms)
-            return taken
-        return {k: [self.members[k].train_step() for _ in range(boundaries[k] - self.members[k].step)]
-                for k in live}
+        a vmapped group all at once, as far as the nearest member's boundary (a failed member
+        keeps computing inside the stack, its numbers ignored), a looped group one member after
+        the other."""
+        index = self._group_of[live[0]]
+        if index not in self._parts:
+            return {k: self.members[k].advance(boundaries[k] - self.members[k].step) for k in live}
+        steps = min(boundaries[k] for k in live) - self.members[live[0]].step
+        taken: dict[int, TermsBlock] = {}
+        for part in list(self._parts[index]):
+            part_live = [k for k in part if k in live]
+            if part_live:
+                taken.update(self._advance_part(index, part, part_live, steps))
+        return taken
+
+    def _advance_part(self, index: int, part: tuple[int, ...], live: list[int],
+                      steps: int) -> dict[int, TermsBlock]:
+        """Step one vmapped part; if it runs out of GPU memory before it has ever stepped, put its
+        members back where they were, halve it and step the halves instead."""
+        if len(part) == 1:  # one member is no pack: its own Trainer's plain step
+            return {part[0]: self.members[part[0]].advance(steps)}
+        first = part not in self._proven
+        before = [(m.step, m.batch_rng.bit_generator.state, m.noise_rng.get_state())
+                  for m in (self.members[k] for k in part)] if first else None
+        try:
+            if part not in self._stacks:
+                self._stacks[part] = _VmapGroup([self.members[k] for k in part])
+            stack = self._stacks[part]
+            blocks = stack.advance([part.index(k) for k in live], steps)
+        except torch.cuda.OutOfMemoryError as error:
+            if not first:
+                raise
+            message = str(error).splitlines()[0]
+        else:
+            self._proven.add(part)
+            for k in live:
+                if self.members[k].step >= self.members[k].total_steps:
+                    stack.freeze(part.index(k))
+            return {part[position]: block for position, block in blocks.items()}
+        # out of memory in the first steps (outside the except block, so its frames are freed)
+        self._stacks.pop(part, None)
+        for k, (step, batch_state, noise_state) in zip(part, before):
+            member = self.members[k]
+            member.step, member.batch_rng.bit_generator.state = step, batch_state
+            member.noise_rng.set_state(noise_state)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        halves = (part[:len(part) // 2], part[len(part) // 2:])
+        parts = self._parts[index]
+        parts[parts.index(part):parts.index(part) + 1] = list(halves)
+        self.halvings.append(f"members {list(part)}: out of GPU memory in their first steps ({message}); "
+                             f"retried as packs of {len(halves[0])} and {len(halves[1])}")
+        taken: dict[int, TermsBlock] = {}
+        for half in halves:
+            half_live = [k for k in half if k in live]
+            if half_live:
+                taken.update(self._advance_part(index, half, half_live, steps))
+        return taken
+
+    def advance(self, steps: int) -> dict[int, TermsBlock]:
+        """Take ``steps`` steps of every member that has not finished or failed (at most to its
+        end), as ``Trainer.advance`` does for one model: the loss terms by member, still on the
+        device. ``run`` is the loop with reports; this is for timing and tests."""
+        ends = {k: min(m.total_steps, m.step + steps)
+                for k, m in enumerate(self.members) if k not in self.errors}
+        taken: dict[int, list[TermsBlock]] = {k: [] for k in ends}
+        for group in self.groups:
+            while live := [k for k in group if k in ends and self.members[k].step < ends[k]]:
+                for k, block in self._advance(live, ends).items():
+                    taken[k].append(block)
+        return {k: TermsBlock(blocks[0].names, torch.cat([b.values for b in blocks]))
+                for k, blocks in taken.items() if blocks}
 
     def run(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
         """Train every member to its run's length. Every ``report_every`` steps (and at each
@@ -373,10 +585,19 @@ class PackedTrainer:
                                   errors=self.errors)
         self.sync()
 
+    def current_model(self, k: int) -> nn.Module:
+        """Member ``k``'s model with its current weights: in vmap mode its parameters are copied
+        out of the stack first (one copy of one member's parameters on the device), so images
+        and evaluations during training see the model as it is, not as at the last checkpoint."""
+        for part, stack in self._stacks.items():
+            if k in part and part.index(k) not in stack.frozen:
+                stack.write_member(part.index(k), optimiser_too=False)
+        return self.members[k].model
+
     def sync(self) -> None:
         """Write stacked state back into the members' models and optimisers (vmap mode)."""
-        for group in self._vmapped.values():
-            group.save_to_members()
+        for stack in self._stacks.values():
+            stack.save_to_members()
 
     def state_dict(self) -> dict:
         self.sync()
@@ -389,15 +610,4 @@ class PackedTrainer:
         for member, member_state in zip(self.members, state["members"]):
             member.load_state_dict(member_state)
         self.errors = {int(k): v for k, v in state.get("errors", {}).items()}
-        for group in self._vmapped.values():
-            group.load_from_members()
-
-
-def resident_images(images, device: torch.device):
-    """The uint8 images where training reads them: on a GPU, one upload shared by every member
-    (when they take at most half the free memory), else the host array."""
-    if device.type != "cuda" or isinstance(images, torch.Tensor):
-        return images
-    if images.nbytes > 0.5 * free_memory_bytes(device):
-        return images
-    return torch.from_numpy(np.ascontiguousarray(images)).to(device)
+        self._stacks, self._proven = {}, set()  # restacked from the members at the next step

@@ -19,6 +19,7 @@ import torch
 
 from models.composition import CompositionNet, CompositionTrainer
 from models.config import ModelConfig
+from models.device import GPUSettings
 from models.engine import Trainer
 from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
 from models.registry import build
@@ -46,16 +47,23 @@ def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, tra
 
 
 def build_trainer(config: ModelConfig, images: np.ndarray, classes: np.ndarray, factor_space,
-                  train_indices: np.ndarray, device: str | torch.device | None = None) -> Trainer:
+                  train_indices: np.ndarray, device: str | torch.device | None = None,
+                  settings: GPUSettings | None = None) -> Trainer:
     """The trainer of ``config.task`` on the rows ``train_indices``, with a freshly built model.
 
     ``images`` (N, C, H, W) uint8; ``classes`` (N, F), each image's factor classes in
     ``factor_space`` (a ``data_pipeline`` ``FactorSpace``: names, sizes, raw values). The VAE
-    task passes ``classes`` on for objectives that train on pairs (Ada-GVAE).
+    task passes ``classes`` on for objectives that train on pairs (Ada-GVAE). ``settings``: the
+    GPU settings (``models.device.GPUSettings``; defaults when None).
+
+    This is the plain path, one model and one loop; ``models.packed.PackedTrainer`` trains
+    several at once.
     """
     model = build_task_model(config, classes, factor_space, train_indices)
     if config.task == "ground_truth_decoder":
-        return GroundTruthDecoderTrainer(model, images, classes, factor_space, train_indices, config, device)
+        return GroundTruthDecoderTrainer(model, images, classes, factor_space, train_indices, config, device,
+                                         settings)
     if config.task == "composition":
-        return CompositionTrainer(model, images, classes, factor_space, train_indices, config, device)
-    return Trainer(model, images, train_indices, config, device, factors=classes)
+        return CompositionTrainer(model, images, classes, factor_space, train_indices, config, device,
+                                  settings)
+    return Trainer(model, images, train_indices, config, device, factors=classes, settings=settings)

@@ -1,12 +1,15 @@
-"""Packs: trials that share a dataset, a split and a model shape, trained together in one Tune trial.
+"""Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
 
 Every Tune trial's config is ``{"members": [trial settings, ...]}``: one trial, or a pack of them
 (an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``, resolved by ``members_of``).
 The trainable trains the members with ``models.packed.PackedTrainer`` and the results writer
-stores one row per member, with the member's own config, key and metrics. Members may differ
-only in the scalar hyperparameters of ``models.packed.SCALAR_FIELDS`` and the seed; everything
-else (the dataset, split, data, evaluation settings, architecture, objective, latent size, batch,
-run length) is the pack's. Trials that differ there are put in different packs, never refused.
+stores one row per member, with the member's own config, key and metrics. A pack shares what one
+process holds once and what one vmap needs: the dataset and its data settings (not the split:
+each member trains on its own split's rows), the evaluation settings, and the model's
+architecture, objective, task, latent size, batch size, image size, channels and run length
+(``steps``/``epochs``). Members may differ in everything else, every scalar hyperparameter
+included; members that cannot share one vmap (``models.packed.pack_key``) step as separate groups
+inside the pack. Trials that differ in a shared setting are put in different packs, never refused.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+import numpy as np
+
 from sweeps.errors import UsageError
 from sweeps.trials import TrialConfig
 
-# Keys that name a trial or follow from the others, not part of what a pack shares.
-_NOT_SHARED = ("trial_key", "condition", "preset", "scale")
+# What a pack's members share, besides the data and evaluation settings: one network shape, one
+# objective and task (one vmap, one code path) and one run length.
+MODEL_SHARED = ("architecture", "objective", "task", "latent_dim", "batch_size", "image_size", "channels",
+                "steps", "epochs")
 AUTO = "auto"
 # Without knowing a GPU's memory (an autoscaling cluster with no GPU node up yet), assume the
 # smallest of the common training GPUs: cluster.yaml's g5 instances have 24 GB A10Gs.
@@ -44,13 +51,13 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
 
 
 def shared_key(trial: TrialConfig) -> str:
-    """Trials with equal keys may share a pack."""
-    from models.packed import SCALAR_FIELDS, pack_key
-
-    model_fields = trial.model.to_dict()
-    rest = {k: v for k, v in trial.items()
-            if k not in _NOT_SHARED and k not in SCALAR_FIELDS and k not in model_fields}
-    return json.dumps([rest, pack_key(trial.model)], sort_keys=True, default=str)
+    """Trials with equal keys may share a pack: the dataset and its data settings but the split,
+    the evaluation settings, and the model settings of ``MODEL_SHARED``."""
+    data = trial.data
+    model = trial.model
+    shared = {"data": [data.data_source, data.dataset, data.n_images, data.data_seed],
+              "evaluation": trial.evaluation, "model": [getattr(model, name) for name in MODEL_SHARED]}
+    return json.dumps(shared, sort_keys=True, default=str)
 
 
 def make_packs(trials: Sequence[TrialConfig], pack_size: int) -> list[list[TrialConfig]]:
@@ -71,38 +78,57 @@ def pack_key(members: Sequence[TrialConfig]) -> str:
 
 
 def dirname(members: Sequence[TrialConfig]) -> str:
-    """The Tune trial's folder: the trial's own name, or the pack's."""
+    """The Tune trial's folder: the trial's own name, or the pack's (named by its split, or by its
+    dataset when its members' splits differ)."""
     if len(members) == 1:
         return members[0].dirname
-    return f"pack{len(members)}-{members[0].data.split}-{pack_key(members)[:6]}"
+    splits = {m.data.split for m in members}
+    where = members[0].data.split if len(splits) == 1 else members[0].data.dataset
+    return f"pack{len(members)}-{where}-{pack_key(members)[:6]}"
+
+
+def trial_dataset_bytes(trial: TrialConfig) -> int:
+    """The bytes of the uint8 dataset a trial's process loads (its ``n_images``, or the whole
+    grid of its dataset's factor space)."""
+    from data_pipeline import factor_space
+    from models.packed import dataset_bytes
+
+    n_images = trial.data.n_images
+    if n_images is None:
+        n_images = int(np.prod(factor_space(trial.data.dataset).sizes, dtype=np.int64))
+    return dataset_bytes(n_images, trial.model.channels, trial.model.image_size)
 
 
 def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
                       gpu_free_bytes: int | None) -> int:
     """The pack size to use. ``auto``: 1 for CPU trials (a CPU pack is a loop, and would take
     parallel slots from Ray), else as many members as fit in the GPU share's memory, up to
-    ``AUTO_LIMIT``. An explicit size larger than the device allows is a UsageError naming the
-    largest that fits."""
-    from models.packed import free_memory_bytes, max_pack_size, member_memory_bytes
+    ``AUTO_LIMIT``. On a GPU the count leaves room for what every process holds besides its models
+    (``models.packed.pack_memory_bytes``): the CUDA context and workspaces, and the dataset it
+    uploads when that fits in half its share. An explicit size larger than the device allows is a
+    UsageError naming the largest that fits."""
+    from models.packed import free_memory_bytes, max_pack_size, member_memory_bytes, pack_memory_bytes
 
     model = max((trial.model for trial in trials), key=member_memory_bytes)
     if gpus_per_trial > 0:
         device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
-        where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.0f} GiB free"
+        where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.1f} GiB free"
         where += ")" if gpu_free_bytes else ", assumed)"
+        device, data = "cuda", max(trial_dataset_bytes(trial) for trial in trials)
     else:
         import torch
 
         device_bytes, where = free_memory_bytes(torch.device("cpu")), "host memory"
-    fits = max_pack_size(model, "cpu", free_bytes=device_bytes)
+        device, data = "cpu", 0
+    fits = max_pack_size(model, device, free_bytes=device_bytes, dataset=data)
     if requested in (None, AUTO):
         return 1 if gpus_per_trial == 0 else min(AUTO_LIMIT, fits)
     size = int(requested)
     if size < 1:
         raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {size}")
     if size > fits:
-        need = member_memory_bytes(model)
+        need = pack_memory_bytes(model, size, device, data, device_bytes)
         raise UsageError(f"--pack-size {size}: {size} members of {model.architecture}/{model.objective} at "
-                         f"batch {model.batch_size} need about {size * need / 2**30:.1f} GiB, more than "
-                         f"the {where} allows; the largest pack that fits is {fits}")
+                         f"batch {model.batch_size} need about {need / 2**30:.1f} GiB with their process and "
+                         f"data, more than the {where} allows; the largest pack that fits is {fits}")
     return size

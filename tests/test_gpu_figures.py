@@ -1,5 +1,6 @@
-"""benchmarks/gpu.sh, which cannot run here without a GPU: it refuses clearly without CUDA, and its
-JSON collector reads every figure from lines in the formats its three scripts print."""
+"""benchmarks/gpu.sh and its driver, benchmarks/gpu_figures.py: without CUDA it refuses clearly
+(unless --cpu-smoke, which CI runs whole: .ci/run); its steps measure and record what they claim,
+and a step that fails is recorded and fails the run."""
 
 import json
 import subprocess
@@ -10,61 +11,56 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gpu_figures  # noqa: E402
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu.sh would run")
 def test_gpu_sh_without_cuda_exits_2_and_says_why(tmp_path):
     done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), str(tmp_path / "out.json")],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "no CUDA device" in done.stderr
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and "--cpu-smoke" in done.stderr
     assert not (tmp_path / "out.json").exists()
 
 
-def write_logs(folder: Path, ks=(1, 8, 32, 128)) -> None:
-    """Lines built with the very f-strings of packed_throughput.py, default_study.py, dci_speed.py."""
-    packed = ["# NVIDIA H100 80GB HBM3; torch 2.13.0; 16 CPU threads; load 0.1; burgess β-VAE, batch 64, "
-              "64 px, 30 timed steps per model"]
-    for k in ks:
-        mode, rate, base = "vmap", 1000.0 * k, 900.0
-        packed.append(f"K={k:<4} separate{'(1 model)'}: {base:8.0f} img/s (rounds: 900, 901, 899)")
-        packed.append(f"K={k:<4} packed-{mode:<5}: {rate:8.0f} img/s   ratio {rate / base:5.2f} "
-                      f"(rounds: {rate:.0f})"
-                      + f"   {0.5 * k:6.1f} TFLOP/s, MFU {0.0075 * k:.1%} of fp32 peak, "
-                      f"{0.0005 * k:.1%} of tensor-core peak")
-    (folder / "packed_throughput.txt").write_text("\n".join(packed) + "\n")
-    (folder / "default_study.txt").write_text(
-        "machine: x86_64, 16 cores, 3.11.7, torch 2.13.0, ray 2.60.0\ncommand: -m sweeps.paper_grid\n"
-        f"wall time, Ray start-up included: {97.25:.1f} s for 4 trials\ntrial_key  split\nab  blank_side\n")
-    n_jobs = None
-    (folder / "dci_speed.txt").write_text(
-        "DCI on 10000 train / 5000 test points, 10 codes\n"
-        f"gbt      n_jobs={1!s:<8}  {120.0:8.1f} s   D=0.1000  (CPU time 119.0 s)\n"
-        f"gbt      n_jobs={n_jobs!s:<8}  {12.0:8.1f} s   D=0.1000  (load average now 1.0)\n"
-        f"hist_gbt n_jobs={n_jobs!s:<8}  {3.0:8.1f} s   D=0.1010  |dD|=0.0010\n")
+def test_the_peak_table_knows_each_h100_and_the_precisions():
+    assert gpu_figures.peak_of("NVIDIA H100 80GB HBM3") == {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0}
+    assert gpu_figures.peak_of("NVIDIA H100 PCIe")["bf16"] == 756.0
+    assert gpu_figures.peak_of("NVIDIA H200")["tf32"] == 494.0
+    assert gpu_figures.peak_of("Some Future GPU") is None
+    result = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "bf16", {"bf16": 1000.0}, {"bf16": 800.0})
+    assert result["model_tflops"] == pytest.approx(200.0) and result["mfu"] == pytest.approx(0.2)
+    assert result["fraction_of_measured_matmul"] == pytest.approx(0.25)
 
 
-def collect(folder: Path, out: Path):
-    script = REPO / "benchmarks" / "gpu_figures.py"
-    return subprocess.run([sys.executable, str(script), str(folder), str(out)], capture_output=True,
-                          text=True, timeout=60)
+@pytest.mark.slow
+def test_the_throughput_steps_measure_the_plain_path_and_packs_against_it():
+    sizes = gpu_figures.SIZES["cpu-smoke"]
+    images = gpu_figures.synthetic_images(sizes["images"])
+    cpu = torch.device("cpu")
+    plain = gpu_figures.step_plain(cpu, sizes, None, None, images)
+    assert set(plain) == {"flops_per_image", "fp32", "tf32", "bf16"}
+    assert plain["bf16"]["images_per_second"] > 0 and plain["bf16"]["bf16"] is False  # CPU: float32
+    packed = gpu_figures.step_packed(cpu, sizes, None, None, images, plain)
+    two = packed["2_bf16"]
+    assert two["members"] == 2 and two["mode"] == "vmap" and two["vmapped_group_sizes"] == [2]
+    assert two["over_plain_same_precision"] == pytest.approx(
+        two["images_per_second"] / plain["bf16"]["images_per_second"])
 
 
-def test_gpu_figures_reads_every_figure_into_one_json(tmp_path):
-    write_logs(tmp_path)
-    assert collect(tmp_path, tmp_path / "figures.json").returncode == 0
-    figures = json.loads((tmp_path / "figures.json").read_text())
-    k32 = figures["packed_throughput"]["k"]["32"]
-    assert k32 == {"one_model_images_per_second": 900.0, "packed_images_per_second": 32000.0,
-                   "ratio_over_one_model": 35.56, "tflops": 16.0, "mfu_of_fp32_peak": 0.24,
-                   "mfu_of_tensor_core_peak": 0.016}
-    assert sorted(figures["packed_throughput"]["k"], key=int) == ["1", "8", "32", "128"]
-    assert figures["default_study"]["wall_seconds"] == 97.2 and figures["default_study"]["trials"] == 4
-    assert figures["dci"] == {"setup": "DCI on 10000 train / 5000 test points, 10 codes",
-                              "gbt_serial_seconds": 120.0, "gbt_parallel_seconds": 12.0,
-                              "hist_gbt_seconds": 3.0}
+def test_a_failing_step_is_recorded_and_fails_the_run(tmp_path, monkeypatch):
+    def broken(*_arguments):
+        raise RuntimeError("a step that rotted")
 
-
-def test_gpu_figures_names_a_missing_figure(tmp_path):
-    write_logs(tmp_path, ks=(1, 8, 32))
-    done = collect(tmp_path, tmp_path / "figures.json")
-    assert done.returncode != 0 and "K = ['128']" in done.stderr
+    monkeypatch.setattr(gpu_figures, "step_plain", broken)
+    out = tmp_path / "figures.json"
+    skip = ["packed", "dittadi", "pytest_gpu", "evaluation", "default_study"]
+    threads = torch.get_num_threads()
+    try:
+        assert gpu_figures.main(["--cpu-smoke", str(out), "--skip", *skip]) == 1
+    finally:
+        torch.set_num_threads(threads)  # the smoke runs on one thread
+    figures = json.loads(out.read_text())
+    assert "a step that rotted" in figures["errors"]["plain"] and figures["plain"] is None
+    assert figures["packed"] == {"skipped": "--skip"} and figures["mode"] == "cpu-smoke"

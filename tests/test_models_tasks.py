@@ -112,7 +112,7 @@ def test_a_training_triplet_never_holds_a_held_out_image(data):
     trainer = _trainer(data, "composition", steps=6, batch_size=64)
     seen = []
     fetch = trainer.batch_images
-    trainer.batch_images = lambda rows: seen.append(np.asarray(rows)) or fetch(rows)
+    trainer.batch_images = lambda rows: seen.append(rows.host) or fetch(rows)
     list(trainer.run(report_every=6))
     seen = np.concatenate(seen)
     assert len(seen) == 6 * 3 * 64 and np.isin(seen, TRAIN).all()

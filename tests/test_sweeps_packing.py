@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sweeps.errors import UsageError
-from sweeps.grid import trial_configs
-from sweeps.packing import make_packs, pack_key, resolve_pack_size
+from sweeps.grid import default_seeds, trial_configs
+from sweeps.packing import dirname, make_packs, pack_key, resolve_pack_size
 from sweeps.presets import PRESETS
 
 
@@ -22,13 +22,29 @@ def test_the_dittadi_grid_packs_by_shape_and_keeps_every_trial_once():
     assert len(packs) == 36
 
 
-def test_trials_that_differ_in_shape_or_data_never_share_a_pack():
+def test_trials_of_different_splits_share_a_pack_and_different_shapes_do_not():
     configs = trial_configs(PRESETS["default"], "default", "tiny", [0, 1])
     packs = make_packs(configs, 8)
-    for pack in packs:
-        assert len({m.data.split for m in pack}) == 1
-    assert sorted(len(p) for p in packs) == [4, 4]  # two splits × (2 β × 2 seeds)
+    assert [len(p) for p in packs] == [8]  # two splits × (2 β × 2 seeds): each member has its own rows
+    assert len({m.data.split for m in packs[0]}) == 2
+    assert dirname(packs[0]).startswith("pack8-dsprites-")  # named by the dataset, not one split
     assert pack_key(packs[0]) == pack_key(list(reversed(packs[0])))
+    other = trial_configs(PRESETS["default"], "default", "tiny", [0])[0].replace("search", latent_dim=4)
+    assert len(make_packs([*configs, other], 64)) == 2
+
+
+@pytest.mark.slow
+def test_paper_grids_pack_wide():
+    """At --pack-size 64: montero2021 full in at most 12 packs, montero2022 full in at most 36."""
+    for name, most in (("montero2021", 12), ("montero2022", 36)):
+        spec = PRESETS[name]
+        trials = trial_configs(spec, name, "full", list(range(default_seeds(spec, "full"))))
+        packs = make_packs(trials, 64)
+        assert len(packs) <= most
+        assert sorted(m.trial_key for p in packs for m in p) == sorted(t.trial_key for t in trials)
+        for pack in packs:  # what one process and one vmap share
+            assert len({(m.data.dataset, m.model.architecture, m.model.objective, m.model.task,
+                         m.model.latent_dim, m.model.batch_size, m.model.epochs) for m in pack}) == 1
 
 
 def test_a_trials_model_takes_the_datasets_channels():
@@ -45,11 +61,25 @@ def test_auto_pack_size_is_one_on_cpu_and_fills_a_gpu():
     assert 1 <= resolve_pack_size("auto", configs, 1.0, 2**30) < 64
 
 
+def test_gpu_pack_size_counts_the_dataset_each_process_uploads():
+    """A quarter of a 24 GiB GPU per trial on the full dSprites grid (2.8 GiB uploaded by every
+    process): what is left for models is the share less the process and the dataset."""
+    from models.packed import CUDA_PROCESS_BYTES, member_memory_bytes
+
+    configs = trial_configs(PRESETS["default"], "default", "full", [0])
+    share = 6 * 2**30
+    dsprites = 737_280 * 64 * 64
+    expected = int((0.8 * share - CUDA_PROCESS_BYTES - dsprites) // member_memory_bytes(configs[0].model))
+    assert resolve_pack_size("auto", configs, 0.25, 24 * 2**30) == expected
+    with pytest.raises(UsageError, match="with their process and data"):
+        resolve_pack_size(expected + 1, configs, 0.25, 24 * 2**30)
+
+
 def test_a_pack_size_beyond_memory_names_the_largest_that_fits():
     configs = trial_configs(PRESETS["default"], "default", "tiny", [0])
-    fits = resolve_pack_size("auto", configs, 1.0, 2**30)
-    assert resolve_pack_size(fits, configs, 1.0, 2**30) == fits
+    fits = resolve_pack_size("auto", configs, 1.0, 4 * 2**30)
+    assert resolve_pack_size(fits, configs, 1.0, 4 * 2**30) == fits
     with pytest.raises(UsageError, match=f"the largest pack that fits is {fits}"):
-        resolve_pack_size(fits + 1, configs, 1.0, 2**30)
+        resolve_pack_size(fits + 1, configs, 1.0, 4 * 2**30)
     with pytest.raises(UsageError, match="at least 1"):
         resolve_pack_size(0, configs, 0, None)
