@@ -18,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from analysis.aggregate import cell_label, correlations, seed_summary
+from analysis.aggregate import cell_label, correlations, finished_only, seed_summary
 from analysis.figures import disentanglement_vs_nll
 from analysis.findings import findings, findings_text
 from analysis.html_report import write_html_report
@@ -29,6 +29,7 @@ from analysis.trained_models import text_progress
 from data_pipeline.cli import HelpFormatter
 
 
+@finished_only
 def correlation_text(df: pd.DataFrame) -> str:
     """Spearman ρ (bootstrap 95% interval) of D-score against the NLLs within each dataset and
     split (correlations never pool them; see analysis.aggregate)."""
@@ -42,6 +43,7 @@ def correlation_text(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+@finished_only
 def seed_text(df: pd.DataFrame, best_seed_by: str = "d_score") -> str:
     """M21's table: per configuration, the seed with the highest ``best_seed_by`` (what M21
     reports) next to the mean ± sd over seeds; says which one is shown."""

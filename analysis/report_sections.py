@@ -120,7 +120,7 @@ def correlations(table, figures_dir, n_bootstrap) -> str:
                                    "both values, and values that differ."))
         return "\n".join(body)
     cell = [c for c in CELL if c in shown.columns]  # never pooled across datasets and splits
-    for key, part in shown.groupby([*cell, "group_by", "group"], sort=False, dropna=False):
+    for key, part in shown.groupby([*cell, "group_by", "group"], sort=False, dropna=False, observed=True):
         group_by, group = key[-2:]
         where = cell_label(part.iloc[0], cell)
         name = "all trials" if group_by == "all" else f"{group_by} = {group}"

@@ -269,6 +269,6 @@ def run_sweep(args, plan: dict) -> dict:
         if started_ray:
             ray.shutdown()
     store.compact()  # every part, folded into trials.parquet and history.parquet
-    trials = read_trials(experiment_dir)
-    return {"finished": len(trials), "failed": failed, "trials": trials,
+    trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
+    return {"finished": int((trials["status"] == "finished").sum()), "failed": failed, "trials": trials,
             "seconds": time.perf_counter() - started}
