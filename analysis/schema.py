@@ -274,7 +274,23 @@ def conform(table: pa.Table, schema: pa.Schema, where: str = "results") -> pa.Ta
     return table.select(schema.names).cast(schema)
 
 
+def sorted_groups(table: pa.Table) -> pa.Table:
+    """``table`` with each group column (dictionary) in one chunk whose dictionary is its values in
+    sorted order, so that pandas' categories sort as the values do, however many files or parts
+    the table was read from. Results files are written this way."""
+    for index, column in enumerate(table.schema):
+        if pa.types.is_dictionary(column.type):
+            values = table.column(index).cast(pa.string()).combine_chunks()
+            unique = pc.unique(values).drop_null()
+            dictionary = unique.take(pc.sort_indices(unique))
+            indices = pc.index_in(values, value_set=dictionary).cast(column.type.index_type)
+            array = pa.DictionaryArray.from_arrays(indices, dictionary)
+            table = table.set_column(index, column, array)
+    return table
+
+
 def to_pandas(table: pa.Table, schema: pa.Schema) -> pd.DataFrame:
     """A results table (of ``schema``) as pandas, with the dtypes ``pd.read_parquet`` gives its
-    file: integers ``Int64``, flags ``boolean``, group columns categoricals."""
-    return conform(table, schema).replace_schema_metadata(schema.metadata).to_pandas()
+    file: integers ``Int64``, flags ``boolean``, group columns categoricals (their categories
+    sorted)."""
+    return sorted_groups(conform(table, schema)).replace_schema_metadata(schema.metadata).to_pandas()

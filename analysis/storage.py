@@ -52,6 +52,7 @@ from analysis.schema import (
     TRIALS_FILE,
     TRIALS_SCHEMA,
     conform,
+    sorted_groups,
     to_pandas,
     to_table,
 )
@@ -179,7 +180,9 @@ def new_part() -> str:
 
 def _put(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
     """Write one file whole. Local: a temporary file beside ``path``, renamed over it. An object
-    store: one PUT, which readers see whole or not at all."""
+    store: one PUT, which readers see whole or not at all. Group columns are written with sorted
+    dictionaries (``sorted_groups``), so that pandas' categories read from it sort as their values."""
+    table = sorted_groups(table)
     if not isinstance(fs, pafs.LocalFileSystem):
         with fs.open_output_stream(path) as stream:
             pq.write_table(table, stream)
