@@ -50,10 +50,11 @@ WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
 
 def finished_models(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of the models that finished (``status == "finished"``); a frame without a status
-    column (built by hand) is returned whole."""
+    column (built by hand), or with finished models only, is returned as it is."""
     if "status" not in df.columns:
         return df
-    return df[(df["status"].astype(object) == "finished").to_numpy(dtype=bool)]
+    finished = (df["status"].astype(object) == "finished").to_numpy(dtype=bool)
+    return df if finished.all() else df[finished]
 
 
 def finished_only(function):
@@ -66,12 +67,12 @@ def finished_only(function):
     return on_finished
 
 
+@finished_only
 def spearman(df: pd.DataFrame, x: str, y: str, *, n_bootstrap: int = 1000,
              seed: int = 0) -> dict[str, float]:
     """Spearman ρ between columns ``x`` and ``y`` over the finished models' rows where both are finite, with a
     percentile bootstrap 95% interval. ρ is NaN with fewer than 3 rows or a constant column."""
-    finished = finished_models(df[[c for c in (x, y, "status") if c in df.columns]])  # the two columns only
-    pairs = finished[[x, y]].astype(float).replace([np.inf, -np.inf], np.nan).dropna().to_numpy()
+    pairs = df[[x, y]].astype(float).replace([np.inf, -np.inf], np.nan).dropna().to_numpy()
     n = len(pairs)
     result = {"x": x, "y": y, "n": n, "rho": np.nan, "low": np.nan, "high": np.nan}
     if n < 3 or np.ptp(pairs[:, 0]) == 0 or np.ptp(pairs[:, 1]) == 0:

@@ -119,9 +119,9 @@ def test_an_older_file_reads_with_the_dtypes_of_a_new_one(tmp_path):
         assert frame["encoder_fails"].tolist()[0] is True and frame["encoder_fails"].isna().tolist()[1]
         assert frame["seed"].tolist()[0] == 0 and frame["seed"].isna().tolist()[1]
     # and both experiments at once
-    both = analysis.load_trials(old, new)
+    both = analysis.load_trials(new, old)  # leave1out, then blank_side: the categories sort anyway
     pd.testing.assert_series_equal(kinds(both), reference)
-    assert len(both) == 3
+    assert len(both) == 3 and list(both["split"].cat.categories) == ["blank_side", "leave1out"]
 
 
 def unfinished(trial: TrialConfig, status: str, error: str | None = None) -> dict:
@@ -172,20 +172,29 @@ def test_correlations_tables_findings_and_figures_use_finished_models_only(tmp_p
     rows = [{"trial_key": f"k{i}", "status": "finished", "dataset": "dsprites", "split": "leave1out",
              "objective": "beta_vae", "beta": float(i + 1), "seed": 0, "d_score": 0.1 * i,
              "train_nll": 50.0 - i, "test_nll": 60.0 - i} for i in range(4)]
+    # in a split of its own: counted, it would add a cell to every table
     rows.append({**rows[0], "trial_key": "stopped", "status": "stopped", "beta": 99.0, "d_score": 0.9,
-                 "train_nll": 500.0, "test_nll": 600.0})
+                 "train_nll": 500.0, "test_nll": 600.0, "split": "blank_side"})
+    rows.append({**rows[1], "trial_key": "stopped2", "status": "stopped", "beta": 98.0, "d_score": 0.0,
+                 "train_nll": 1.0, "test_nll": 900.0, "split": "blank_side"})
     storage.write_results(tmp_path, rows)
     df = analysis.load_trials(tmp_path)
-    assert sorted(df["status"]) == ["finished"] * 4 + ["stopped"]  # load_trials: every row
+    assert sorted(df["status"]) == ["finished"] * 4 + ["stopped"] * 2  # load_trials: every row
     finished = analysis.finished_models(df)
     assert len(finished) == 4
     rho = correlations(df, scores=["train_nll", "test_nll"], n_bootstrap=10)
-    assert (rho["n"] == 4).all() and np.allclose(rho["rho"], -1.0)
+    assert (rho["n"] == 4).all() and np.allclose(rho["rho"], -1.0) and set(rho["split"]) == {"leave1out"}
+    assert analysis.spearman(df, "d_score", "test_nll")["n"] == 4
+    table = analysis.correlation_table(df, scores=["test_nll"], n_bootstrap=10)
+    assert set(table["split"]) == {"leave1out"} and (table["n"] == 4).all()
     assert set(seed_summary(df, ["test_nll"])["beta"]) == {1.0, 2.0, 3.0, 4.0}
     assert "stopped" not in trials_text(df) and "99" not in trials_text(df)
     assert "600" not in nll_table(df).to_string()
     assert "n=4" in correlation_text(df)
-    assert [f.name for f in findings(df)] == [f.name for f in findings(finished)]
+    assert [repr(f) for f in findings(df)] == [repr(f) for f in findings(finished)]
+    from analysis.findings import reconstruction_ratios
+
+    assert set(reconstruction_ratios(df)["split"]) == {"leave1out"}
     # the figures: each takes the finished models (the decorator that filters them)
     from analysis import figures, study_figures
 
