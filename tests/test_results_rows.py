@@ -97,6 +97,18 @@ def test_a_row_holds_every_setting_and_reads_alike_with_pd_read_parquet_and_load
     assert schema.HISTORY_SCHEMA.field("images_per_second").metadata[b"unit"] == b"images/s"
 
 
+def test_what_only_the_run_knows_comes_from_its_result():
+    """The whole grid (n_images None) is so many images, an epoch budget so many steps, the
+    transfer factor the evaluation's choice: the row and its config JSON hold those values."""
+    trial = planned(n_images=None, epochs=2.0)
+    row = finished_row(trial, n_images=737_280, steps=46_080, transfer_factor="shape")
+    assert (row["n_images"], row["steps"], row["epochs"]) == (737_280, 46_080, 2.0)
+    assert row["transfer_factor"] == "shape"
+    assert json.loads(row["config"])["n_images"] == 737_280 and json.loads(row["config"])["steps"] == 46_080
+    failed = unfinished(trial, "failed", "boom")  # a model that did not finish: the settings as planned
+    assert failed["n_images"] is None and failed["steps"] == trial.model.steps and failed["error"] == "boom"
+
+
 def test_an_older_file_reads_with_the_dtypes_of_a_new_one(tmp_path):
     """A trials.parquet as disgen wrote it before: plain strings, float flags, ints with nulls as
     written by pyarrow, no status, no provenance, most settings missing."""
