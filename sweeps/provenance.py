@@ -11,8 +11,7 @@ import os
 import platform
 import subprocess
 
-# The columns this fills (analysis/schema.py, PROVENANCE_FIELDS; node_id comes from Ray).
-SOFTWARE = ("disgen_version", "git_commit", "git_dirty", "python_version", "torch_version", "ray_version")
+# It fills analysis/schema.py's PROVENANCE_FIELDS but node_id, which comes from Ray.
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder above sweeps/
 
 
