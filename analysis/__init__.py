@@ -12,6 +12,7 @@ _EXPORTS = {
     "seed_summary": "analysis.aggregate",
     "correlation_table": "analysis.aggregate",
     "correlations": "analysis.aggregate",
+    "finished_models": "analysis.aggregate",
     "load_errors": "analysis.loading",
     "load_history": "analysis.loading",
     "load_trials": "analysis.loading",

@@ -16,12 +16,19 @@ disentanglement, not the mean over seeds. :func:`best_seeds` keeps that seed of 
 configuration (``best_seed_by="d_score"``, or any metric), and :func:`seed_summary` gives both the
 mean ± sd over seeds and the best seed's value, saying in its ``shown`` column which is which.
 
+**Finished models only.** A trials table has a row for every model that ran, finished or not
+(its ``status``). Every function here, and every table, finding and figure of ``analysis``, takes
+the finished models only (:func:`finished_only`); a frame without a ``status`` column is taken
+whole.
+
 *Supervision* is a column of its own if the results have one; otherwise it is read off the
 objective: ``ada_gvae`` (trained on pairs that share factors) is "weak", every other objective
 "none" (unsupervised).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pandas as pd
@@ -41,9 +48,29 @@ NOT_SETTINGS = ("experiment", "trial_key", "seed", "config", "preset", "scale")
 WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
 
 
+def finished_models(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the models that finished (``status == "finished"``); a frame without a status
+    column (built by hand), or with finished models only, is returned as it is."""
+    if "status" not in df.columns:
+        return df
+    finished = (df["status"].astype(object) == "finished").to_numpy(dtype=bool)
+    return df if finished.all() else df[finished]
+
+
+def finished_only(function):
+    """``function`` of a trials DataFrame (its first argument), given the finished models only."""
+
+    @functools.wraps(function)
+    def on_finished(df, *args, **kwargs):
+        return function(finished_models(df), *args, **kwargs)
+
+    return on_finished
+
+
+@finished_only
 def spearman(df: pd.DataFrame, x: str, y: str, *, n_bootstrap: int = 1000,
              seed: int = 0) -> dict[str, float]:
-    """Spearman ρ between columns ``x`` and ``y`` over the rows where both are finite, with a
+    """Spearman ρ between columns ``x`` and ``y`` over the finished models' rows where both are finite, with a
     percentile bootstrap 95% interval. ρ is NaN with fewer than 3 rows or a constant column."""
     pairs = df[[x, y]].astype(float).replace([np.inf, -np.inf], np.nan).dropna().to_numpy()
     n = len(pairs)
@@ -101,6 +128,7 @@ def cell_columns(df: pd.DataFrame, by=None, within=CELL) -> list[str]:
     return [c for c in within if c in df.columns and c not in by] + by
 
 
+@finished_only
 def correlations(df: pd.DataFrame, by=None, *, metrics=None, scores=None, n_bootstrap: int = 1000,
                  within=CELL) -> pd.DataFrame:
     """Spearman ρ of every disentanglement metric against every generalisation score within each
@@ -112,7 +140,7 @@ def correlations(df: pd.DataFrame, by=None, *, metrics=None, scores=None, n_boot
     metrics = present(df, DISENTANGLEMENT_METRICS) if metrics is None else metrics
     scores = present(df, GENERALISATION_SCORES) if scores is None else scores
     columns = cell_columns(df, by, within)
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
+    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
     rows = []
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
@@ -146,6 +174,7 @@ def present(df: pd.DataFrame, columns) -> list[str]:
     return out
 
 
+@finished_only
 def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=GROUPINGS, by=None,
                       within=CELL, n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format.
@@ -161,14 +190,15 @@ def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=
     metrics = present(df, DISENTANGLEMENT_METRICS if metrics is None else metrics)
     scores = present(df, GENERALISATION_SCORES + TRANSFER_SCORES if scores is None else scores)
     columns = cell_columns(df, by, within)
-    cells = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
+    cells = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
     rows = []
     for key, cell in cells:
         key = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
         blocks = [("all", [("all", cell)])]
         for column in groupings:
             if column in cell.columns and column not in columns and cell[column].nunique(dropna=True) >= 2:
-                blocks.append((column, [(str(k), g) for k, g in cell.groupby(column, dropna=True)]))
+                blocks.append((column, [(str(k), g) for k, g in
+                                        cell.groupby(column, dropna=True, observed=True)]))
         for group_by, groups in blocks:
             for group, frame in groups:
                 for metric in metrics:
@@ -184,13 +214,14 @@ def cell_label(row, columns=CELL) -> str:
 
 
 def configuration_columns(df: pd.DataFrame) -> list[str]:
-    """The columns that say what was run, apart from the seed: the configuration columns of the
-    results schema that ``df`` has, less :data:`NOT_SETTINGS`."""
-    from analysis.schema import CONFIG_FIELDS
+    """The columns that say what was run, apart from the seed: the settings of the results schema
+    that ``df`` has, less :data:`NOT_SETTINGS`."""
+    from analysis.schema import SETTINGS
 
-    return [f.name for f in CONFIG_FIELDS if f.name in df.columns and f.name not in NOT_SETTINGS]
+    return [name for name in SETTINGS if name in df.columns and name not in NOT_SETTINGS]
 
 
+@finished_only
 def best_seeds(df: pd.DataFrame, best_seed_by: str = "d_score", *, by=None) -> pd.DataFrame:
     """One row per configuration: the seed with the highest ``best_seed_by`` (Montero et al. 2021,
     §3: "we report the seed with the highest disentanglement").
@@ -206,7 +237,7 @@ def best_seeds(df: pd.DataFrame, best_seed_by: str = "d_score", *, by=None) -> p
     if not columns:
         return df.iloc[[int(np.nanargmax(_finite_or_minus_inf(df[best_seed_by])))]]
     keep = []
-    for _, group in df.groupby(columns, dropna=False, sort=True):
+    for _, group in df.groupby(columns, dropna=False, sort=True, observed=True):
         values = _finite_or_minus_inf(group[best_seed_by])
         keep.append(group.index[int(np.argmax(values))])
     return df.loc[keep]
@@ -217,6 +248,7 @@ def _finite_or_minus_inf(values: pd.Series) -> np.ndarray:
     return np.where(np.isfinite(values), values, -np.inf)
 
 
+@finished_only
 def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "d_score",
                  by=None) -> pd.DataFrame:
     """Per configuration (see :func:`best_seeds`), each metric's mean ± sd over seeds and, with
@@ -230,7 +262,7 @@ def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "
     metrics = present(df, DISENTANGLEMENT_METRICS + GENERALISATION_SCORES + TRANSFER_SCORES) \
         if metrics is None else list(metrics)
     columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True))
+    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
     shown = f"best seed by {best_seed_by}" if best_seed_by else "mean"
     rows = []
     for key, group in groups:

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.aggregate import cell_label  # noqa: E402
+from analysis.aggregate import cell_label, finished_only  # noqa: E402
 from analysis.tiles import reconstruction_grid  # noqa: E402
 
 
@@ -37,6 +37,7 @@ def legend_outside(fig, handles, labels, *, max_entries: int = 16, title: str | 
 MARKERS = "osD^v<>p*h"
 
 
+@finished_only
 def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score") -> str:
     """Montero et al. 2021 Figure 3: disentanglement (x) against train and test NLL (y), one
     panel each, coloured by held-out condition. β is the marker where there are at most 10
@@ -127,6 +128,7 @@ def hinton(matrix: np.ndarray, path: str, *, row_labels=None, column_labels=None
     return path
 
 
+@finished_only
 def violins_by(df: pd.DataFrame, metrics: list[str], path: str, by: str = "supervision") -> str:
     """Violin plots of each metric (one panel each) across the values of column ``by``
     (D21's metrics by supervision). Groups with no finite value are left out. Writes a PNG."""
@@ -135,7 +137,7 @@ def violins_by(df: pd.DataFrame, metrics: list[str], path: str, by: str = "super
     for ax, metric in zip(axes[0], metrics):
         groups, labels = [], []
         if metric in df.columns and by in df.columns:
-            for key, group in df.groupby(by, dropna=True):
+            for key, group in df.groupby(by, dropna=True, observed=True):
                 values = pd.to_numeric(group[metric], errors="coerce").astype(float).to_numpy()
                 values = values[np.isfinite(values)]
                 if values.size:

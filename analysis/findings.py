@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import spearman
+from analysis.aggregate import finished_only, spearman
 from analysis.metrics.encoder_decoder_diagnosis import DECODER_MARGIN, ENCODER_MARGIN, RATIO
 from analysis.tables import numeric
 
@@ -314,6 +314,7 @@ def _readout_table(rows: list[dict]) -> pd.DataFrame:
     return table
 
 
+@finished_only
 def reconstruction_ratios(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> pd.DataFrame:
     """Per dataset and split: trials, mean train and test NLL, and the mean test/train NLL ratio
     with its 95% interval, and whether reconstruction fails (interval ≥ 1.5), stays close to
@@ -352,6 +353,7 @@ def _untested(row: dict) -> str:
     return f"not tested: {row['precondition_reason']}"
 
 
+@finished_only
 def m21_held_out(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
     df = _vae_trials(df)
     table = reconstruction_ratios(df, n_bootstrap=n_bootstrap)
@@ -397,6 +399,7 @@ def m21_held_out(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding
                    PRECONDITION_RULE, _precondition_summary(checked), _readout_table(readout))
 
 
+@finished_only
 def m21_disentanglement(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
     df = _vae_trials(df)
     metric = next((m for m in ("d_score", "dci_disentanglement") if _numeric(df, m).notna().any()), None)
@@ -449,6 +452,7 @@ def _excess(part: pd.DataFrame, side: str) -> pd.Series:
     return _numeric(part, test_col) - (ratio * _numeric(part, train_col) + margin)
 
 
+@finished_only
 def m22_diagnosis(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
     df = _vae_trials(df)
     reconstruction = reconstruction_ratios(df, n_bootstrap=n_bootstrap).set_index(["dataset", "split"])
@@ -526,6 +530,7 @@ def _transfer_factor(df: pd.DataFrame) -> str | None:
     return names.mode().iloc[0] if len(names) else None
 
 
+@finished_only
 def d21_transfer(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> Finding:
     scores = [f"transfer_{r}_{s}" for r in ("gbt", "mlp") for s in ("ood1_a", "ood1_b", "ood1_c")]
     scores = [s for s in scores if _numeric(df, s).notna().any()]
@@ -597,6 +602,7 @@ STUDIES = {
 }
 
 
+@finished_only
 def findings(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> list[Finding]:
     """Every finding of the studies whose presets the results hold, each on that study's trials."""
     if "preset" not in df.columns:

@@ -22,6 +22,7 @@ from analysis.aggregate import (
     TRANSFER_SCORES,
     add_derived_columns,
     correlation_table,
+    finished_models,
     present,
 )
 from analysis.findings import findings
@@ -49,18 +50,34 @@ class Results:
 
 def read_results(experiments, trials: pd.DataFrame | None = None,
                  history: pd.DataFrame | None = None) -> Results:
-    """Step 1: the trials (with nll_gap and supervision), their history and the failed trials."""
+    """Step 1: the finished models (with nll_gap and supervision), which every table and figure
+    shows; their history; and the models that did not finish (failed or stopped, from their rows
+    and, for older experiments, from ``errors.jsonl``)."""
     experiments = [str(e) for e in experiments]
-    trials = add_derived_columns(load_trials(*experiments) if trials is None else trials)
+    everything = add_derived_columns(load_trials(*experiments) if trials is None else trials)
+    trials = finished_models(everything)
     if history is None:
         try:
             history = load_history(*experiments)
         except FileNotFoundError:
             history = None
-    errors = load_errors(*experiments)
+    errors = not_finished(everything, load_errors(*experiments))
     metrics = present(trials, DISENTANGLEMENT_METRICS)
     scores = present(trials, GENERALISATION_SCORES + TRANSFER_SCORES)
     return Results(experiments, trials, history, errors, metrics, scores)
+
+
+def not_finished(df: pd.DataFrame, logged: pd.DataFrame) -> pd.DataFrame:
+    """The models that did not finish: their rows' key, status and error, then the failures that
+    ``errors.jsonl`` alone names (an experiment from before failed models had rows)."""
+    columns = ["experiment", "trial_key", "status", "error"]
+    if "status" in df.columns:
+        rows = df[(df["status"].astype(object) != "finished").to_numpy(dtype=bool)]
+        rows = rows.reindex(columns=columns).astype(object)
+    else:
+        rows = pd.DataFrame(columns=columns)
+    older = logged[~logged["trial_key"].isin(df["trial_key"].astype(object))].assign(status="failed")
+    return pd.concat([rows, older.reindex(columns=columns).astype(object)], ignore_index=True)
 
 
 def correlations(results: Results, n_bootstrap: int) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from analysis.aggregate import cell_label, correlations, seed_summary
+from analysis.aggregate import cell_label, correlations, finished_models, finished_only, seed_summary
 from analysis.figures import disentanglement_vs_nll
 from analysis.findings import findings, findings_text
 from analysis.html_report import write_html_report
@@ -29,6 +29,7 @@ from analysis.trained_models import text_progress
 from data_pipeline.cli import HelpFormatter
 
 
+@finished_only
 def correlation_text(df: pd.DataFrame) -> str:
     """Spearman ρ (bootstrap 95% interval) of D-score against the NLLs within each dataset and
     split (correlations never pool them; see analysis.aggregate)."""
@@ -42,6 +43,7 @@ def correlation_text(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+@finished_only
 def seed_text(df: pd.DataFrame, best_seed_by: str = "d_score") -> str:
     """M21's table: per configuration, the seed with the highest ``best_seed_by`` (what M21
     reports) next to the mean ± sd over seeds; says which one is shown."""
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if df.empty:
+    if finished_models(df).empty:
         print(f"error: no finished trials in {', '.join(args.experiment_dirs)}", file=sys.stderr)
         return 2
     if args.max_models < 0 or args.n_bootstrap < 0:
@@ -102,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     found = findings(df)
     if found:
         print(findings_text(found) + "\n")
-    print(f"{len(df)} trials\n")
+    unfinished = len(df) - len(finished_models(df))
+    print(f"{len(df) - unfinished} trials" + (f" ({unfinished} more did not finish: failed or stopped)"
+                                              if unfinished else "") + "\n")
     print(trials_text(df))
     print()
     print(correlation_text(df))

@@ -59,8 +59,10 @@ def summary(df, errors, skipped, correlations, experiments) -> str:
             shown = ", ".join(values[:8]) + (f" and {len(values) - 8} more" if len(values) > 8 else "")
             items.append(f"{column}: {html.escape(shown)}")
     no_values = tables.numeric(df["train_nll"]).isna().sum() if "train_nll" in df.columns else 0
-    failed = len(errors) + int(no_values)
-    items.append(f"<b>Failed:</b> {failed} trial(s)" + (" (see the seed table)" if failed else "")
+    stopped = int((errors["status"] == "stopped").sum()) if "status" in errors.columns else 0
+    failed = len(errors) - stopped + int(no_values)
+    items.append(f"<b>Failed:</b> {failed} trial(s)" + (" (see the seed table)" if failed or stopped else "")
+                 + (f"; <b>stopped early</b> (ASHA): {stopped}" if stopped else "")
                  + f"; {len(skipped)} model(s) skipped in the figures" + (" (see “skipped, and why”)."
                                                                          if skipped else "."))
     top = tables.strongest(correlations) if not correlations.empty else correlations
@@ -100,9 +102,10 @@ def seeds(df, values, errors, best_seed_by: str = "d_score") -> str:
              "<p>Mean ± standard deviation over the seeds of each configuration (one value where one "
              "seed has it). A seed whose values are all missing failed.</p>", html_page.table(table)]
     if not errors.empty:
-        parts.append(f"<h3>Trials that failed ({len(errors)})</h3>"
-                     "<p>From <code>errors.jsonl</code>: these trials wrote no results.</p>"
-                     + html_page.table(errors))
+        parts.append(f"<h3>Models that did not finish ({len(errors)})</h3>"
+                     "<p>Failed (with the error) or stopped early by ASHA: they have a row in "
+                     "<code>trials.parquet</code> with their settings but no metrics, and no table or "
+                     "figure counts them.</p>" + html_page.table(errors))
     return "\n".join(parts)
 
 
@@ -120,7 +123,7 @@ def correlations(table, figures_dir, n_bootstrap) -> str:
                                    "both values, and values that differ."))
         return "\n".join(body)
     cell = [c for c in CELL if c in shown.columns]  # never pooled across datasets and splits
-    for key, part in shown.groupby([*cell, "group_by", "group"], sort=False, dropna=False):
+    for key, part in shown.groupby([*cell, "group_by", "group"], sort=False, dropna=False, observed=True):
         group_by, group = key[-2:]
         where = cell_label(part.iloc[0], cell)
         name = "all trials" if group_by == "all" else f"{group_by} = {group}"

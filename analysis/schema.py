@@ -1,67 +1,127 @@
 """The results schema: one Arrow schema for each results table, defined once.
 
-``trials.parquet`` holds one row per finished trial: its configuration and its final metrics.
-``history.parquet`` holds one row per (trial, report): the step and the loss terms. Everything
-that writes or reads results goes through these schemas, so pandas always sees the same dtypes;
-where and how the files are stored is ``analysis/storage.py``'s business.
+``trials.parquet`` holds one row per planned model: its status (finished, failed or stopped), every
+setting it ran with, what ran it, and its final metrics. ``history.parquet`` holds one row per
+(trial, report): the step and the loss terms. Everything that writes or reads results goes through
+these schemas, so pandas sees the same dtypes however a file is read (``pd.read_parquet``,
+``pyarrow``, ``analysis.load_trials``):
+
+- the columns that name a group (``GROUP``: dataset, split, objective, status, device…) are Arrow
+  dictionaries, so pandas reads them as categoricals;
+- integers are ``Int64`` and flags ``boolean`` (pandas' nullable dtypes: the schema's pandas
+  metadata says so, so a file without nulls and one with them read alike);
+- each field's metadata gives its ``unit`` where it has one, and ``null``: what a null means where a
+  finished model may have one (a setting that does not apply to it). A setting without ``null``
+  metadata is never null for a finished model.
+
+Where and how the files are stored is ``analysis/storage.py``'s business.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import fields
+
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from data_pipeline.spaces import DATASETS, factor_space
+from models import ModelConfig
 from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 
-# The configuration of a trial: what was run.
+# A column whose few distinct values name groups: an Arrow dictionary, a categorical in pandas.
+GROUP = pa.dictionary(pa.int32(), pa.string())
+STATUSES = ("finished", "failed", "stopped")  # finished; failed with its error; stopped by ASHA
+
+
+def schema_field(name: str, kind: pa.DataType, *, unit: str | None = None,
+                 null: str | None = None) -> pa.Field:
+    """A results column; ``unit`` and ``null`` (what a null means) go in its metadata."""
+    metadata = {k: v for k, v in (("unit", unit), ("null", null)) if v is not None}
+    return pa.field(name, kind, metadata=metadata or None)
+
+
+# -- the settings: every field of the trial's ModelConfig, DataConfig and EvaluationConfig -----------
+
+# (name, declared type) of the settings that are not the model's: sweeps.trials' DataConfig and
+# EvaluationConfig fields (analysis does not import sweeps; tests/test_results_rows.py checks that
+# these are those classes' fields) and the run's own two (RUN_KEYS there).
+RUN_SETTINGS = {"preset": "str", "scale": "str"}
+DATA_SETTINGS = {"dataset": "str", "split": "str", "condition": "str", "n_images": "int | None",
+                 "data_seed": "int", "data_source": "str"}
+EVALUATION_SETTINGS = {"report_every": "int", "n_nll": "int", "n_metric": "int", "dci_estimator": "str",
+                       "metrics": "tuple[str, ...] | None", "transfer_factor": "str | None",
+                       "transfer_regressors": "tuple[str, ...]"}
+MODEL_SETTINGS = {f.name: f.type for f in fields(ModelConfig)}
+
+# Where a finished model's setting may be null, what that means; every other setting is filled
+# with its effective value (defaults included; a None that stands for a default is resolved).
+SETTING_NULLS = {
+    "gamma": "the objective has no γ",
+    "grad_clip_norm": "no gradient clipping",
+    "epochs": "the run's length is steps",
+    "transfer_factor": "no transfer scores computed",
+}
+UNITS = {
+    "image_size": "px", "capacity_max": "nats", "steps": "steps", "capacity_steps": "steps",
+    "kl_warmup_steps": "steps", "cascade_steps": "steps", "discrete_warmup_steps": "steps",
+    "lr_milestones": "steps", "report_every": "steps", "epochs": "passes over the training images",
+    "n_images": "images", "batch_size": "images", "n_nll": "images", "n_metric": "images",
+    "trained_steps": "steps", "train_nll": "nats", "test_nll": "nats", "decoder_nll_train": "nats",
+    "decoder_nll_test": "nats", "diagnosis_decoder_margin": "nats", "train_seconds": "s",
+    "eval_seconds": "s", "images_per_second": "images/s",
+}
+
+
+def setting_type(declared: str) -> pa.DataType:
+    """A setting's column type from its declared Python type: a name is a group, a whole number
+    int64, a number float64, a flag bool; a sequence (``lr_milestones``, ``metrics``) is its JSON
+    text, so that it groups and compares like any other value."""
+    kind = declared.replace(" | None", "")
+    if kind.startswith("tuple"):
+        return pa.string()
+    return {"str": GROUP, "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}[kind]
+
+
+SETTINGS = {**RUN_SETTINGS, **DATA_SETTINGS, **MODEL_SETTINGS, **EVALUATION_SETTINGS}
+SETTING_FIELDS = [schema_field(name, setting_type(declared), unit=UNITS.get(name),
+                               null=SETTING_NULLS.get(name)) for name, declared in SETTINGS.items()]
+JSON_SETTINGS = tuple(name for name, declared in SETTINGS.items() if declared.startswith("tuple"))
+
+# What a row is: which model, its status, and the whole settings as JSON.
 CONFIG_FIELDS = [
-    pa.field("experiment", pa.string()),
-    pa.field("trial_key", pa.string()),
+    schema_field("experiment", GROUP),
+    schema_field("trial_key", pa.string()),
+    # finished, failed (``error`` says why) or stopped (early, by ASHA); "finished" in files written
+    # before the column, which held finished models only
+    schema_field("status", GROUP),
+    schema_field("error", pa.string(), null="the model did not fail"),
     # Ray Tune's id of the trial that trained the model (a pack's members share one), and the
     # model's TensorBoard folder relative to the experiment folder; null in older files.
-    pa.field("trial_id", pa.string()),
-    pa.field("tensorboard_dir", pa.string()),
-    pa.field("preset", pa.string()),
-    pa.field("scale", pa.string()),
-    pa.field("dataset", pa.string()),
-    pa.field("n_images", pa.int64()),
-    # procedural (rendered by disgen's generators) or real (the dataset's real file); null in
-    # files written before the column existed, which were all procedural.
-    pa.field("data_source", pa.string()),
+    schema_field("trial_id", pa.string()),
+    schema_field("tensorboard_dir", pa.string()),
+    *SETTING_FIELDS,
+    # Every setting above as one JSON object (with the trial key), so that no setting is ever lost.
+    schema_field("config", pa.string()),
+]
+
+# What ran the model: null in files written before these columns. A model that did not finish
+# carries the driver's software versions.
+PROVENANCE_FIELDS = [
     # The dataset the trial read: where (a prepared folder or URI, a real file's path, or
-    # generator:<dataset>) and the content id that names its bytes (data_pipeline.node_cache);
-    # null in files written before the columns existed.
-    pa.field("data_uri", pa.string()),
-    pa.field("data_content_id", pa.string()),
-    pa.field("split", pa.string()),
-    pa.field("condition", pa.string()),
-    pa.field("architecture", pa.string()),
-    # vae, ground_truth_decoder or composition; null in files from before the column (all vae)
-    pa.field("task", pa.string()),
-    pa.field("objective", pa.string()),
-    pa.field("beta", pa.float64()),
-    pa.field("latent_dim", pa.int64()),
-    pa.field("lr", pa.float64()),
-    pa.field("batch_size", pa.int64()),
-    pa.field("steps", pa.int64()),
-    pa.field("kl_warmup_steps", pa.int64()),
-    pa.field("seed", pa.int64()),
-    # Objective- and schedule-specific settings; null where a trial's model has no such setting.
-    pa.field("gamma", pa.float64()),
-    pa.field("epochs", pa.float64()),
-    pa.field("lr_decay", pa.float64()),
-    pa.field("grad_clip_norm", pa.float64()),
-    pa.field("capacity_max", pa.float64()),
-    pa.field("capacity_steps", pa.int64()),
-    pa.field("mmd_weight", pa.float64()),
-    pa.field("logvar_l1_weight", pa.float64()),
-    pa.field("pair_divergence", pa.string()),
-    pa.field("pair_factors_changed", pa.int64()),
-    pa.field("input_noise_subpixel_std", pa.float64()),
-    pa.field("input_noise_greyscale_std", pa.float64()),
-    pa.field("image_size", pa.int64()),
-    # The whole trial config as JSON, so that no setting is ever lost, whatever the grid held.
-    pa.field("config", pa.string()),
+    # generator:<dataset>) and the content id that names its bytes (data_pipeline.node_cache).
+    schema_field("data_uri", pa.string(), null="written before the column, or the model did not finish"),
+    schema_field("data_content_id", GROUP, null="written before the column, or the model did not finish"),
+    schema_field("disgen_version", GROUP),
+    schema_field("git_commit", GROUP, null="not run from a git checkout"),  # of disgen's own checkout
+    schema_field("git_dirty", pa.bool_(), null="not run from a git checkout"),  # uncommitted changes there
+    schema_field("python_version", GROUP),
+    schema_field("torch_version", GROUP),
+    schema_field("ray_version", GROUP),
+    schema_field("node_id", GROUP),  # the Ray node that trained the model
+    schema_field("device", GROUP),  # cpu, cuda or mps
+    schema_field("device_name", GROUP, null="not a CUDA device"),  # e.g. NVIDIA H100 80GB HBM3
 ]
 
 # The factors that have readout columns (accuracy_<factor>, chance_<factor>): every factor name of
@@ -94,10 +154,10 @@ METRIC_FIELDS = [
     pa.field("n_train_images", pa.int64()),
     pa.field("n_test_images", pa.int64()),
     # Added by issue 14 (fidelity); null in files written before.
-    pa.field("nll_likelihood", pa.string()),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
-    pa.field("transfer_factor", pa.string()),  # the OOD1 factor of the transfer scores
-    pa.field("encoder_fails", pa.float64()),  # 1.0/0.0: encoder_error_test > ratio·train + margin
-    pa.field("decoder_fails", pa.float64()),  # the same rule for decoder_nll
+    pa.field("nll_likelihood", GROUP),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
+    # (the OOD1 factor of the transfer scores is the setting transfer_factor, filled as evaluated)
+    pa.field("encoder_fails", pa.bool_()),  # encoder_error_test > ratio·train + margin (float in old files)
+    pa.field("decoder_fails", pa.bool_()),  # the same rule for decoder_nll
     pa.field("diagnosis_ratio", pa.float64()),  # the rule's parameters (disgen's, not M22's)
     pa.field("diagnosis_encoder_margin", pa.float64()),
     pa.field("diagnosis_decoder_margin", pa.float64()),
@@ -111,41 +171,64 @@ METRIC_FIELDS = [
     pa.field("score_n_eval", pa.int64()),
     pa.field("score_n_variance", pa.int64()),
     pa.field("score_pool_size", pa.int64()),
-    pa.field("score_sample", pa.string()),
+    pa.field("score_sample", GROUP),
     # Added by issue 26: the readout accuracy per factor on held-in training images (docs/analysis.md,
     # "Readout accuracy per factor"): accuracy_<factor> on training images the readout did not fit,
     # chance_<factor> = 1 / the factor's number of values on the training images; null where the
     # row's dataset has no such factor, and in files written before.
     *[pa.field(f"{kind}_{name}", pa.float64())
       for name in READOUT_FACTORS for kind in ("accuracy", "chance")],
-    pa.field("readout_estimator", pa.string()),  # dci_gbt, dci_hist_gbt (DCI's fits) or random_forest
+    pa.field("readout_estimator", GROUP),  # dci_gbt, dci_hist_gbt (DCI's fits) or random_forest
     pa.field("readout_n_train", pa.int64()),  # training-image codes the readout was fitted on
     pa.field("readout_n_test", pa.int64()),  # other training images it was scored on
     # every factor of the row's dataset, names outside READOUT_FACTORS too (a labelled dataset's):
     # JSON {factor: {"accuracy": a, "chance": c}}, null where NaN
     pa.field("factor_readout", pa.string()),
-    pa.field("node_id", pa.string()),  # the Ray node that trained the model
-    pa.field("device", pa.string()),  # cpu, cuda or mps
     pa.field("train_seconds", pa.float64()),
     pa.field("eval_seconds", pa.float64()),
-    pa.field("finished_at", pa.timestamp("s", tz="UTC")),
+    # the step the model reached: its last step if it finished, where it stopped or failed if not
+    pa.field("trained_steps", pa.int64()),
+    pa.field("finished_at", pa.timestamp("ms", tz="UTC")),  # when the row was written (to the second)
 ]
-
-TRIALS_SCHEMA = pa.schema(CONFIG_FIELDS + METRIC_FIELDS)
 
 # Loss terms an objective may report, from the objectives' own lists (models.registry), in the
 # registry's order; a trial fills the ones its objective has.
 LOSS_TERMS = ["loss", *dict.fromkeys(term for terms in OBJECTIVE_LOSS_TERMS.values() for term in terms)]
 
-HISTORY_SCHEMA = pa.schema(
-    [
-        pa.field("experiment", pa.string()),
-        pa.field("trial_key", pa.string()),
-        pa.field("step", pa.int64()),
-        *[pa.field(term, pa.float64()) for term in LOSS_TERMS],
-        pa.field("images_per_second", pa.float64()),
-    ]
-)
+HISTORY_FIELDS = [
+    pa.field("experiment", GROUP),
+    pa.field("trial_key", pa.string()),
+    pa.field("step", pa.int64()),
+    *[pa.field(term, pa.float64()) for term in LOSS_TERMS],
+    pa.field("images_per_second", pa.float64()),
+]
+
+
+def _pandas_dtype(kind: pa.DataType):
+    """The pandas dtype a column of ``kind`` reads as: nullable integers and flags, categories."""
+    if pa.types.is_dictionary(kind):
+        return "category"
+    if pa.types.is_integer(kind):
+        return "Int64"
+    if pa.types.is_boolean(kind):
+        return "boolean"
+    return None  # pandas' own (float64, its string dtype, datetime64)
+
+
+def results_schema(columns: list[pa.Field]) -> pa.Schema:
+    """A schema of ``columns``, each with its unit, and with pandas metadata that makes every
+    reader of the file (``pd.read_parquet`` included) use the dtypes of ``_pandas_dtype``."""
+    columns = [c if c.name not in UNITS or (c.metadata or {}).get(b"unit") else
+               c.with_metadata({**(c.metadata or {}), b"unit": UNITS[c.name].encode()}) for c in columns]
+    empty = pd.DataFrame({c.name: pd.Series([], dtype=_pandas_dtype(c.type) or object) for c in columns})
+    metadata = pa.Schema.from_pandas(empty, preserve_index=False).metadata
+    return pa.schema(columns, metadata=metadata)
+
+
+TRIALS_SCHEMA = results_schema(CONFIG_FIELDS + PROVENANCE_FIELDS + METRIC_FIELDS)
+HISTORY_SCHEMA = results_schema(HISTORY_FIELDS)
+# The group columns of the trials table, categoricals in pandas.
+GROUP_COLUMNS = [f.name for f in TRIALS_SCHEMA if pa.types.is_dictionary(f.type)]
 
 TRIALS_FILE = "trials.parquet"
 HISTORY_FILE = "history.parquet"
@@ -154,25 +237,64 @@ KEYS = {TRIALS_FILE: ["trial_key"], HISTORY_FILE: ["trial_key", "step"]}
 SCHEMAS = {TRIALS_FILE: TRIALS_SCHEMA, HISTORY_FILE: HISTORY_SCHEMA}
 
 
+def _flag(value):
+    """A flag as a bool: older results and the metrics give 1.0/0.0; NaN is no value."""
+    if value is None or isinstance(value, bool):
+        return value
+    return None if isinstance(value, float) and math.isnan(value) else bool(value)
+
+
 def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """Rows (dicts) → an Arrow table of ``schema``. Missing columns become null; a key that the
-    schema lacks is an error, so nothing is silently dropped."""
+    schema lacks is an error, so nothing is silently dropped. A flag given as 1.0/0.0 is stored as
+    a boolean."""
     names = set(schema.names)
+    flags = [f.name for f in schema if pa.types.is_boolean(f.type)]
     for row in rows:
         if not names.issuperset(row):
             raise KeyError(f"columns not in the results schema: {sorted(set(row) - names)}")
+    rows = [{**row, **{name: _flag(row[name]) for name in flags if name in row}} for row in rows]
     return pa.Table.from_pylist(rows, schema=schema)
 
 
 def conform(table: pa.Table, schema: pa.Schema, where: str = "results") -> pa.Table:
     """A table read from a results file, cast to ``schema``. Columns the file lacks are filled
-    with nulls (files written before a nullable column was added stay readable and resumable);
-    columns the schema lacks are dropped."""
+    with nulls (files written before a nullable column was added stay readable and resumable), a
+    missing ``status`` with "finished" (older files held finished models only); flags stored as
+    1.0/0.0 become booleans (NaN: null); columns the schema lacks are dropped."""
     if table.schema.equals(schema):  # as written by to_table: nothing to do
         return table
-    for field in schema:
-        if field.name not in table.column_names:
-            if not field.nullable:  # pragma: no cover - every field is nullable today
-                raise KeyError(f"{where}: column {field.name!r} is missing")
-            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    for column in schema:
+        if column.name not in table.column_names:
+            if not column.nullable:  # pragma: no cover - every field is nullable today
+                raise KeyError(f"{where}: column {column.name!r} is missing")
+            fill = (pa.array(["finished"] * table.num_rows, column.type) if column.name == "status"
+                    else pa.nulls(table.num_rows, column.type))
+            table = table.append_column(column, fill)
+        elif pa.types.is_boolean(column.type) and pa.types.is_floating(table.schema.field(column.name).type):
+            values = table.column(column.name)
+            flags = pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values)
+            table = table.set_column(table.schema.get_field_index(column.name), column.name, flags)
     return table.select(schema.names).cast(schema)
+
+
+def sorted_groups(table: pa.Table) -> pa.Table:
+    """``table`` with each group column (dictionary) in one chunk whose dictionary is its values in
+    sorted order, so that pandas' categories sort as the values do, however many files or parts
+    the table was read from. Results files are written this way."""
+    for index, column in enumerate(table.schema):
+        if pa.types.is_dictionary(column.type):
+            values = table.column(index).cast(pa.string()).combine_chunks()
+            unique = pc.unique(values).drop_null()
+            dictionary = unique.take(pc.sort_indices(unique))
+            indices = pc.index_in(values, value_set=dictionary).cast(column.type.index_type)
+            array = pa.DictionaryArray.from_arrays(indices, dictionary)
+            table = table.set_column(index, column, array)
+    return table
+
+
+def to_pandas(table: pa.Table, schema: pa.Schema) -> pd.DataFrame:
+    """A results table (of ``schema``) as pandas, with the dtypes ``pd.read_parquet`` gives its
+    file: integers ``Int64``, flags ``boolean``, group columns categoricals (their categories
+    sorted)."""
+    return sorted_groups(conform(table, schema)).replace_schema_metadata(schema.metadata).to_pandas()

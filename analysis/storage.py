@@ -21,8 +21,10 @@ file's rows are visible only for the trial keys its own trials file holds (``his
 ``trials.parquet``, ``<part>.history.parquet`` ↔ ``<part>.trials.parquet``): a trial's history is
 written before its row, and until the row lands no reader sees it. Readers merge the compacted
 tables, the folded pairs and the parts not yet folded (each folded pair names the parts it holds),
-and keep one row per key, the latest. At the end of a run the driver compacts everything into the
-two tables and deletes ``results-parts``; a crash at any point leaves files that read the same.
+and keep one row per key: a model's finished row where it has one (the first stored: the driver
+stores no second), else its latest (failed or stopped). At the end of a run the driver compacts
+everything into the two tables and deletes ``results-parts``; a crash at any point leaves files
+that read the same.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from analysis.schema import (
     TRIALS_FILE,
     TRIALS_SCHEMA,
     conform,
+    sorted_groups,
+    to_pandas,
     to_table,
 )
 
@@ -176,7 +180,9 @@ def new_part() -> str:
 
 def _put(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
     """Write one file whole. Local: a temporary file beside ``path``, renamed over it. An object
-    store: one PUT, which readers see whole or not at all."""
+    store: one PUT, which readers see whole or not at all. Group columns are written with sorted
+    dictionaries (``sorted_groups``), so that pandas' categories read from it sort as their values."""
+    table = sorted_groups(table)
     if not isinstance(fs, pafs.LocalFileSystem):
         with fs.open_output_stream(path) as stream:
             pq.write_table(table, stream)
@@ -218,8 +224,10 @@ def write_trials_part(experiment, part: str, rows: list[dict]) -> None:
 
 def write_results(experiment, trials: list[dict], history: list[dict] = ()) -> str:
     """Rows added to an experiment's results as one new part: the history, then the trials rows
-    (the commit). A row replaces an earlier one with the same key. Returns the part's name."""
+    (the commit); a trials row without a ``status`` is a finished model's. A row replaces an
+    earlier one with the same key. Returns the part's name."""
     part = new_part()
+    trials = [{"status": "finished", **row} for row in trials]
     trials_table = to_table(trials, TRIALS_SCHEMA)  # checked before anything is written
     history_table = to_table(list(history), HISTORY_SCHEMA)
     if history_table.num_rows:
@@ -293,14 +301,20 @@ def _read_files(fs: pafs.FileSystem, paths: list[str], schema: pa.Schema, missin
 
 
 def _latest(table: pa.Table, keys: list[str]) -> pa.Table:
-    """One row per key: the last one (rows come oldest first)."""
+    """One row per key: the last one (rows come oldest first); in the trials table, a model's last
+    finished row wherever it has one (a failed or stopped model's row gives way to the row of its
+    finished run, never the other way)."""
     if table.num_rows < 2:
         return table
-    rows = table.select(keys).append_column("_row", pa.array(np.arange(table.num_rows)))
+    order = np.arange(table.num_rows)
+    if "status" in table.column_names:
+        finished = pc.equal(table.column("status").cast(pa.string()), "finished").fill_null(False)
+        order = order + table.num_rows * np.asarray(finished, dtype=np.int64)
+    rows = table.select(keys).append_column("_row", pa.array(order))
     last = rows.group_by(keys, use_threads=False).aggregate([("_row", "max")]).column("_row_max")
     if len(last) == table.num_rows:
         return table
-    return table.take(pa.array(np.sort(last.to_numpy())))
+    return table.take(pa.array(np.sort(last.to_numpy() % table.num_rows)))
 
 
 def _committed(fs: pafs.FileSystem, inner: str) -> list[_Pair]:
@@ -319,8 +333,14 @@ def _committed(fs: pafs.FileSystem, inner: str) -> list[_Pair]:
 
 
 def _trials(pairs: list[_Pair]) -> pa.Table:
-    tables = [p.trials.replace_schema_metadata(None) for p in pairs]
+    tables = [p.trials.replace_schema_metadata(TRIALS_SCHEMA.metadata) for p in pairs]
     return _latest(pa.concat_tables([TRIALS_SCHEMA.empty_table(), *tables]), KEYS[TRIALS_FILE])
+
+
+def _finished_keys(table: pa.Table) -> set[str]:
+    """The trial keys of the finished models in a trials table."""
+    finished = pc.equal(table.column("status").cast(pa.string()), "finished").fill_null(False)
+    return set(table.filter(finished).column("trial_key").to_pylist())
 
 
 def _history(fs: pafs.FileSystem, pairs: list[_Pair], missing_ok=False) -> pa.Table:
@@ -331,7 +351,7 @@ def _history(fs: pafs.FileSystem, pairs: list[_Pair], missing_ok=False) -> pa.Ta
                                                       HISTORY_SCHEMA, missing_ok)):
         if table is not None:
             keys = pair.trials.column("trial_key")
-            tables.append(table.replace_schema_metadata(None).filter(
+            tables.append(table.replace_schema_metadata(HISTORY_SCHEMA.metadata).filter(
                 pc.is_in(table.column("trial_key"), value_set=keys)))
     return _latest(pa.concat_tables(tables), KEYS[HISTORY_FILE])
 
@@ -370,8 +390,8 @@ def read_results(experiment, filename: str = TRIALS_FILE) -> pd.DataFrame:
     """One results table of an experiment as a DataFrame with the schema's dtypes (empty, with
     every column, where there are no results yet). Both sweeps and analysis read this way."""
     table = read_table(experiment, filename)
-    table = SCHEMAS[filename].empty_table() if table is None else table
-    return table.to_pandas(types_mapper={pa.string(): pd.StringDtype()}.get)
+    schema = SCHEMAS[filename]
+    return to_pandas(schema.empty_table() if table is None else table, schema)
 
 
 def has_results(experiment) -> bool:
@@ -409,7 +429,8 @@ def compact(experiment) -> int:
 
 class ResultsStore:
     """An experiment's results as the one process that commits them (a sweep's driver) keeps them:
-    the trial keys stored, read once when opened, and the parts committed since the last fold.
+    the keys of the finished models stored (``keys``), read once when opened, and the parts
+    committed since the last fold.
     ``commit`` writes a finished trial's trials part; every ``compact_every`` commits, ``fold``
     turns those parts into one folded pair, so readers merge a bounded number of files and no
     commit rewrites what earlier ones wrote. ``compact`` ends a run."""
@@ -419,21 +440,22 @@ class ResultsStore:
         self.compact_every = compact_every
         self.fs, self.inner = resolve(self.experiment)
         pairs = _retrying(lambda: _committed(self.fs, self.inner))
-        self.keys: set[str] = set(_trials(pairs).column("trial_key").to_pylist()) if pairs else set()
+        self.keys: set[str] = _finished_keys(_trials(pairs)) if pairs else set()
         # committed parts that no folded pair holds yet (a previous run's, then this one's)
         self.unfolded = [_Pair(p.name, p.trials_path, p.history_path, p.trials)
                          for p in pairs if p.name and not p.name.startswith(COMPACTED)]
 
     def commit(self, part: str, rows: list[dict]) -> list[dict]:
-        """Store finished models' trials rows as the part ``part`` (whose history part, if any,
-        the trial wrote). A model whose row is already stored keeps it: its new row is dropped.
-        Returns the rows stored."""
+        """Store trials rows as the part ``part`` (whose history part, if any, the trial wrote).
+        A model whose finished row is stored keeps it: any new row of it is dropped. A failed or
+        stopped model's row is replaced by its next one (readers keep a model's finished row, else
+        its latest). Returns the rows stored."""
         rows = [row for row in rows if row["trial_key"] not in self.keys]
         if not rows:
             return []
         table = to_table(rows, TRIALS_SCHEMA)
         _write_part(self.experiment, part, TRIALS_FILE, table)
-        self.keys.update(row["trial_key"] for row in rows)
+        self.keys.update(row["trial_key"] for row in rows if row.get("status") == "finished")
         self.unfolded.append(_Pair(part, _part_path(self.inner, part, TRIALS_FILE),
                                    _part_path(self.inner, part, HISTORY_FILE), table))
         if len(self.unfolded) >= self.compact_every:
@@ -448,7 +470,8 @@ class ResultsStore:
             return 0
         history = _history(self.fs, self.unfolded, missing_ok=True)  # a trial without history wrote none
         names = [p.name for p in self.unfolded]
-        trials = _trials(self.unfolded).replace_schema_metadata({FOLDED_PARTS: json.dumps(names).encode()})
+        trials = _trials(self.unfolded).replace_schema_metadata(
+            {**TRIALS_SCHEMA.metadata, FOLDED_PARTS: json.dumps(names).encode()})
         name = COMPACTED + new_part()
         _write_part(self.experiment, name, HISTORY_FILE, history)
         _write_part(self.experiment, name, TRIALS_FILE, trials)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.aggregate import finished_only
 from analysis.figures import legend_outside, palette, plt
 
 DPI = 90
@@ -63,6 +64,7 @@ def nll_bars(table: pd.DataFrame, path: str, *, best_seed: bool = False) -> str:
     return _save(fig, path)
 
 
+@finished_only
 def metric_vs_score(df: pd.DataFrame, path: str, *, x: str, y: str, colour_by: str | None = None,
                     title: str = "") -> str:
     """A scatter of column ``x`` against column ``y`` (D21: DCI against OOD1 error), coloured by
@@ -118,7 +120,7 @@ def training_curves(history: pd.DataFrame, labels: pd.Series, terms: list[str], 
     the ``max_configurations`` with the most seeds are drawn, the rest counted in the title."""
     history = history.assign(_configuration=history["trial_key"].astype(object).map(labels))
     history = history.dropna(subset=["_configuration"])
-    counts = history.groupby("_configuration")["trial_key"].nunique()
+    counts = history.groupby("_configuration", observed=True)["trial_key"].nunique()
     counts = counts.sort_values(ascending=False, kind="stable")
     chosen = list(counts.index[:max_configurations])
     colours = dict(zip(chosen, palette(len(chosen))))

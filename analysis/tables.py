@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import CELL
+from analysis.aggregate import CELL, finished_only
 from analysis.schema import CONFIG_FIELDS
 
 # The columns of the printed trials table, in order; the HTML tables put them first too.
@@ -18,7 +18,7 @@ TABLE_COLUMNS = ["trial_key", "split", "condition", "objective", "beta", "seed",
                  "train_nll", "test_nll", "d_score", "dci_disentanglement",
                  "dci_completeness", "dci_informativeness"]
 # Identify a run rather than describe it: left out of a configuration.
-IDENTIFIERS = ["trial_key", "trial_id", "tensorboard_dir", "seed", "config"]
+IDENTIFIERS = ["trial_key", "status", "error", "trial_id", "tensorboard_dir", "seed", "config"]
 # M21 reports, of each configuration's seeds, the one with the highest disentanglement.
 BEST_SEED_METRICS = ("d_score", "dci_disentanglement")
 # M22's rule of thumb (analysis/metrics/encoder_decoder_diagnosis.py): a side fails when its
@@ -54,6 +54,7 @@ def _short(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+@finished_only
 def trials_text(df: pd.DataFrame) -> str:
     """The trials as fixed-width text (the CLI's table)."""
     columns = [c for c in TABLE_COLUMNS if c in df.columns]
@@ -63,6 +64,7 @@ def trials_text(df: pd.DataFrame) -> str:
         return ordered.to_string(index=False)
 
 
+@finished_only
 def trials_frame(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     """Every trial: the key columns first, then the varying configuration, then ``values``."""
     names = ["experiment", *TABLE_COLUMNS[:4], "supervision", *TABLE_COLUMNS[4:]]
@@ -73,6 +75,7 @@ def trials_frame(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     return df[columns].sort_values(order, kind="stable") if order else df[columns]
 
 
+@finished_only
 def seed_table(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     """Mean ± sd over seeds of each configuration and value, with the seeds that ran and those
     that failed (a seed whose values are all missing or not finite)."""
@@ -83,11 +86,11 @@ def seed_table(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     failed = numbers.isna().all(axis=1) if values else pd.Series(False, index=df.index)
     keys = ([df[c].astype(object).map(_short).rename(c) for c in columns]
             or [pd.Series("all trials", index=df.index, name="configuration")])
-    grouped = numbers.groupby(keys, sort=True, dropna=False)
+    grouped = numbers.groupby(keys, sort=True, dropna=False, observed=True)
     mean, sd, count = grouped.mean(), grouped.std(ddof=1), grouped.count()
     seeds = df["seed"].astype(object).map(_short) if "seed" in df.columns else pd.Series("–", index=df.index)
     meta = pd.DataFrame({"seeds": seeds, "failed": np.where(failed, seeds, None)}, index=df.index)
-    meta = meta.groupby(keys, sort=True, dropna=False).agg(
+    meta = meta.groupby(keys, sort=True, dropna=False, observed=True).agg(
         seeds=("seeds", lambda s: ", ".join(s)), n=("seeds", "size"),
         failed=("failed", lambda s: ", ".join(str(x) for x in s if pd.notna(x))))
     out = meta.copy()
@@ -99,6 +102,7 @@ def seed_table(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
+@finished_only
 def best_seeds(df: pd.DataFrame) -> pd.DataFrame:
     """Of each configuration's seeds, the one with the highest disentanglement (M21's choice):
     D-score, or DCI disentanglement where there is no D-score. All rows if neither has values."""
@@ -109,7 +113,8 @@ def best_seeds(df: pd.DataFrame) -> pd.DataFrame:
     if not columns:
         return df.loc[[numeric(df[metric]).idxmax()]]
     ranked = df.assign(_score=numeric(df[metric]).fillna(-np.inf))
-    index = ranked.groupby([df[c].astype(object).map(_short) for c in columns], sort=False)["_score"].idxmax()
+    keys = [df[c].astype(object).map(_short) for c in columns]
+    index = ranked.groupby(keys, sort=False, observed=True)["_score"].idxmax()
     return df.loc[index.to_numpy()]
 
 
@@ -137,12 +142,13 @@ def condition_label(df: pd.DataFrame) -> pd.Series:
     return split
 
 
+@finished_only
 def nll_table(df: pd.DataFrame) -> pd.DataFrame:
     """M21's main result: NLL on training and on held-out images per model and condition, as
     mean, sd and the best seed's value."""
     frame = pd.DataFrame({"condition": condition_label(df), "model": model_label(df),
                           "train_nll": numeric(df["train_nll"]), "test_nll": numeric(df["test_nll"])})
-    grouped = frame.groupby(["condition", "model"], sort=True)
+    grouped = frame.groupby(["condition", "model"], sort=True, observed=True)
     out = grouped.agg(seeds=("train_nll", "size"), train_mean=("train_nll", "mean"),
                       train_sd=("train_nll", "std"), test_mean=("test_nll", "mean"),
                       test_sd=("test_nll", "std"))
@@ -150,17 +156,19 @@ def nll_table(df: pd.DataFrame) -> pd.DataFrame:
     best_frame = pd.DataFrame({"condition": condition_label(best), "model": model_label(best),
                                "train_best": numeric(best["train_nll"]),
                                "test_best": numeric(best["test_nll"])})
-    best_frame = best_frame.groupby(["condition", "model"], sort=True)[["train_best", "test_best"]].first()
+    best_frame = best_frame.groupby(["condition", "model"], sort=True, observed=True)[
+        ["train_best", "test_best"]].first()
     return out.join(best_frame).reset_index()
 
 
+@finished_only
 def diagnosis_table(df: pd.DataFrame) -> pd.DataFrame:
     """M22's encoder-versus-decoder diagnosis per split and model: mean errors over seeds, the
     held-out/training ratios and the verdict."""
     columns = ["encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test"]
     frame = pd.DataFrame({c: numeric(df[c]) if c in df.columns else np.nan for c in columns}, index=df.index)
     frame["condition"], frame["model"] = condition_label(df), model_label(df)
-    out = frame.groupby(["condition", "model"], sort=True)[columns].mean().dropna(how="all")
+    out = frame.groupby(["condition", "model"], sort=True, observed=True)[columns].mean().dropna(how="all")
     enc_train, enc_test = out["encoder_error_train"], out["encoder_error_test"]
     dec_train, dec_test = out["decoder_nll_train"], out["decoder_nll_test"]
     out["encoder ratio"] = enc_test / enc_train

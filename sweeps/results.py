@@ -1,4 +1,5 @@
-"""The results writer: a Tune callback that commits each finished trial's rows as one part.
+"""The results writer: a Tune callback that commits each finished trial's rows as one part, and
+a row for each model that failed or was stopped.
 
 A finished trial writes its models' loss history itself, as a history part in the experiment's
 storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics and the part's
@@ -7,6 +8,12 @@ commit (``analysis/storage.py``): a crash before it leaves history that no reade
 resume stores the trial (``repair``). The driver keeps the stored trial keys in memory (one
 ``ResultsStore`` per experiment, read once when a sweep starts), so a commit never reads what
 earlier ones wrote, and a resumed trial never gets a second row.
+
+Every row holds every setting the model ran with (``TrialConfig.effective_settings``, and what the
+run resolved: the images of a whole grid, the steps of an epoch budget, the transfer factor), its
+``status`` and what ran it (``sweeps/provenance.py``). A model that failed (its lone trial errored,
+or it diverged in a pack) or was stopped early by ASHA gets a row with its status, its settings and
+no metrics; a later finished run of it replaces that row.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import tempfile
 from ray import tune
 
 from analysis import storage
-from analysis.schema import HISTORY_SCHEMA, METRIC_FIELDS, TRIALS_FILE, TRIALS_SCHEMA
+from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, PROVENANCE_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
+from sweeps import provenance
 from sweeps.packing import dirname, members_of
 from sweeps.trials import TrialConfig
 
@@ -39,15 +47,28 @@ def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
     return _STORES[key]
 
 
-def trial_row(experiment: str, config: dict, result: dict) -> dict:
-    """One trials.parquet row: the config's schema columns and the final metrics."""
-    row = {name: config.get(name) for name in TRIALS_SCHEMA.names if name in config}
-    row["config"] = json.dumps(config, sort_keys=True, default=str)
+# Settings whose effective value only the run knows, taken from a finished model's result: the
+# images of a whole grid (n_images None), the steps of an epoch budget, the transfer scores' factor.
+RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor")
+# What a trial's final result says about what ran its models, copied to each member's row.
+RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
+
+
+def trial_row(experiment: str, config, result: dict, status: str = "finished") -> dict:
+    """One trials.parquet row: every setting the model ran with (its columns and the ``config``
+    JSON), its status, and what the result holds: final metrics, the step reached (``step``),
+    what ran it (provenance) and, for a failed model, its ``error``."""
+    settings = TrialConfig(config).effective_settings()
+    if status == "finished":
+        settings.update({name: result[name] for name in RESOLVED_BY_THE_RUN if result.get(name) is not None})
+    row = {name: json.dumps(value) if name in JSON_SETTINGS and value is not None else value
+           for name, value in settings.items()}
+    row["config"] = json.dumps(settings, sort_keys=True, default=str)
     row.update({f.name: result.get(f.name) for f in METRIC_FIELDS if f.name in result})
-    # the dataset the trial read, which the trainable reports beside its metrics
-    row.update({name: result[name] for name in ("data_uri", "data_content_id") if name in result})
-    row["experiment"] = experiment
-    row["finished_at"] = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    row.update({name: result[name] for name in RUN_FACTS if name in result})
+    row.update({"experiment": experiment, "status": status, "error": result.get("error"),
+                "trained_steps": result.get("step"),
+                "finished_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0)})
     return row
 
 
@@ -59,22 +80,46 @@ def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dic
 
 
 def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dict]:
-    """The trials rows of a Tune trial's final result: one per member that finished, each linked
-    to its Ray trial (``trial_id``, which Tune puts in every result) and to its TensorBoard folder
-    relative to the experiment (see sweeps/trainable.py): its own folder there, except on remote
-    storage, where a pack's members sit in the pack's."""
-    shared = {k: result[k] for k in ("node_id", "device") if k in result}
-    finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
+    """The trials rows of a Tune trial's final result: one per member, finished or failed (a pack
+    member that diverged), each linked to its Ray trial (``trial_id``, which Tune puts in every
+    result) and to its TensorBoard folder relative to the experiment (see sweeps/trainable.py): its
+    own folder there, except on remote storage, where a pack's members sit in the pack's."""
+    shared = {k: result[k] for k in RUN_FACTS if k in result}
+    members = [{**m, **shared} for m in result["members"]]
     pack = dirname([TrialConfig(m["config"]) for m in result["members"]]) if (
         remote and len(result["members"]) > 1) else None
     rows = []
-    for config, member in finished:
-        folder = TrialConfig(config).dirname
+    for member in members:
+        folder = TrialConfig(member["config"]).dirname
         if pack:
             folder = f"{pack}/{folder}"
-        rows.append({**trial_row(experiment, config, member), "trial_id": result.get("trial_id"),
-                     "tensorboard_dir": folder})
+        status = "failed" if "error" in member else "finished"
+        rows.append({**trial_row(experiment, member["config"], member, status),
+                     "trial_id": result.get("trial_id"), "tensorboard_dir": folder})
     return rows
+
+
+def unfinished_rows(experiment: str, trial, base_trials, status: str, error: str | None = None) -> list[dict]:
+    """The rows of a Tune trial's models that did not finish: ``failed`` (the trial errored, for
+    good) or ``stopped`` (ASHA stopped it early), with the step they reached, where and on what."""
+    result = trial.last_result or {}
+    facts = {**provenance.software(), **{k: result[k] for k in ("node_id", "device") if k in result},
+             "step": result.get("step"), "error": error}
+    return [{**trial_row(experiment, member, facts, status), "trial_id": trial.trial_id,
+             "tensorboard_dir": member.dirname} for member in members_of(trial.config, base_trials)]
+
+
+def error_text(trial) -> str:
+    """A failed Tune trial's error in one line (the last line of its last failure in Tune's error
+    file, where the exception's type and message are); the file's name where it cannot be read."""
+    path = getattr(trial, "error_file", None)
+    try:
+        with open(path) as file:
+            lines = [line.strip() for line in file.read().split("Failure # ")[-1].splitlines()]
+    except (OSError, TypeError):
+        return f"failed (see {path})" if path else "failed"
+    lines = [line for line in lines[1:] if line]
+    return lines[-1] if lines else f"failed (see {path})"
 
 
 def _commit(store: ResultsStore, result: dict) -> list[dict]:
@@ -84,7 +129,7 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     part = result.get("results_part")
     if part is None:  # a result of disgen before the trial wrote its own history: it is in the result
         part = storage.new_part()
-        new = {row["trial_key"] for row in rows} - store.keys
+        new = {row["trial_key"] for row in rows if row["status"] == "finished"} - store.keys
         history = [row for m in result["members"] if "error" not in m and m["config"]["trial_key"] in new
                    for row in history_rows(experiment, m["config"], m.get("history", []))]
         if new and history:
@@ -100,14 +145,14 @@ def repair(store: ResultsStore, final_results) -> int:
     stored = 0
     for result in final_results:
         if (result or {}).get("done") and "members" in result:
-            stored += len(_commit(store, result))
+            stored += sum(row["status"] == "finished" for row in _commit(store, result))
     return stored
 
 
 class ResultsWriter(tune.Callback):
-    """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results.
-    Errors go to ``errors.jsonl``; for a remote store it edits a local copy of that file and
-    uploads it whole."""
+    """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results, and
+    the rows of models that failed or were stopped. Errors also go to ``errors.jsonl``; for a
+    remote store it edits a local copy of that file and uploads it whole."""
 
     def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None):
         self.experiment_dir = experiment_dir
@@ -136,11 +181,14 @@ class ResultsWriter(tune.Callback):
             storage.upload(copy, remote)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl).
-        A model whose row is already stored keeps it: a driver killed after the commit but before
-        Tune saved the trial as finished lets the resume run the trial again."""
+        """Store the trial's models: one row each, finished or failed (a pack member that diverged,
+        also in errors.jsonl); a trial that ASHA stopped early, ``stopped``. A model whose finished
+        row is already stored keeps it: a driver killed after the commit but before Tune saved the
+        trial as finished lets the resume run the trial again."""
         result = trial.last_result or {}
-        if not result.get("done"):
+        if "members" not in result:  # no final report: the scheduler stopped it
+            self.store.commit(storage.new_part(), unfinished_rows(
+                experiment_name(self.store.experiment), trial, self.base_trials, "stopped"))
             return
         _commit(self.store, {"trial_id": trial.trial_id, **result})
         for member in result["members"]:
@@ -149,8 +197,13 @@ class ResultsWriter(tune.Callback):
                              "error": member["error"]})
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        """Store a ``failed`` row for each of the trial's models (with the error's last line), and
+        the error file in errors.jsonl."""
+        error = error_text(trial)
+        self.store.commit(storage.new_part(), unfinished_rows(
+            experiment_name(self.store.experiment), trial, self.base_trials, "failed", error))
         for member in members_of(trial.config, self.base_trials):
-            self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id,
+            self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id, "error": error,
                          "error_file": getattr(trial, "error_file", None)})
 
     def _error(self, record: dict) -> None:

@@ -35,6 +35,7 @@ from models import NonFiniteLossError, reconstruct
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
 from sweeps.packing import members_of
+from sweeps.provenance import provenance
 from sweeps.results import history_rows
 from sweeps.trials import TrialConfig
 
@@ -171,7 +172,8 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
                 logs[k].progress(report, trainer.members[k].model)
             elif not packed:
                 raise NonFiniteLossError(report["error"])
-        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id}
+        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id,
+                    "device": trainer.device.type}
         step = progress["step"]
         if checkpoint_every and step % checkpoint_every == 0 and step < trainer.total_steps:
             with tempfile.TemporaryDirectory() as folder:
@@ -184,19 +186,21 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
 
 def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[TrialConfig], data, split,
             cpus: float, train_seconds: float, reference) -> list[dict]:
-    """Evaluate every model that trained to the end: one result per member, with its config and the
+    """Evaluate every model that trained to the end: one result per member, with its config, the
+    step it reached, the settings only the run resolves (its length in steps, its images), and the
     dataset it read (its location and content id)."""
     results = []
     for k, (member, log, trial) in enumerate(zip(trainer.members, logs, members)):
         if k in trainer.errors:
-            results.append({"config": trial.to_dict(), "error": trainer.errors[k]})
+            results.append({"config": trial.to_dict(), "error": trainer.errors[k], "step": member.step})
             continue
         metrics = _evaluate(member, data, split, trial, cpus)
         # members of a pack train together: each is credited an equal share of the pack's time
         metrics["train_seconds"] = train_seconds / len(members)
         metrics.update(data_uri=reference.uri, data_content_id=reference.content_id)
         log.final(member.model, member.step, metrics)
-        results.append({"config": trial.to_dict(), **metrics, "step": member.step})
+        results.append({"config": trial.to_dict(), **metrics, "step": member.step,
+                        "steps": member.total_steps, "n_images": len(data)})
     return results
 
 
@@ -240,7 +244,7 @@ def train_trial(config: dict, run_info: dict) -> None:
     part = write_history(run_info["experiment_dir"], logs, results)
 
     final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
-             "results_part": part, "node_id": node_id, "device": str(trainer.device)}
+             "results_part": part, "node_id": node_id, **provenance(trainer.device)}
     if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
         final.update({k: v for k, v in results[0].items() if k != "config"})
     with tempfile.TemporaryDirectory() as folder:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 from data_pipeline import dataset_channels, get_split
 from sweeps.errors import UsageError
@@ -284,6 +284,30 @@ class TrialConfig(Mapping):
     def to_dict(self) -> dict:
         """The flat settings, as plain data (for Tune, checkpoints and result rows)."""
         return dict(self._settings)
+
+    def effective_settings(self) -> dict:
+        """Every setting the model runs with, defaults included (what its trials row and that row's
+        ``config`` JSON hold): the run's (preset, scale), then every field of ``data``, ``model``
+        and ``evaluation``, normalised (aliases resolved), with a None that stands for a default
+        resolved: γ (None where the objective has none), the likelihood, the metrics (None: all).
+        Sequences are lists. Left None: what the run resolves (``n_images`` None: the whole grid;
+        ``transfer_factor`` None: the evaluation's choice) and what None means (``grad_clip_norm``:
+        no clipping; ``epochs``: the length is ``steps``). The trial key is not changed by any of
+        this: it stays a hash of the settings as given."""
+        from analysis.evaluation import DEFAULT_METRICS
+        from models.registry import objective_class
+
+        model = self.model.to_dict()
+        has_gamma = (self.model.task == "vae"
+                     and objective_class(self.model.objective).default_gamma is not None)
+        model["gamma"] = self.model.resolved_gamma if has_gamma else None
+        model["likelihood"] = self.model.resolved_likelihood
+        evaluation = asdict(self.evaluation)
+        chosen = self.evaluation.metrics
+        evaluation["metrics"] = list(DEFAULT_METRICS if chosen is None else chosen)
+        settings = {**{key: self._settings.get(key) for key in RUN_KEYS}, **asdict(self.data), **model,
+                    **evaluation, "trial_key": self.trial_key}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
 
     @property
     def trial_key(self) -> str:

@@ -149,8 +149,11 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
     scheduler = None
     if args.scheduler == "asha":
         steps = plan["trials"][0].model.steps
-        scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps,
-                                                  grace_period=max(1, steps // 8), reduction_factor=3)
+        # max_t one past the last step: ASHA stops a trial that reaches max_t, and the progress
+        # report of the last step comes before the final report that holds the model's metrics
+        scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min",
+                                                  max_t=steps + 1, grace_period=max(1, steps // 8),
+                                                  reduction_factor=3)
     base = plan["trials"]
     return tune.Tuner(
         trainable,
@@ -267,6 +270,6 @@ def run_sweep(args, plan: dict) -> dict:
         if started_ray:
             ray.shutdown()
     store.compact()  # every part, folded into trials.parquet and history.parquet
-    trials = read_trials(experiment_dir)
-    return {"finished": len(trials), "failed": failed, "trials": trials,
+    trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
+    return {"finished": int((trials["status"] == "finished").sum()), "failed": failed, "trials": trials,
             "seconds": time.perf_counter() - started}

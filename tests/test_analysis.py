@@ -25,7 +25,7 @@ def test_a_later_write_replaces_rows_by_key_and_keeps_dtypes(tmp_path):
     df = read_results(tmp_path, TRIALS_FILE)
     assert sorted(df["trial_key"]) == ["a", "b"]
     assert df.set_index("trial_key").loc["a", "d_score"] == 0.3
-    assert df["beta"].dtype == np.float64 and df["seed"].dtype == "int64"
+    assert df["beta"].dtype == np.float64 and df["seed"].dtype == "Int64"
     assert compact(tmp_path) == 3
     pd.testing.assert_frame_equal(read_results(tmp_path, TRIALS_FILE), df)
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from analysis.schema import SETTING_FIELDS
 from analysis.storage import PARTS_DIR
 from sweeps.grid import get_spec, trial_configs
 from sweeps.paper_grid import main
@@ -76,6 +77,40 @@ def test_trial_keys_are_stable_and_distinct():
     assert trial_key({**configs[0], "report_every": 999}) == configs[0]["trial_key"]
 
 
+def assert_rows_hold_every_setting(trials, experiment):
+    """Issue 25's promises for finished models' rows, read with plain pd.read_parquet: no setting is
+    null (but where the schema says what a null means), the group columns are categoricals, ints
+    are Int64, flags booleans, provenance filled; load_trials gives the same dtypes."""
+    from analysis import load_trials
+    from analysis.schema import PROVENANCE_FIELDS, SETTING_FIELDS
+
+    assert (trials["status"] == "finished").all() and trials["error"].isna().all()
+    settings = [f.name for f in SETTING_FIELDS if b"null" not in (f.metadata or {})]
+    empty = trials[settings].isna().sum()
+    assert not empty.any(), empty[empty > 0]
+    # the defaults the grid never names, which issue 25 found null, and the config JSON with them
+    assert set(trials["task"]) == {"vae"} and set(trials["image_size"]) == {64}
+    assert set(trials["lr_decay"]) == {0.5} and len(trials[trials["image_size"] == 64]) == len(trials)
+    assert all(json.loads(c)["lr_decay"] == 0.5 and json.loads(c)["task"] == "vae" for c in trials["config"])
+    for column in ["dataset", "split", "condition", "objective", "architecture", "task", "preset", "scale",
+                   "data_source", "device", "status", "experiment"]:
+        assert isinstance(trials[column].dtype, pd.CategoricalDtype), column
+    for column in ["seed", "steps", "n_images", "batch_size", "n_test_images", "trained_steps"]:
+        assert str(trials[column].dtype) == "Int64", column
+    assert str(trials["encoder_fails"].dtype) == "boolean" and trials["encoder_fails"].notna().all()
+    provenance = [f.name for f in PROVENANCE_FIELDS if b"null" not in (f.metadata or {})]
+    assert trials[provenance].notna().all().all(), trials[provenance]
+    assert set(trials["device"]) == {"cpu"} and trials["device_name"].isna().all()  # no CUDA here
+    assert trials["git_commit"].notna().all()  # the tests run from a checkout
+    import ray
+    import torch
+
+    assert set(trials["torch_version"]) == {torch.__version__}
+    assert set(trials["ray_version"]) == {ray.__version__}
+    loaded = load_trials(experiment)
+    assert [str(d) for d in loaded.dtypes] == [str(d) for d in trials.dtypes]
+
+
 def event_files(folder):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs if "tfevents" in f)
 
@@ -105,6 +140,7 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     for column in ["dci_disentanglement", "dci_completeness", "dci_informativeness", "d_score"]:
         assert trials[column].between(0, 1).all(), column
     assert (trials["n_test_images"] > 0).all() and (trials["steps"] == 20).all()
+    assert_rows_hold_every_setting(trials, experiment)
 
     history = pd.read_parquet(experiment / "history.parquet")
     assert len(history) == 4 * 4  # 20 steps, a report every 5
@@ -145,3 +181,47 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
 
     # Without --resume the same name is refused rather than overwritten.
     assert main(argv) == 2
+
+
+ASHA_GRID = """
+description: one model that trains, one whose learning rate is too small to learn (ASHA stops it at
+  its first rung), one whose learning rate makes it diverge (it fails)
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 600, data_seed: 0,
+        batch_size: 8, report_every: 5, n_nll: 40, n_metric: 60, metrics: [d_score], split: blank_side}
+axes:
+  lr: [0.001, 1.0e-9, 1.0e+9]
+scales:
+  tiny: {steps: 20}
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_and_a_stopped_model_get_rows_with_their_status(ray_session, tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(ASHA_GRID)
+    argv = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp",
+            "--scheduler", "asha", "--max-failures", "0", "--max-concurrent-trials", "1"]
+    assert main(argv) == 1  # one trial failed
+    out = capsys.readouterr().out
+    assert "1 of 3 trials finished" in out
+    trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet").set_index("lr").sort_index()
+    assert trials["trial_key"].is_unique and len(trials) == 3
+    trained, stopped, failed = trials.loc[1e-3], trials.loc[1e-9], trials.loc[1e9]
+    # the model that trained to its end: finished, with its metrics (ASHA let it reach its final report)
+    assert trained["status"] == "finished" and np.isfinite(trained["test_nll"])
+    assert trained["trained_steps"] == 20
+    # stopped by ASHA at its first rung (step 5): its settings and where it was, no metrics
+    assert stopped["status"] == "stopped" and stopped["trained_steps"] == 5 and pd.isna(stopped["test_nll"])
+    assert stopped["device"] == "cpu" and pd.notna(stopped["node_id"]) and pd.isna(stopped["error"])
+    # diverged: failed, with the error's last line
+    assert failed["status"] == "failed" and pd.isna(failed["test_nll"])
+    assert failed["error"].startswith("models.engine.NonFiniteLossError: step ")
+    assert "not finite" in failed["error"]
+    settings = [f.name for f in SETTING_FIELDS if b"null" not in (f.metadata or {})]
+    assert trials.reset_index()[settings].notna().all().all()  # every setting, whatever became of the model
+    assert trials[["torch_version", "ray_version", "disgen_version"]].notna().all().all()
+    # analysis sees the finished model only; load_trials shows all three
+    from analysis import finished_models, load_trials
+
+    everything = load_trials(tmp_path / "exp")
+    assert len(everything) == 3 and len(finished_models(everything)) == 1
