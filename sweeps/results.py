@@ -48,8 +48,9 @@ def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
 
 
 # Settings whose effective value only the run knows, taken from a finished model's result: the
-# images of a whole grid (n_images None), the steps of an epoch budget, the transfer scores' factor.
-RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor")
+# images of a whole grid (n_images None), the steps of an epoch budget, the transfer scores' factor,
+# and bf16 (None: on where the model trained on CUDA).
+RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor", "bf16")
 # What a trial's final result says about what ran its models, copied to each member's row.
 RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
 

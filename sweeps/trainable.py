@@ -200,7 +200,7 @@ def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[Tri
         metrics.update(data_uri=reference.uri, data_content_id=reference.content_id)
         log.final(member.model, member.step, metrics)
         results.append({"config": trial.to_dict(), **metrics, "step": member.step,
-                        "steps": member.total_steps, "n_images": len(data)})
+                        "steps": member.total_steps, "n_images": len(data), "bf16": bool(member.bf16)})
     return results
 
 
