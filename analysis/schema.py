@@ -62,6 +62,7 @@ SETTING_NULLS = {
     "grad_clip_norm": "no gradient clipping",
     "epochs": "the run's length is steps",
     "transfer_factor": "no transfer scores computed",
+    "bf16": "the model never reported, so the device that decides it (on CUDA by default) is unknown",
 }
 UNITS = {
     "image_size": "px", "capacity_max": "nats", "steps": "steps", "capacity_steps": "steps",

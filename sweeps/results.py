@@ -62,6 +62,8 @@ def trial_row(experiment: str, config, result: dict, status: str = "finished") -
     settings = TrialConfig(config).effective_settings()
     if status == "finished":
         settings.update({name: result[name] for name in RESOLVED_BY_THE_RUN if result.get(name) is not None})
+    if settings.get("bf16") is None and result.get("device"):  # by default, bf16 is on where CUDA trains
+        settings["bf16"] = str(result["device"]).startswith("cuda")
     row = {name: json.dumps(value) if name in JSON_SETTINGS and value is not None else value
            for name, value in settings.items()}
     row["config"] = json.dumps(settings, sort_keys=True, default=str)

@@ -65,7 +65,8 @@ def kinds(df: pd.DataFrame) -> pd.Series:
 
 def finished_row(trial: TrialConfig, **metrics) -> dict:
     result = {"train_nll": 10.0, "test_nll": 12.0, "d_score": 0.5, "encoder_fails": 1.0, "decoder_fails": 0.0,
-              "n_train_images": 100, "step": 20, "steps": 20, "n_images": 3000, "device": "cpu", **metrics}
+              "n_train_images": 100, "step": 20, "steps": 20, "n_images": 3000, "bf16": False,
+              "device": "cpu", **metrics}
     return trial_row("exp", trial.to_dict(), result)
 
 
@@ -81,7 +82,7 @@ def test_a_row_holds_every_setting_and_reads_alike_with_pd_read_parquet_and_load
     must = [f.name for f in schema.SETTING_FIELDS if b"null" not in (f.metadata or {})]
     assert not plain[must].isna().any().any(), plain[must].isna().sum()[lambda s: s > 0]
     assert len(plain[plain["image_size"] == 64]) == 1
-    assert json.loads(row["config"]) == {**trial.effective_settings(), "n_images": 3000}
+    assert json.loads(row["config"]) == {**trial.effective_settings(), "n_images": 3000, "bf16": False}
     assert json.loads(row["metrics"]) == trial.effective_settings()["metrics"]
     for column in ["dataset", "split", "condition", "objective", "architecture", "task", "preset", "scale",
                    "data_source", "device", "status", "experiment"]:
