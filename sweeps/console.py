@@ -28,7 +28,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -285,12 +287,14 @@ class LiveView(tune.Callback):
 _RESTORE_HINT = "Tuner.restore("
 _STOP_SIGNAL = "Stop signal received"
 _NOT_COMPLETE = "Trials did not complete"
+_NO_METRICS = "Failed to fetch metrics for"  # a trial that had not started when the run stopped
+_FILTERED = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
 NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"
 
 
 class _TuneMessages(logging.Filter):
-    """Drops Tune's restore hint always; in the quiet view, also its list of unfinished trials,
-    and says in disgen's words what its stop message says."""
+    """Drops Tune's restore hint always; in the quiet view, also its lists of unfinished trials and
+    of trials without results, and says in disgen's words what its stop message says."""
 
     def __init__(self, verbose: bool):
         super().__init__()
@@ -302,7 +306,7 @@ class _TuneMessages(logging.Filter):
             return False
         if self.verbose:
             return True
-        if message.startswith(_NOT_COMPLETE):
+        if message.startswith((_NOT_COMPLETE, _NO_METRICS)):
             return False
         if message.startswith(_STOP_SIGNAL):
             record.msg, record.args = ("Ctrl-C: stopping the sweep and saving its state (finished models "
@@ -327,7 +331,8 @@ class TuneOutput:
     def __enter__(self):
         tune_logger = logging.getLogger("ray.tune")
         self.saved = (tune_logger.level, os.environ.get(NEW_OUTPUT))
-        logging.getLogger("ray.tune.tune").addFilter(self.filter)
+        for name in _FILTERED:
+            logging.getLogger(name).addFilter(self.filter)
         if not self.verbose:
             tune_logger.setLevel(max(logging.WARNING, tune_logger.getEffectiveLevel()))
             os.environ[NEW_OUTPUT] = "0"
@@ -335,7 +340,8 @@ class TuneOutput:
 
     def __exit__(self, *exc):
         level, engine = self.saved
-        logging.getLogger("ray.tune.tune").removeFilter(self.filter)
+        for name in _FILTERED:
+            logging.getLogger(name).removeFilter(self.filter)
         logging.getLogger("ray.tune").setLevel(level)
         if engine is None:
             os.environ.pop(NEW_OUTPUT, None)
@@ -350,8 +356,45 @@ def quiet_worker() -> None:
     logging.getLogger("ray.train").setLevel(logging.WARNING)
 
 
-def interrupted(grid) -> bool:
-    """Whether a Tune run returned before every trial ended: Tune's SIGINT (and SIGUSR1) handler
-    stops the run and ``Tuner.fit()`` returns normally, with the unfinished trials neither
-    terminated nor errored."""
-    return grid.num_terminated + grid.num_errors < len(grid)
+class StopSignal(tune.Callback):
+    """Notices the Ctrl-C that stops a Tune run.
+
+    Tune's SIGINT handler ends the run, and ``Tuner.fit()`` returns normally; Tune then marks the
+    trials it stopped as terminated, finished or not. So the command line asks this callback: at
+    ``setup`` (Tune's handler is in place by then) it puts itself in front of Tune's handler, notes
+    the signal and hands it on. Used as a context manager around the runs, it puts back the SIGINT
+    handler that was there before (Tune leaves its own in place after a run that was not
+    interrupted, where a later Ctrl-C would do nothing)."""
+
+    def __init__(self):
+        self.received = threading.Event()
+        self._before = None
+
+    def __getstate__(self):  # Tune keeps its callbacks in its saved state
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def setup(self, **info):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        tune_handler = signal.getsignal(signal.SIGINT)
+        if not callable(tune_handler):
+            return
+
+        def on_interrupt(signum, frame):
+            self.received.set()
+            tune_handler(signum, frame)
+
+        signal.signal(signal.SIGINT, on_interrupt)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._before = signal.getsignal(signal.SIGINT)
+        return self
+
+    def __exit__(self, *exc):
+        if self._before is not None:
+            signal.signal(signal.SIGINT, self._before)
+        return False

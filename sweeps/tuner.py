@@ -17,7 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis import storage  # noqa: E402
 from sweeps import plan_record  # noqa: E402
-from sweeps.console import Console, LiveView, TuneOutput, interrupted  # noqa: E402
+from sweeps.console import Console, LiveView, StopSignal, TuneOutput  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
@@ -147,12 +147,12 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
     return {"members": tune.grid_search([tune_config(pack)["members"] for pack in packs])}, None, 1
 
 
-def _callbacks(args, plan: dict, console: Console | None) -> list:
+def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> list:
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
-    console says it is done), the live view unless --verbose, MLflow with --mlflow, and Tune's
-    JSON and CSV records of each trial."""
+    console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
+    --mlflow, and Tune's JSON and CSV records of each trial."""
     base = plan["trials"]
-    callbacks = [ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]))]
+    callbacks = [ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"])), stop]
     if console is not None:
         callbacks.append(LiveView(console))
     if getattr(args, "mlflow", None):
@@ -167,7 +167,8 @@ def _tune_verbosity(args) -> int:
     return 1 if getattr(args, "verbose", False) else 0
 
 
-def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: Console | None) -> tune.Tuner:
+def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: Console | None,
+               stop: StopSignal) -> tune.Tuner:
     param_space, search_alg, num_samples = _param_space(args, plan, gpus)
     scheduler = None
     if args.scheduler == "asha":
@@ -191,7 +192,7 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: 
         run_config=tune.RunConfig(
             name=plan["name"],
             storage_path=plan["storage"],
-            callbacks=_callbacks(args, plan, console),
+            callbacks=_callbacks(args, plan, console, stop),
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             sync_config=tune.SyncConfig(sync_artifacts=remote),
@@ -236,26 +237,26 @@ def _keys_of(grid, base) -> set[str]:
             for member in members_of(result.config, base)}
 
 
-def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console | None) -> tune.Tuner:
+def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
+              stop: StopSignal) -> tune.Tuner:
     """Tune's restore of the experiment's run, with this command line's callbacks and verbosity.
     Tune keeps the first run's RunConfig in its saved state; a restore would use those (a live view
     with no console, the first run's --mlflow and --verbose). ``get_run_config`` is Tune's own
     accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60)."""
     tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
     run_config = tuner._local_tuner.get_run_config()
-    run_config.callbacks = _callbacks(args, plan, console)
+    run_config.callbacks = _callbacks(args, plan, console, stop)
     run_config.verbose = _tune_verbosity(args)
     return tuner
 
 
-def _restore(experiment_dir: str, trainable, args, plan: dict,
-             console: Console | None) -> tuple[int, set[str], bool]:
-    """Resume the experiment's Tune run; (failed trials, trial keys it holds, whether it was
-    interrupted). Finished trials whose rows never landed (a driver killed while writing them) are
-    written now."""
+def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
+             stop: StopSignal) -> tuple[int, set[str]]:
+    """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials whose
+    rows never landed (a driver killed while writing them) are written now."""
     base = plan["trials"]
     print(f"Resuming {experiment_dir}", flush=True)
-    grid = _restored(experiment_dir, trainable, args, plan, console).fit()
+    grid = _restored(experiment_dir, trainable, args, plan, console, stop).fit()
     repaired = repair(results_store(experiment_dir), [result.metrics for result in grid])
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
@@ -263,7 +264,7 @@ def _restore(experiment_dir: str, trainable, args, plan: dict,
     if lost:
         print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
               "running them again", flush=True)
-    return grid.num_errors - lost, _keys_of(grid, base), interrupted(grid)
+    return grid.num_errors - lost, _keys_of(grid, base)
 
 
 def _to_run(plan: dict, covered: set[str]) -> list:
@@ -286,7 +287,7 @@ def run_sweep(args, plan: dict) -> dict:
                          "start a new experiment with --name NEW")
     started_ray = _connect(args)
     started = time.perf_counter()
-    failed, covered, stopped = 0, set(), False
+    failed, covered, stop = 0, set(), StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     try:
         gpus = _gpus_per_trial(args)
@@ -297,18 +298,17 @@ def run_sweep(args, plan: dict) -> dict:
         trainable = _trainable(args, plan, gpus, remote, _dataset_refs(plan["datasets"]))
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
-        with TuneOutput(getattr(args, "verbose", False)):
+        with TuneOutput(getattr(args, "verbose", False)), stop:
             if restoring:
-                failed, covered, stopped = _restore(experiment_dir, trainable, args, plan, console)
+                failed, covered = _restore(experiment_dir, trainable, args, plan, console, stop)
             new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
-            if new and not stopped:
+            if new and not stop.received.is_set():
                 if restoring:
                     print(f"Extending {experiment_dir} with {len(new)} new trials", flush=True)
                 plan_record.write(experiment_dir, plan["record"])
                 tuner = _new_tuner(args, {**plan, "trials": new} if args.search == "grid" else plan,
-                                   trainable, gpus, remote, console)
-                grid = tuner.fit()
-                failed, stopped = failed + grid.num_errors, interrupted(grid)
+                                   trainable, gpus, remote, console, stop)
+                failed += tuner.fit().num_errors
             elif not restoring:
                 plan_record.write(experiment_dir, plan["record"])
     finally:
@@ -316,5 +316,5 @@ def run_sweep(args, plan: dict) -> dict:
             ray.shutdown()
     store.compact()  # every part, folded into trials.parquet and history.parquet
     trials = read_trials(experiment_dir)
-    return {"finished": len(trials), "failed": failed, "trials": trials, "interrupted": stopped,
-            "seconds": time.perf_counter() - started}
+    return {"finished": len(trials), "failed": failed, "trials": trials,
+            "interrupted": stop.received.is_set(), "seconds": time.perf_counter() - started}

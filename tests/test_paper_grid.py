@@ -93,6 +93,20 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     for expected in ["Spearman", "tensorboard --logdir", "--resume", "pd.read_parquet"]:
         assert expected in done.stdout
     experiment = tmp_path / "exp"
+    # The live view (sweeps/console.py): short, each model named as disgen names it, one line per
+    # finished model, a progress table with the sweep's ETA; none of Tune's own tables and boxes
+    console = done.stdout + done.stderr
+    lines = console.splitlines()
+    assert len(lines) <= 80, console
+    names = [c.dirname for c in trial_configs(get_spec("default"), "default", "tiny", [0])]
+    for name in names:
+        assert sum(f" done {name}: train_nll " in line for line in lines) == 1, console
+    header = [i for i, line in enumerate(lines) if line.split() == [
+        "model", "dataset", "split", "objective", "β", "seed", "step", "loss", "img/s"]]
+    assert header and " models done, " in lines[header[0] - 1] and "; ETA " in lines[header[0] - 1]
+    assert lines[header[0] + 1].split()[0] in names and lines[header[0] + 1].split()[1] == "dsprites"
+    for tune_output in ["members", "train_trial", "Trial status", "completed after", "Tuner.restore", "╭"]:
+        assert tune_output not in console, tune_output
 
     trials = pd.read_parquet(experiment / "trials.parquet")
     assert len(trials) == 4 and trials["trial_key"].is_unique
