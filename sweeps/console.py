@@ -16,8 +16,8 @@ same in a terminal, in ``ray job logs`` and in a CI log:
   ``Tuner.restore(...)`` hint: the command line prints the exact ``--resume`` command instead).
 
 The ETA is the training work left, counted as ``sweeps/costs.py`` counts it (images × FLOPs per
-image), at the rate measured so far in this run: work done since the run started over the time
-it took, so evaluation and start-up are in the rate once models have finished. Before the first
+image), at the rate measured so far in this run: the work done since its first trial started over
+the time since, so evaluation is in the rate once models have finished. Before the first
 progress report, the header gives ``sweeps/costs.py``'s a-priori estimate.
 
 ``--verbose`` gives Tune's full output instead (``LiveView`` is then left out).
@@ -92,6 +92,7 @@ class Console:
         self.done: set[str] = set(self.done_before)
         self.failed: set[str] = set()
         self.started = clock()
+        self.first_start: float | None = None  # when the run's first trial started: the rate's origin
         self.latest: dict[str, dict] = {}  # Tune trial id → its last progress report
         self.baseline: dict[str, float] = {}  # trial id → fraction trained when first seen
         self.trials: list = []
@@ -133,6 +134,10 @@ class Console:
         members = self.members(trial)
         total = result.get("total_steps") or members[0].model.steps or 1
         return min(1.0, result.get("step", 0) / total)
+
+    def trial_started(self) -> None:
+        if self.first_start is None:
+            self.first_start = self.clock()
 
     def result(self, trial, result: dict) -> None:
         if result.get("done"):
@@ -206,8 +211,9 @@ class Console:
         return finished, since
 
     def eta(self) -> str:
-        """The time the sweep's training work left takes at the rate measured in this run."""
-        elapsed = self.clock() - self.started
+        """The time the sweep's training work left takes at the rate measured in this run (since
+        its first trial started)."""
+        elapsed = self.clock() - (self.started if self.first_start is None else self.first_start)
         finished, since = self.progress()
         if since <= 0 or elapsed <= 0:
             return "ETA after the first reports"
@@ -262,6 +268,10 @@ class LiveView(tune.Callback):
     def setup(self, **info):
         if self.console:
             self.console.announce()
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if self.console:
+            self.console.trial_started()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.console:

@@ -107,6 +107,9 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     assert lines[header[0] + 1].split()[0] in names and lines[header[0] + 1].split()[1] == "dsprites"
     for tune_output in ["members", "train_trial", "Trial status", "completed after", "Tuner.restore", "╭"]:
         assert tune_output not in console, tune_output
+    # Tune names its trials as disgen does too (its messages, --verbose): its saved state says so
+    state = json.loads(next(experiment.glob("experiment_state-*.json")).read_text())
+    assert sorted(json.loads(t[0])["custom_trial_name"] for t in state["trial_data"]) == sorted(names)
 
     trials = pd.read_parquet(experiment / "trials.parquet")
     assert len(trials) == 4 and trials["trial_key"].is_unique
