@@ -4,12 +4,13 @@ Tune's own output (a ``members`` column, ``train_trial_…`` names, a result box
 per finished trial) is replaced by three things, printed to stdout as plain lines that read the
 same in a terminal, in ``ray job logs`` and in a CI log:
 
-- a **progress table** of the models that are training: the model's name (the trial's
+- a **progress table** of the models that are running: the model's name (the trial's
   ``TrialConfig.dirname``, or the pack's name), dataset, split, objective, β, seed (a pack shows
-  its range), step, loss and images per second, under a status line with the models done,
-  running and waiting and the **ETA of the whole sweep**. It comes at the first progress report,
-  then every 30 s, the interval growing to a tenth of the time run (at most 10 minutes), so a
-  day-long sweep prints a few hundred tables, not thousands;
+  its range), step (or ``evaluating``), loss and images per second, under a status line with the
+  models done, running and waiting and the **ETA of the whole sweep**. It comes at the first progress
+  report, then every 30 s, the interval growing to a quarter of the time run (at most 10
+  minutes), so a day-long sweep prints a few hundred tables, not thousands; its column header
+  only when the models in it have changed;
 - **one line per finished model** with its headline metrics (one per member of a pack), and one
   per failed or early-stopped model;
 - Tune's own messages, less those that repeat the above or give a hint that disgen replaces (its
@@ -97,6 +98,7 @@ class Console:
         self.baseline: dict[str, float] = {}  # trial id → fraction trained when first seen
         self.trials: list = []
         self.last_table: float | None = None
+        self.last_shown: list[str] = []  # the trial ids of the last table's rows
         self.announced = False
         self.reported = False  # a progress report has come in this run (the first shows the table)
 
@@ -192,7 +194,8 @@ class Console:
     # -- the table --------------------------------------------------------------------------------
 
     def interval(self) -> float:
-        return min(LONGEST_INTERVAL, max(FIRST_INTERVAL, (self.clock() - self.started) / 10))
+        """30 s at first, then a quarter of the time run, at most 10 minutes."""
+        return min(LONGEST_INTERVAL, max(FIRST_INTERVAL, (self.clock() - self.started) / 4))
 
     def running(self) -> list:
         return [t for t in self.trials if t.status == "RUNNING" and t.trial_id in self.latest]
@@ -220,25 +223,30 @@ class Console:
         return f"ETA {duration(max(0.0, self.total_work - finished) / (since / elapsed))}"
 
     def table(self, force: bool = False) -> None:
-        """The status line and the training models, if ``force`` or the interval has passed."""
+        """The status line and the running models (training or being evaluated), if ``force`` or the
+        interval has passed."""
         now = self.clock()
         if not force and (self.last_table is None or now - self.last_table < self.interval()):
             return
         self.last_table = now
         running = self.running()
-        training = sum(len(self.members(t)) for t in running)
-        waiting = max(0, self.models - len(self.done) - len(self.failed) - training)
+        busy = sum(len(self.members(t)) for t in running)
+        waiting = max(0, self.models - len(self.done) - len(self.failed) - busy)
         failed = f", {len(self.failed)} failed or stopped" if self.failed else ""
-        self.print(f"{self.stamp()} {len(self.done)} of {self.models} models done{failed}, {training} "
-                   f"training, {waiting} waiting; {self.eta()}")
+        self.print(f"{self.stamp()} {len(self.done)} of {self.models} models done{failed}, {busy} "
+                   f"running, {waiting} waiting; {self.eta()}")
         if not running:
             return
         rows = [COLUMNS, *(self.row(trial) for trial in running[:MAX_ROWS])]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        shown = [t.trial_id for t in running[:MAX_ROWS]]
+        if shown == self.last_shown:  # the same models as last time: their rows, under the same header
+            rows = rows[1:]
+        self.last_shown = shown
         for row in rows:
             self.print("  " + "  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)).rstrip())
         if len(running) > MAX_ROWS:
-            self.print(f"  … and {len(running) - MAX_ROWS} more training")
+            self.print(f"  … and {len(running) - MAX_ROWS} more running")
 
     def row(self, trial) -> tuple[str, ...]:
         """A training model's (or pack's) cells, in the order of ``COLUMNS``."""

@@ -56,7 +56,7 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     assert "CPU-core-minutes of training left (sweeps/costs.py)" in lines[0]
     assert sum(line.startswith("default-tiny:") for line in lines) == 1
     # the pack has not reported yet: it is not in the table
-    assert lines[1].startswith("[   0:10] 1 of 16 models done, 1 training, 14 waiting; ETA ")
+    assert lines[1].startswith("[   0:10] 1 of 16 models done, 1 running, 14 waiting; ETA ")
     header = lines[2].split()
     assert header == ["model", "dataset", "split", "objective", "β", "seed", "step", "loss", "img/s"]
     assert lines[3].split() == [planned[0].dirname, "dsprites", planned[0].data.split, "beta_vae",
@@ -64,7 +64,7 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     # 45 s after the start: 4 models training, the ETA from the work done in the 43 s since the
     # first trial started
     status, _, first_row, pack_row = lines[4:8]
-    assert status.startswith("[   0:45] 1 of 16 models done, 4 training, 11 waiting; ETA ")
+    assert status.startswith("[   0:45] 1 of 16 models done, 4 running, 11 waiting; ETA ")
     work = [console.work[t.trial_key] for t in planned]
     done = work[0] * 5 / 20 + sum(work[1:4]) * 10 / 20
     left = sum(work) - work[-1] - done
@@ -78,6 +78,10 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     assert cells[6:] == ["10/20", "0.500", "900"]
     text = stream.getvalue()
     assert "members" not in text and "train_trial" not in text
+    clock.now += 30  # the same models training: their rows, without the header again
+    console.step(trials)
+    assert [line.split()[0] for line in stream.getvalue().splitlines()[8:]] == [
+        "[", planned[0].dirname, dirname(planned[1:4])]
 
     # a finished model: one line with its headline metrics, counted
     member = {"config": planned[0].to_dict(), "train_nll": 145.25, "test_nll": 1430.0, "d_score": 0.8412,
@@ -85,7 +89,7 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     one.last_result = {"done": True, "members": [member], "step": 20}
     console.complete(one)
     assert stream.getvalue().splitlines()[-1] == (
-        f"[   0:45] done {planned[0].dirname}: train_nll 145.2, test_nll 1430.0, d_score 0.841, mig 0.050 "
+        f"[   1:15] done {planned[0].dirname}: train_nll 145.2, test_nll 1430.0, d_score 0.841, mig 0.050 "
         "(train 50 s, eval 30 s) [2 of 16]")
     # a pack member that diverged, and a failed trial
     pack.last_result = {"done": True, "members": [
@@ -94,13 +98,13 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     console.complete(pack)
     console.error(waiting)
     tail = stream.getvalue().splitlines()[-4:]
-    assert tail[0] == f"[   0:45] FAILED {planned[1].dirname}: loss became nan at step 7"
-    assert tail[1].startswith(f"[   0:45] done {planned[2].dirname}: train_nll 1.000")
-    assert tail[3].startswith(f"[   0:45] FAILED {planned[4].dirname}")
+    assert tail[0] == f"[   1:15] FAILED {planned[1].dirname}: loss became nan at step 7"
+    assert tail[1].startswith(f"[   1:15] done {planned[2].dirname}: train_nll 1.000")
+    assert tail[3].startswith(f"[   1:15] FAILED {planned[4].dirname}")
     clock.now += 60
     console.step([])
     assert stream.getvalue().splitlines()[-1].startswith(
-        "[   1:45] 4 of 16 models done, 2 failed or stopped, 0 training, 10 waiting; ETA ")
+        "[   2:15] 4 of 16 models done, 2 failed or stopped, 0 running, 10 waiting; ETA ")
 
 
 def test_tunes_restore_hint_is_dropped_and_its_stop_message_said_in_disgens_words():
