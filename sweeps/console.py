@@ -16,9 +16,11 @@ same in a terminal, in ``ray job logs`` and in a CI log:
 - Tune's own messages, less those that repeat the above or give a hint that disgen replaces (its
   ``Tuner.restore(...)`` hint: the command line prints the exact ``--resume`` command instead).
 
-The ETA is the training work left, counted as ``sweeps/costs.py`` counts it (images × FLOPs per
+The ETA is the work left, counted as ``sweeps/costs.py`` counts training (images × FLOPs per
 image), at the rate measured so far in this run: the work done since its first trial started over
-the time since, so evaluation is in the rate once models have finished. Before the first
+the time since. A model counts whole once finished; a running one by the share of its steps done,
+less the share of its time that evaluation takes (measured on the models finished so far), so
+the ETA does not reach zero while the last models are being evaluated. Before the first
 progress report, the header gives ``sweeps/costs.py``'s a-priori estimate.
 
 ``--verbose`` gives Tune's full output instead (``LiveView`` is then left out).
@@ -92,6 +94,7 @@ class Console:
         self.done_before = {k for k in finished_keys if k in self.work} if samples is None else set()
         self.done: set[str] = set(self.done_before)
         self.failed: set[str] = set()
+        self.timings: list[tuple[float, float]] = []  # (train, eval) seconds of the models finished
         self.started = clock()
         self.first_start: float | None = None  # when the run's first trial started: the rate's origin
         self.latest: dict[str, dict] = {}  # Tune trial id → its last progress report
@@ -170,6 +173,8 @@ class Console:
                 continue
             self.done.add(config.trial_key)
             self.work.setdefault(config.trial_key, _work(config))
+            if all(isinstance(member.get(k), (int, float)) for k in ("train_seconds", "eval_seconds")):
+                self.timings.append((member["train_seconds"], member["eval_seconds"]))
             metrics = [f"{name} {_number(member[name])}" for name in HEADLINE
                        if isinstance(member.get(name), (int, float)) and math.isfinite(member[name])][:4]
             seconds = ", ".join(f"{what} {member[key]:.0f} s" for what, key in
@@ -200,22 +205,29 @@ class Console:
     def running(self) -> list:
         return [t for t in self.trials if t.status == "RUNNING" and t.trial_id in self.latest]
 
+    def evaluation_share(self) -> float:
+        """The share of a model's time its evaluation took, over the models finished in this run
+        (0 until one has)."""
+        shares = [e / (t + e) for t, e in self.timings if t + e > 0]
+        return sum(shares) / len(shares) if shares else 0.0
+
     def progress(self) -> tuple[float, float]:
-        """(training work done in all, training work done since this run started): finished models
-        count whole, training ones by the fraction of their steps done (since this run first saw
-        them, for the second)."""
+        """(work done in all, work done since this run started): a finished model counts whole, a
+        running one by the fraction of its steps done (since this run first saw it, for the
+        second), less the share of its time that its evaluation will take."""
         finished = sum(self.work.get(k, 0.0) for k in self.done)
         since = finished - sum(self.work.get(k, 0.0) for k in self.done_before)
+        trained = 1.0 - self.evaluation_share()
         for trial in self.running():
-            work = sum(self.work.get(m.trial_key) or _work(m) for m in self.members(trial))
+            work = sum(self.work.get(m.trial_key) or _work(m) for m in self.members(trial)) * trained
             fraction = self._fraction(trial, self.latest[trial.trial_id])
             finished += work * fraction
             since += work * max(0.0, fraction - self.baseline.get(trial.trial_id, 0.0))
         return finished, since
 
     def eta(self) -> str:
-        """The time the sweep's training work left takes at the rate measured in this run (since
-        its first trial started)."""
+        """The time the sweep's work left takes at the rate measured in this run (since its first
+        trial started)."""
         elapsed = self.clock() - (self.started if self.first_start is None else self.first_start)
         finished, since = self.progress()
         if since <= 0 or elapsed <= 0:

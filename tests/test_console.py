@@ -91,6 +91,13 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     assert stream.getvalue().splitlines()[-1] == (
         f"[   1:15] done {planned[0].dirname}: train_nll 145.2, test_nll 1430.0, d_score 0.841, mig 0.050 "
         "(train 50 s, eval 30 s) [2 of 16]")
+    # the ETA, now that a model has finished, counts a running model's evaluation as work left
+    console.trials = [pack, waiting]
+    console.table(force=True)
+    trained = 1 - 30.0 / (50.2 + 30.0)
+    since = work[0] + sum(work[1:4]) * 10 / 20 * trained
+    left = sum(work) - work[-1] - since
+    assert stream.getvalue().splitlines()[-3].endswith(f"ETA {duration(left / (since / 73))}")
     # a pack member that diverged, and a failed trial
     pack.last_result = {"done": True, "members": [
         {"config": planned[1].to_dict(), "error": "loss became nan at step 7\nmore"},
