@@ -102,6 +102,7 @@ class Console:
         self.trials: list = []
         self.last_table: float | None = None
         self.last_shown: list[str] = []  # the trial ids of the last table's rows
+        self.widths: list[int] = []  # the column widths of the last header
         self.announced = False
         self.reported = False  # a progress report has come in this run (the first shows the table)
 
@@ -252,9 +253,9 @@ class Console:
         rows = [COLUMNS, *(self.row(trial) for trial in running[:MAX_ROWS])]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         shown = [t.trial_id for t in running[:MAX_ROWS]]
-        if shown == self.last_shown:  # the same models as last time: their rows, under the same header
-            rows = rows[1:]
-        self.last_shown = shown
+        if shown == self.last_shown and all(w <= old for w, old in zip(widths, self.widths)):
+            rows, widths = rows[1:], self.widths  # the same models: their rows, under the last header
+        self.last_shown, self.widths = shown, widths
         for row in rows:
             self.print("  " + "  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)).rstrip())
         if len(running) > MAX_ROWS:

@@ -82,6 +82,12 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     console.step(trials)
     assert [line.split()[0] for line in stream.getvalue().splitlines()[8:]] == [
         "[", planned[0].dirname, dirname(planned[1:4])]
+    clock.now += 30  # a wider cell (the loss): the header again, so that the columns line up
+    console.result(one, {"step": 15, "total_steps": 20, "loss": 12345.6, "images_per_second": 333.3})
+    console.step(trials)
+    assert [line.split()[0] for line in stream.getvalue().splitlines()[11:]] == [
+        "[", "model", planned[0].dirname, dirname(planned[1:4])]
+    console.result(one, {"step": 5, "total_steps": 20, "loss": 812.25, "images_per_second": 333.3})
 
     # a finished model: one line with its headline metrics, counted
     member = {"config": planned[0].to_dict(), "train_nll": 145.25, "test_nll": 1430.0, "d_score": 0.8412,
@@ -89,7 +95,7 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     one.last_result = {"done": True, "members": [member], "step": 20}
     console.complete(one)
     assert stream.getvalue().splitlines()[-1] == (
-        f"[   1:15] done {planned[0].dirname}: train_nll 145.2, test_nll 1430.0, d_score 0.841, mig 0.050 "
+        f"[   1:45] done {planned[0].dirname}: train_nll 145.2, test_nll 1430.0, d_score 0.841, mig 0.050 "
         "(train 50 s, eval 30 s) [2 of 16]")
     # the ETA, now that a model has finished, counts a running model's evaluation as work left
     console.trials = [pack, waiting]
@@ -97,7 +103,7 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     trained = 1 - 30.0 / (50.2 + 30.0)
     since = work[0] + sum(work[1:4]) * 10 / 20 * trained
     left = sum(work) - work[-1] - since
-    assert stream.getvalue().splitlines()[-3].endswith(f"ETA {duration(left / (since / 73))}")
+    assert stream.getvalue().splitlines()[-3].endswith(f"ETA {duration(left / (since / 103))}")
     # a pack member that diverged, and a failed trial
     pack.last_result = {"done": True, "members": [
         {"config": planned[1].to_dict(), "error": "loss became nan at step 7\nmore"},
@@ -105,13 +111,13 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     console.complete(pack)
     console.error(waiting)
     tail = stream.getvalue().splitlines()[-4:]
-    assert tail[0] == f"[   1:15] FAILED {planned[1].dirname}: loss became nan at step 7"
-    assert tail[1].startswith(f"[   1:15] done {planned[2].dirname}: train_nll 1.000")
-    assert tail[3].startswith(f"[   1:15] FAILED {planned[4].dirname}")
+    assert tail[0] == f"[   1:45] FAILED {planned[1].dirname}: loss became nan at step 7"
+    assert tail[1].startswith(f"[   1:45] done {planned[2].dirname}: train_nll 1.000")
+    assert tail[3].startswith(f"[   1:45] FAILED {planned[4].dirname}")
     clock.now += 60
     console.step([])
     assert stream.getvalue().splitlines()[-1].startswith(
-        "[   2:15] 4 of 16 models done, 2 failed or stopped, 0 running, 10 waiting; ETA ")
+        "[   2:45] 4 of 16 models done, 2 failed or stopped, 0 running, 10 waiting; ETA ")
 
 
 def test_tunes_restore_hint_is_dropped_and_its_stop_message_said_in_disgens_words():
