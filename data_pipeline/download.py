@@ -10,10 +10,10 @@ time left) on stderr when it is a terminal, and a line at the start and the end 
 when it is not (a log file, ``ray job logs``, CI). An interrupted download resumes from the
 partial file with an HTTP Range request where the server honours it, and starts again where it
 does not. Transient failures (refused or dropped connections, time-outs, HTTP 5xx) are retried
-``--retries`` times with exponential backoff; HTTP 4xx is not retried. When every byte is in, the file's checksums (see
-:mod:`data_pipeline.sources`) are checked and only then is it renamed into place, atomically. A
-mismatch deletes the partial file and says what was expected and found. So a file under the final
-name has always matched its checksum.
+``--retries`` times with exponential backoff; HTTP 4xx is not retried. When every byte is in, the
+file's checksums (see :mod:`data_pipeline.sources`) are checked and only then is it renamed into
+place, atomically. A mismatch deletes the partial file and says what was expected and found. So a
+file under the final name has always matched its checksum.
 
 A file with more than one published address (MPI3D's moved in 2024; the old one stays as a
 mirror) is fetched from the first that works: a missing file (HTTP 4xx), a server that stays
