@@ -288,13 +288,12 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
 INTERRUPTED = 130
 
 
-def print_interrupted(run_plan: dict, argv: list[str], finished: int | None) -> None:
+def print_interrupted(run_plan: dict, argv: list[str], planned: int, finished: int | None) -> None:
     """What a Ctrl-C left, and the command that goes on from there."""
-    planned = len(run_plan["trials"])
     kept = f"{finished} of {planned} models finished and stored" if finished is not None else (
-        "finished models are stored")
+        "the finished models are stored")
     print(f"\nInterrupted (Ctrl-C): {kept} in {run_plan['experiment_dir']}; the others stopped at "
-          "their last checkpoint.", flush=True)
+          "their last checkpoint, or had not started.", flush=True)
     print(f"Resume with:  {resume_command(argv)}", flush=True)
 
 
@@ -318,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nInterrupted (Ctrl-C) before the sweep started; nothing ran. Run the same command "
               "again to start it.", flush=True)
         return INTERRUPTED
+    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     try:
         from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
 
@@ -326,17 +326,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's run: parts are whole
-        print_interrupted(run_plan, argv, None)
+        print_interrupted(run_plan, argv, planned, None)
         return INTERRUPTED
     finally:
         lock.release()
     if summary.get("interrupted"):
-        print_interrupted(run_plan, argv, summary["finished"])
+        print_interrupted(run_plan, argv, planned, summary["finished"])
         return INTERRUPTED
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
-    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
     if summary["failed"]:

@@ -162,3 +162,19 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
 
     # Without --resume the same name is refused rather than overwritten.
     assert main(argv) == 2
+
+
+def test_a_ctrl_c_outside_tunes_run_exits_130_with_the_resume_command_and_frees_the_folder(
+        tmp_path, capsys, monkeypatch):
+    import sweeps.tuner
+
+    def interrupted(args, plan):  # a second Ctrl-C: Tune's handler is gone, Python raises
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
+    assert main(argv) == 130
+    out = capsys.readouterr().out
+    assert f"Interrupted (Ctrl-C): the finished models are stored in {tmp_path / 'exp'}" in out
+    assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
+    assert not (tmp_path / "exp" / "driver.lock").exists()  # the next driver may take the folder
