@@ -158,13 +158,22 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
 
 
 def text_progress(label: str, stream=sys.stderr):
-    """A one-line progress bar on ``stream``: ``label [#####.....] 5/10``."""
+    """Progress over the models, as ``show(done, total)``: a tqdm bar on a terminal; elsewhere (a log
+    file, CI) one line when the last one is done, ``label: 4 of 4 done``."""
+    state = {}
+
     def show(done: int, total: int) -> None:
-        width = 30
-        filled = int(width * done / max(total, 1))
-        stream.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
-            stream.write("\n")
-        stream.flush()
+        isatty = getattr(stream, "isatty", None)
+        if isatty and isatty():
+            if "bar" not in state:
+                from tqdm import tqdm
+
+                state["bar"] = tqdm(total=total, desc=label, unit="model", file=stream, dynamic_ncols=True)
+            state["bar"].update(done - state["bar"].n)
+            if done >= total:
+                state["bar"].close()
+        elif done >= total:
+            stream.write(f"{label}: {done} of {total} done\n")
+            stream.flush()
 
     return show

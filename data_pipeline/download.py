@@ -6,13 +6,14 @@ Run ``python -m data_pipeline.download NAME [--to DIR]`` with NAME one of ``dspr
 ``$DISGEN_DATA``, else ``./data``; the sweeps find the files there (``--data-dir DIR``).
 
 The file streams into ``<name>.part`` next to its final place, with a progress bar (bytes, rate,
-time left) on stderr. An interrupted download resumes from the partial file with an HTTP Range
-request where the server honours it, and starts again where it does not. Transient failures
-(refused or dropped connections, time-outs, HTTP 5xx) are retried ``--retries`` times with
-exponential backoff; HTTP 4xx is not retried. When every byte is in, the file's checksums (see
-:mod:`data_pipeline.sources`) are checked and only then is it renamed into place, atomically. A
-mismatch deletes the partial file and says what was expected and found. So a file under the final
-name has always matched its checksum.
+time left) on stderr when it is a terminal, and a line at the start and the end of the download
+when it is not (a log file, ``ray job logs``, CI). An interrupted download resumes from the
+partial file with an HTTP Range request where the server honours it, and starts again where it
+does not. Transient failures (refused or dropped connections, time-outs, HTTP 5xx) are retried
+``--retries`` times with exponential backoff; HTTP 4xx is not retried. When every byte is in, the
+file's checksums (see :mod:`data_pipeline.sources`) are checked and only then is it renamed into
+place, atomically. A mismatch deletes the partial file and says what was expected and found. So a
+file under the final name has always matched its checksum.
 
 A file with more than one published address (MPI3D's moved in 2024; the old one stays as a
 mirror) is fetched from the first that works: a missing file (HTTP 4xx), a server that stays
@@ -100,36 +101,46 @@ def plan(name: str, to=None, url: str | None = None, sha: str | None = None) -> 
     return Plan(row.name, urls, folder / row.filename, checksums or row.checksums)
 
 
-class Progress:
-    """A one-line progress bar on a stream: bytes done (of total), percent, rate, time left."""
+def on_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (a progress bar's place), not a log file or a pipe."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
-    def __init__(self, label: str, total: int | None, done: int = 0, stream=None, every: float = 0.2):
+
+class Progress:
+    """A download's progress on a stream: on a terminal a tqdm bar (bytes done of the total, percent,
+    rate, time left); elsewhere (a log file, ``ray job logs``, CI) one line when the download starts
+    and one when it ends, so a log says what happened without a frame every 0.2 s."""
+
+    def __init__(self, label: str, url: str, total: int | None, done: int = 0, stream=None):
         self.label, self.total, self.done, self.start_bytes = label, total, done, done
         self.stream = stream if stream is not None else sys.stderr
-        self.every, self.started, self.shown = every, time.monotonic(), 0.0
+        self.started = time.monotonic()
+        self.bar = None
+        if on_terminal(self.stream):
+            from tqdm import tqdm
 
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = (self.done - self.start_bytes) / elapsed
-        text = f"{self.label}: {_size(self.done)}"
-        if self.total:
-            text += f" of {_size(self.total)} ({100 * self.done / self.total:.0f}%)"
-        text += f", {_size(rate)}/s"
-        if self.total and rate > 0:
-            text += f", {_duration((self.total - self.done) / rate)} left"
-        return text
+            self.bar = tqdm(total=total, initial=done, desc=label, unit="B", unit_scale=True,
+                            unit_divisor=1024, file=self.stream, mininterval=0.2, dynamic_ncols=True)
+        else:
+            size = f"{_size(total)}" if total else "size unknown"
+            resume = f", resuming after {_size(done)}" if done else ""
+            print(f"{label}: downloading {size} from {url}{resume}", file=self.stream, flush=True)
 
     def update(self, n: int) -> None:
         self.done += n
-        now = time.monotonic()
-        if now - self.shown >= self.every:
-            self.shown = now
-            self.stream.write("\r" + self.line().ljust(79))
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.update(n)
 
     def close(self) -> None:
-        self.stream.write("\r" + self.line().ljust(79) + "\n")
-        self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
+            return
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        got = self.done - self.start_bytes
+        of = f" ({_size(self.done)} of {_size(self.total)})" if self.total and self.done != self.total else ""
+        print(f"{self.label}: {_size(got)} in {seconds:.1f} s, {_size(got / seconds)}/s{of}",
+              file=self.stream, flush=True)
 
 
 def _size(n: float) -> str:
@@ -138,11 +149,6 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds + 0.5)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _fetch_once(job: Plan, url: str, timeout: float, progress: bool) -> None:
@@ -179,7 +185,7 @@ def _fetch_once(job: Plan, url: str, timeout: float, progress: bool) -> None:
             mode, done = "wb", 0
         length = response.headers.get("Content-Length")
         total = done + int(length) if length is not None else None
-        bar = Progress(job.target.name, total, done) if progress else None
+        bar = Progress(job.target.name, url, total, done) if progress else None
         try:
             with open(job.partial, mode) as out:
                 while True:

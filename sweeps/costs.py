@@ -63,28 +63,45 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
     return int((~get_split(dataset, split).test_mask(space.all_classes(), space)).sum())
 
 
+def training_images(trial) -> int:
+    """The images one trial trains on (a ``TrialConfig``). A trial that trains by epochs is counted
+    at the size of the full grid's training side; objectives on pairs (Ada-GVAE) encode and decode
+    both images of each of batch_size pairs."""
+    model, n_train = trial.model, trial.data.n_images
+    if n_train is None:
+        n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
+    return model.total_steps(n_train) * model.batch_size * (2 if model.needs_pairs else 1)
+
+
+def relative_flops(trial) -> float:
+    """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one
+    channel, 10 latents), whose CPU speed is the measured figure."""
+    model = trial.model
+    return (training_flops_per_image(model.architecture, model.image_size, model.channels, model.latent_dim)
+            / training_flops_per_image("burgess", 64, 1, 10))
+
+
+def trials_cost(trials) -> dict:
+    """Images, CPU-core-hours and V100-equivalent GPU-hours of training ``trials``."""
+    reference = training_flops_per_image("burgess", 64, 1, 10)
+    gpu_rate = gpu_flops_per_second()
+    images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
+    for trial in trials:
+        trial_images, relative = training_images(trial), relative_flops(trial)
+        images += trial_images
+        cpu_seconds += trial_images * relative / CPU_IMAGES_PER_SECOND["burgess"]
+        gpu_seconds += trial_images * relative * reference / gpu_rate
+    return {"trials": len(trials), "images": images, "cpu_core_hours": cpu_seconds / 3600,
+            "gpu_hours": gpu_seconds / 3600}
+
+
 def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     """Trial count and training cost of a preset at a scale. Trials that train by epochs are
     counted at the size of the full grid's training side."""
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
     trials = trial_configs(spec, name, scale, list(range(seeds)))
-    reference = training_flops_per_image("burgess", 64, 1, 10)
-    gpu_rate = gpu_flops_per_second()
-    images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
-    for trial in trials:
-        model, n_train = trial.model, trial.data.n_images
-        if n_train is None:
-            n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
-        # objectives on pairs (Ada-GVAE) encode and decode both images of each of batch_size pairs
-        trial_images = model.total_steps(n_train) * model.batch_size * (2 if model.needs_pairs else 1)
-        images += trial_images
-        flops = training_flops_per_image(model.architecture, model.image_size, model.channels,
-                                         model.latent_dim)
-        cpu_seconds += trial_images / (CPU_IMAGES_PER_SECOND["burgess"] * reference / flops)
-        gpu_seconds += trial_images * flops / gpu_rate
-    return {"preset": name, "scale": scale, "trials": len(trials), "seeds": seeds, "images": images,
-            "cpu_core_hours": cpu_seconds / 3600, "gpu_hours": gpu_seconds / 3600}
+    return {"preset": name, "scale": scale, "seeds": seeds, **trials_cost(trials)}
 
 
 def presets_table() -> str:

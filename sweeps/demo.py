@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         for preset in studies:
             code, seconds = run_study(preset, args.storage_path)
             times[preset] = seconds
+            if code == paper_grid.INTERRUPTED:  # Ctrl-C: stop here; the same command goes on
+                print("The demo resumes where it stopped: run the same python -m sweeps.demo command again",
+                      flush=True)
+                return code
             if code != 0:
                 failed.append(preset)
     experiments = [storage.join(args.storage_path, f"{p}-demo") for p in studies]

@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CPUs for the local Ray (default: all); ignored with --address")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="checkpoint every N steps so failed trials resume (default: about "
-                             "5 checkpoints per trial; 0: only the final one)")
+                             "5 checkpoints per trial; 0: none by steps)")
+    parser.add_argument("--checkpoint-minutes", type=float, default=5.0,
+                        help="also checkpoint when this many minutes have passed since a trial's last "
+                             "checkpoint, so a lost node costs minutes of training (0: by steps only)")
     parser.add_argument("--search", choices=["grid", "optuna"], default="grid",
                         help="grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
                              "grid's 'search' space for --num-samples trials")
@@ -117,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "by Ray Data, for the nodes to cache; default: $DISGEN_DATA")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a failed trial, from its last checkpoint")
+    parser.add_argument("--verbose", action="store_true",
+                        help="Ray Tune's own full output (its trial tables and a result box per trial) "
+                             "instead of disgen's progress table and one line per finished model")
+    parser.add_argument("--mlflow", default=None, metavar="URI",
+                        help="also log each model to MLflow, one run per model, at this tracking URI "
+                             "(sqlite:///path/mlflow.db, file:///path/mlruns, http://host:5000); needs "
+                             "pip install -e '.[mlflow]'")
     parser.add_argument("--pack-size", default="auto", metavar="N|auto",
                         help="train up to N models that share data, split and shape in one trial "
                              "(models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as "
@@ -173,6 +183,12 @@ def check_options(args) -> None:
         value = getattr(args, option)
         if value is not None and value < least:
             raise UsageError(f"--{option.replace('_', '-')} must be at least {least}; got {value}")
+    minutes = args.checkpoint_minutes
+    if not (math.isfinite(minutes) and minutes >= 0):
+        raise UsageError(f"--checkpoint-minutes must be a finite number >= 0 (0: by steps only); "
+                         f"got {minutes}")
+    if args.mlflow is not None:
+        check_mlflow(args.mlflow)
     if args.pack_size != "auto":
         if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
             raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
@@ -200,6 +216,17 @@ def check_data_dir(args) -> None:
                 "procedural": "the rendered datasets (create it first: a folder every node sees)"}
         raise UsageError(f"--data-dir {args.data_dir}: no such folder; give the folder that holds "
                          f"{what.get(args.data_source, 'the real data files')}")
+
+
+def check_mlflow(uri: str) -> None:
+    """--mlflow needs the optional mlflow package and a tracking URI."""
+    if not uri.strip():
+        raise UsageError("--mlflow: give a tracking URI, e.g. sqlite:///mlflow.db or http://host:5000")
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise UsageError("--mlflow needs MLflow, an optional extra: pip install -e '.[mlflow]' "
+                         "(or pip install mlflow-skinny)")
 
 
 def load_spec(args) -> tuple[dict, str]:
@@ -255,10 +282,14 @@ def plan(args) -> dict:
             "record": record, "added": added}
 
 
-def print_commands(experiment_dir: str, argv: list[str]) -> None:
+def resume_command(argv: list[str]) -> str:
+    """The exact command that resumes this run: its own arguments, plus --resume."""
     resume = " ".join(["python -m sweeps.paper_grid", *map(shlex.quote, argv)])
-    if "--resume" not in argv:
-        resume += " --resume"
+    return resume if "--resume" in argv else resume + " --resume"
+
+
+def print_commands(experiment_dir: str, argv: list[str]) -> None:
+    resume = resume_command(argv)
     trials = storage.join(experiment_dir, "trials.parquet")
     print("\nNext:")
     print(f"  resume or extend:  {resume}   (extend: the same with more --seeds or axis values)")
@@ -273,6 +304,19 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     print(f"  TensorBoard:       tensorboard --logdir {shlex.quote(experiment_dir)}")
     print(f"  report + figure:   python -m analysis.report {shlex.quote(experiment_dir)}")
     print(f"  in pandas:         import pandas as pd; df = pd.read_parquet({trials!r})")
+
+
+# The exit code of a run stopped by Ctrl-C (SIGINT), as a shell reports a process it interrupted.
+INTERRUPTED = 130
+
+
+def print_interrupted(run_plan: dict, argv: list[str], planned: int, finished: int | None) -> None:
+    """What a Ctrl-C left, and the command that goes on from there."""
+    kept = f"{finished} of {planned} models finished and stored" if finished is not None else (
+        "the finished models are stored")
+    print(f"\nInterrupted (Ctrl-C): {kept} in {run_plan['experiment_dir']}; the others stopped at "
+          "their last checkpoint, or had not started.", flush=True)
+    print(f"Resume with:  {resume_command(argv)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,19 +335,29 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
-
+    except KeyboardInterrupt:
+        print("\nInterrupted (Ctrl-C) before the sweep started; nothing ran. Run the same command "
+              "again to start it.", flush=True)
+        return INTERRUPTED
+    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     try:
+        from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
+
         summary = run_sweep(args, run_plan)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's run: parts are whole
+        print_interrupted(run_plan, argv, planned, None)
+        return INTERRUPTED
     finally:
         lock.release()
+    if summary.get("interrupted"):
+        print_interrupted(run_plan, argv, planned, summary["finished"])
+        return INTERRUPTED
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
-    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
     if summary["failed"]:

@@ -34,6 +34,7 @@ from data_pipeline.splits import get_split
 from models import NonFiniteLossError, reconstruct
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
+from sweeps.console import quiet_worker
 from sweeps.packing import members_of
 from sweeps.provenance import provenance
 from sweeps.results import history_rows
@@ -48,13 +49,24 @@ class _ModelLog:
 
     def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
         self.trial, self.data, self.history = trial, data, []
-        self.writer = SummaryWriter(log_dir)
+        self.log_dir, self._writer = log_dir, None
+        # The first step this worker writes (set on a restore): TensorBoard drops what an earlier worker
+        # wrote from that step on, so a resumed model's curves do not double back.
+        self.purge_step = 1
         rng = np.random.default_rng(trial.model.seed)
         self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
                       for side, rows in (("train", train_rows), ("test", test_rows))}
         # reconstructions of the same training images about five times during training, then at the end
         self.image_every = max(1, total_steps // trial.evaluation.report_every // 5)
         self.total_steps = total_steps
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """The model's TensorBoard writer, opened at the first event (after a restore has set
+        ``purge_step``)."""
+        if self._writer is None:
+            self._writer = SummaryWriter(self.log_dir, purge_step=self.purge_step)
+        return self._writer
 
     def reconstructions(self, model, side: str, step: int) -> None:
         rows = self.shown[side]
@@ -133,10 +145,13 @@ def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:
         log.history = history
     if not state.get("final"):
         trainer.load_state_dict(state["trainer"])
+        for log, member in zip(logs, trainer.members):
+            log.purge_step = member.step + 1
         return False
-    for member, weights, step in zip(trainer.members, state["models"], state["steps"]):
+    for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
         member.model.load_state_dict(weights)
         member.step = step
+        log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
     trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
     return True
 
@@ -161,11 +176,24 @@ def _signal_checkpoint(step: int) -> None:
         os.remove(path)
 
 
+def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds: float,
+                   seconds_since: float) -> bool:
+    """Whether the report at ``step`` carries a checkpoint: every ``every_steps`` steps, or once
+    ``every_seconds`` have passed since the last one (0 turns either off), so a lost node costs
+    minutes, not a fifth of a run. Never at the end: the final report carries the trained model."""
+    if step >= total_steps:
+        return False
+    by_steps = bool(every_steps) and step % every_steps == 0
+    return by_steps or bool(every_seconds and seconds_since >= every_seconds)
+
+
 def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, checkpoint_every: int,
-           node_id: str) -> None:
-    """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps. A lone
-    model whose loss diverges fails its trial (Tune retries or records it); a pack member stops alone."""
+           node_id: str, checkpoint_seconds: float = 0.0) -> None:
+    """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps or
+    ``checkpoint_seconds`` (``checkpoint_due``). A lone model whose loss diverges fails its trial
+    (Tune retries or records it); a pack member stops alone."""
     packed = len(trainer.members) > 1
+    last_checkpoint = time.monotonic()
     for reports in trainer.run(report_every=report_every):
         for k, report in reports.items():
             if "error" not in report:
@@ -173,12 +201,16 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
             elif not packed:
                 raise NonFiniteLossError(report["error"])
         progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id,
-                    "device": trainer.device.type}
+                    "device": trainer.device.type, "total_steps": trainer.total_steps}
         step = progress["step"]
-        if checkpoint_every and step % checkpoint_every == 0 and step < trainer.total_steps:
+        if checkpoint_due(step, trainer.total_steps, checkpoint_every, checkpoint_seconds,
+                          time.monotonic() - last_checkpoint):
+            for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
+                log.writer.flush()
             with tempfile.TemporaryDirectory() as folder:
                 trainer_file.save_training(folder, trainer.state_dict(), [log.history for log in logs])
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
+            last_checkpoint = time.monotonic()
             _signal_checkpoint(step)
         else:
             tune.report(progress)
@@ -221,6 +253,8 @@ def train_trial(config: dict, run_info: dict) -> None:
     experiment's folder or URI (for the history part), the TensorBoard root, the CPUs per trial,
     the checkpoint interval and the planned trials (for Optuna's)."""
     cpus = run_info["cpus_per_trial"]
+    if not run_info.get("verbose"):
+        quiet_worker()
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.get("base_trials", ()))
     first = members[0]
@@ -239,7 +273,8 @@ def train_trial(config: dict, run_info: dict) -> None:
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     started = time.perf_counter()
     if not _restore(trainer, logs):
-        _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id)
+        _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id,
+               run_info.get("checkpoint_seconds", 0.0))
     results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started, reference)
     part = write_history(run_info["experiment_dir"], logs, results)
 

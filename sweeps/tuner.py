@@ -17,6 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis import storage  # noqa: E402
 from sweeps import plan_record  # noqa: E402
+from sweeps.console import Console, LiveView, StopSignal, TuneOutput  # noqa: E402
 from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
@@ -70,11 +71,14 @@ def _connect(args) -> bool:
     try:
         environment = storage.worker_environment()
         runtime_env = {"env_vars": environment} if environment else None
+        # The workers' own output reaches this console with --verbose only (a trial's error comes
+        # through Tune either way; Ray keeps every worker's output in its session's log files).
+        workers = bool(getattr(args, "verbose", False))
         if args.address and args.address != "local":
-            ray.init(address=args.address, log_to_driver=True, runtime_env=runtime_env)
+            ray.init(address=args.address, log_to_driver=workers, runtime_env=runtime_env)
         else:  # a fresh private instance, even where another Ray runs
             ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
-                     runtime_env=runtime_env)
+                     runtime_env=runtime_env, log_to_driver=workers)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
     return True
@@ -144,7 +148,28 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
     return {"members": tune.grid_search([tune_config(pack)["members"] for pack in packs])}, None, 1
 
 
-def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.Tuner:
+def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> list:
+    """The run's Tune callbacks: the results writer first (a model's row is stored before the
+    console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
+    --mlflow, and Tune's JSON and CSV records of each trial."""
+    base = plan["trials"]
+    callbacks = [ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"])), stop]
+    if console is not None:
+        callbacks.append(LiveView(console))
+    if getattr(args, "mlflow", None):
+        from sweeps.tracking import ModelRuns
+
+        callbacks.append(ModelRuns(args.mlflow, plan["name"], base))
+    return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
+
+
+def _tune_verbosity(args) -> int:
+    """Tune's own output: silent, as the live view replaces it; its full output with --verbose."""
+    return 1 if getattr(args, "verbose", False) else 0
+
+
+def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: Console | None,
+               stop: StopSignal) -> tune.Tuner:
     param_space, search_alg, num_samples = _param_space(args, plan, gpus)
     scheduler = None
     if args.scheduler == "asha":
@@ -155,13 +180,15 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
                                                   max_t=steps + 1, grace_period=max(1, steps // 8),
                                                   reduction_factor=3)
     base = plan["trials"]
+    name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
     return tune.Tuner(
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
             reuse_actors=True,
             max_concurrent_trials=args.max_concurrent_trials,
-            trial_dirname_creator=lambda trial: dirname(members_of(trial.config, base)),
+            trial_name_creator=name,
+            trial_dirname_creator=name,
             search_alg=search_alg,
             num_samples=num_samples,
             scheduler=scheduler,
@@ -169,13 +196,11 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool) -> tune.T
         run_config=tune.RunConfig(
             name=plan["name"],
             storage_path=plan["storage"],
-            callbacks=[ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"])),
-                       JsonLoggerCallback(),
-                       CSVLoggerCallback()],
+            callbacks=_callbacks(args, plan, console, stop),
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             sync_config=tune.SyncConfig(sync_artifacts=remote),
-            verbose=1,
+            verbose=_tune_verbosity(args),
         ),
     )
 
@@ -188,6 +213,8 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
                 "tensorboard_root": None if remote else plan["experiment_dir"],
                 "cpus_per_trial": args.cpus_per_trial,
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
+                "checkpoint_seconds": 60.0 * getattr(args, "checkpoint_minutes", 0.0),
+                "verbose": getattr(args, "verbose", False),
                 "base_trials": plan["trials"] if args.search == "optuna" else (),
                 "datasets": plan["data"]}
     return tune.with_resources(
@@ -209,11 +236,26 @@ def _keys_of(grid, base) -> set[str]:
             for member in members_of(result.config, base)}
 
 
-def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
-    """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials
-    whose rows never landed (a driver killed while writing them) are written now."""
+def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
+              stop: StopSignal) -> tune.Tuner:
+    """Tune's restore of the experiment's run, with this command line's callbacks and verbosity.
+    Tune keeps the first run's RunConfig in its saved state; a restore would use those (a live view
+    with no console, the first run's --mlflow and --verbose). ``get_run_config`` is Tune's own
+    accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60)."""
+    tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
+    run_config = tuner._local_tuner.get_run_config()
+    run_config.callbacks = _callbacks(args, plan, console, stop)
+    run_config.verbose = _tune_verbosity(args)
+    return tuner
+
+
+def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
+             stop: StopSignal) -> tuple[int, set[str]]:
+    """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials whose
+    rows never landed (a driver killed while writing them) are written now."""
+    base = plan["trials"]
     print(f"Resuming {experiment_dir}", flush=True)
-    grid = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True).fit()
+    grid = _restored(experiment_dir, trainable, args, plan, console, stop).fit()
     repaired = repair(results_store(experiment_dir), [result.metrics for result in grid])
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
@@ -244,32 +286,36 @@ def run_sweep(args, plan: dict) -> dict:
                          "start a new experiment with --name NEW")
     started_ray = _connect(args)
     started = time.perf_counter()
-    failed, covered = 0, set()
+    failed, covered, stop = 0, set(), StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     try:
         gpus = _gpus_per_trial(args)
         if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
             plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
+        console = None if getattr(args, "verbose", False) else Console(
+            plan["name"], plan["trials"], store.keys, base_trials=plan["trials"],
+            samples=args.num_samples if args.search == "optuna" else None, gpus=gpus)
         remote = storage.is_remote(experiment_dir)
         trainable = _trainable(args, plan, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
-        if restoring:
-            failed, covered = _restore(experiment_dir, trainable, plan["trials"])
-        new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
-        if new:
+        with TuneOutput(getattr(args, "verbose", False)), stop:
             if restoring:
-                print(f"Extending {experiment_dir} with {len(new)} new trials", flush=True)
-            plan_record.write(experiment_dir, plan["record"])
-            tuner = _new_tuner(args, {**plan, "trials": new} if args.search == "grid" else plan,
-                               trainable, gpus, remote)
-            failed += tuner.fit().num_errors
-        elif not restoring:
-            plan_record.write(experiment_dir, plan["record"])
+                failed, covered = _restore(experiment_dir, trainable, args, plan, console, stop)
+            new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
+            if new and not stop.received.is_set():
+                if restoring:
+                    print(f"Extending {experiment_dir} with {len(new)} new trials", flush=True)
+                plan_record.write(experiment_dir, plan["record"])
+                tuner = _new_tuner(args, {**plan, "trials": new} if args.search == "grid" else plan,
+                                   trainable, gpus, remote, console, stop)
+                failed += tuner.fit().num_errors
+            elif not restoring:
+                plan_record.write(experiment_dir, plan["record"])
     finally:
         if started_ray:
             ray.shutdown()
     store.compact()  # every part, folded into trials.parquet and history.parquet
     trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
     return {"finished": int((trials["status"] == "finished").sum()), "failed": failed, "trials": trials,
-            "seconds": time.perf_counter() - started}
+            "interrupted": stop.received.is_set(), "seconds": time.perf_counter() - started}

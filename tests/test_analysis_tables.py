@@ -58,9 +58,16 @@ def test_help_prints_each_default_once(capsys):
         assert entry.count("default") == 1 and f"(default: {default})" in entry, entry
 
 
-def test_progress_bar_over_models():
-    stream = io.StringIO()
-    show = text_progress("models", stream)
-    for done in range(1, 5):
-        show(done, 4)
-    assert "models [" in stream.getvalue() and stream.getvalue().endswith("] 4/4\n")
+def test_progress_over_models_is_a_bar_on_a_terminal_and_one_line_elsewhere():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        show = text_progress("models", stream)
+        for done in range(1, 5):
+            show(done, 4)
+    assert "\r" in terminal.getvalue() and "models: 100%" in terminal.getvalue()
+    assert "4/4" in terminal.getvalue().rsplit("\r", 1)[-1]
+    assert log.getvalue() == "models: 4 of 4 done\n"

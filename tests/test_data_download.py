@@ -124,9 +124,11 @@ def test_full_download_is_verified_renamed_and_loads(server, npz, tmp_path, caps
     assert path == tmp_path / NPZ and path.read_bytes() == npz and _files(tmp_path) == [NPZ]
     data = load_dsprites_npz(data_dir=tmp_path, verify=False)
     assert data.images.shape == (300, 1, 64, 64)
-    bar = capsys.readouterr().err
-    assert "MiB of 1.2 MiB" in bar and "left" in bar and "(100%)" in bar
-    assert re.search(r"[KMG]iB/s|\bB/s", bar)  # the rate, in whatever unit suits it
+    # stderr is no terminal here: a line as the download starts and one as it ends, no bar frames
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"{NPZ}: downloading 1.2 MiB from {server.base}/files/{NPZ}"
+    assert re.fullmatch(rf"{NPZ}: 1\.2 MiB in \d+\.\d s, \d+\.\d [KMG]iB/s", lines[1])  # the rate
+    assert len(lines) == 2 and "\r" not in "".join(lines)
     # Already there and matching: no second request.
     n_requests = len(server.log)
     assert dl.download("dsprites", tmp_path) == path and len(server.log) == n_requests
@@ -271,14 +273,31 @@ def test_the_command_line(server, npz, tmp_path, capsys, monkeypatch):
     assert code.value.code == 1 and "HTTP 404" in capsys.readouterr().err
 
 
-def test_progress_line_shows_bytes_rate_and_time_left():
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_the_progress_is_a_bar_with_bytes_rate_and_time_left():
+    stream = Terminal()
+    bar = dl.Progress("f.npz", "http://x/f.npz", total=10 << 20, done=2 << 20, stream=stream)
+    bar.update(3 << 20)
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" in text and "f.npz:" in text  # a bar redrawn in place, not a line per frame
+    frame = text.rsplit("\r", 1)[-1]
+    assert re.search(r" 50%\|.*\| 5\.00M/10\.0M \[.*<.*\]", frame), frame  # bytes of the total, time left
+    assert "downloading" not in text
+
+
+def test_off_a_terminal_a_resumed_download_says_where_it_resumed_and_what_it_got():
     stream = io.StringIO()
-    bar = dl.Progress("f.npz", total=10 << 20, done=0, stream=stream, every=0.0)
-    bar.started -= 2.0  # two seconds in
+    bar = dl.Progress("f.npz", "http://x/f.npz", total=10 << 20, done=4 << 20, stream=stream)
     bar.update(4 << 20)
-    line = bar.line()
-    assert line.startswith("f.npz: 4.0 MiB of 10.0 MiB (40%), 2.0 MiB/s, 0:00:03 left"), line
-    assert stream.getvalue().startswith("\r")
+    bar.close()
+    start, end = stream.getvalue().splitlines()
+    assert start == "f.npz: downloading 10.0 MiB from http://x/f.npz, resuming after 4.0 MiB"
+    assert end.startswith("f.npz: 4.0 MiB in ") and end.endswith("/s (8.0 MiB of 10.0 MiB)")
 
 
 def test_checksums_git_blob_form_and_parsing(tmp_path):

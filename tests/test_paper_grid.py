@@ -128,6 +128,23 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     for expected in ["Spearman", "tensorboard --logdir", "--resume", "pd.read_parquet"]:
         assert expected in done.stdout
     experiment = tmp_path / "exp"
+    # The live view (sweeps/console.py): short, each model named as disgen names it, one line per
+    # finished model, a progress table with the sweep's ETA; none of Tune's own tables and boxes
+    console = done.stdout + done.stderr
+    lines = console.splitlines()
+    assert len(lines) <= 80, console
+    names = [c.dirname for c in trial_configs(get_spec("default"), "default", "tiny", [0])]
+    for name in names:
+        assert sum(f" done {name}: train_nll " in line for line in lines) == 1, console
+    header = [i for i, line in enumerate(lines) if line.split() == [
+        "model", "dataset", "split", "objective", "β", "seed", "step", "loss", "img/s"]]
+    assert header and " models done, " in lines[header[0] - 1] and "; ETA " in lines[header[0] - 1]
+    assert lines[header[0] + 1].split()[0] in names and lines[header[0] + 1].split()[1] == "dsprites"
+    for tune_output in ["members", "train_trial", "Trial status", "completed after", "Tuner.restore", "╭"]:
+        assert tune_output not in console, tune_output
+    # Tune names its trials as disgen does too (its messages, --verbose): its saved state says so
+    state = json.loads(next(experiment.glob("experiment_state-*.json")).read_text())
+    assert sorted(json.loads(t[0])["custom_trial_name"] for t in state["trial_data"]) == sorted(names)
 
     trials = pd.read_parquet(experiment / "trials.parquet")
     assert len(trials) == 4 and trials["trial_key"].is_unique
@@ -225,3 +242,19 @@ def test_a_failed_and_a_stopped_model_get_rows_with_their_status(ray_session, tm
 
     everything = load_trials(tmp_path / "exp")
     assert len(everything) == 3 and len(finished_models(everything)) == 1
+
+
+def test_a_ctrl_c_outside_tunes_run_exits_130_with_the_resume_command_and_frees_the_folder(
+        tmp_path, capsys, monkeypatch):
+    import sweeps.tuner
+
+    def interrupted(args, plan):  # a second Ctrl-C: Tune's handler is gone, Python raises
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
+    assert main(argv) == 130
+    out = capsys.readouterr().out
+    assert f"Interrupted (Ctrl-C): the finished models are stored in {tmp_path / 'exp'}" in out
+    assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
+    assert not (tmp_path / "exp" / "driver.lock").exists()  # the next driver may take the folder

@@ -182,6 +182,22 @@ def first_loss_steps(folder):
     return steps
 
 
+def tensorboard_view(folder):
+    """(the ``train/loss`` steps TensorBoard shows for a folder, each worker's purge step): a worker's
+    file starts with a SessionLog START at the first step it writes, and TensorBoard drops what the
+    files before it hold from that step on, so a restarted model's curve does not double back (the
+    file of the final hparams summary has none)."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    events = event_accumulator.EventAccumulator(str(folder))
+    events.Reload()
+    purges = [e.step for path in sorted(folder.glob("events.out.tfevents.*"))
+              for e in EventFileLoader(str(path)).Load()
+              if e.HasField("session_log") and e.session_log.status == e.session_log.START]
+    return [e.step for e in events.Scalars("train/loss")], purges
+
+
 def kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals, grid_text, *options, step=40):
     """Run the grid once uninterrupted and once with its trial's worker killed (SIGKILL, by the pid
     Ray's state API gives) while it waits at checkpoint ``step``; both runs' results and the name of
@@ -222,8 +238,10 @@ def test_a_killed_trial_worker_resumes_from_its_checkpoint_to_the_uninterrupted_
     experiment = tmp_path / "exp"
     # Tune's record: the trial restarted once, from the checkpoint of step 40 (its 8th report)
     assert restores(experiment / trial_dir) == [(45, 9)]
-    # the restarted worker's TensorBoard file starts right after that checkpoint
+    # the restarted worker's TensorBoard file starts right after that checkpoint, and the first
+    # holds every step up to it (flushed at the checkpoint); the second purges from step 41
     assert first_loss_steps(experiment / trial_dir) == [5, 45]
+    assert tensorboard_view(experiment / trial_dir) == (list(range(5, 61, 5)), [1, 41])
     # and it trained on exactly as the uninterrupted run did: final loss equal to 1e-6
     assert abs(history["loss"].iloc[-1] - reference[1]["loss"].iloc[-1]) <= 1e-6
     assert_same_results(resumed, reference)
@@ -249,4 +267,56 @@ def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
     assert len(member_dirs) == 2
     for member_dir in member_dirs:
         assert first_loss_steps(member_dir) == [5, 45]
+        assert tensorboard_view(member_dir) == (list(range(5, 61, 5)), [1, 41])
     assert_same_results(resumed, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_the_sweep_with_exit_130_and_a_resume_finishes_every_model_once(
+        ray_session, tmp_path, checkpoint_signals):
+    from sweep_runs import TWO_SHORT_TRIALS
+
+    from sweeps.paper_grid import resume_command
+
+    grid = tmp_path / "two.yaml"
+    grid.write_text(TWO_SHORT_TRIALS)
+    # one trial at a time; checkpoints by time only, at a tiny interval: at every report
+    argv = sweep_argv(grid, tmp_path, "exp", "--max-concurrent-trials", "1", "--checkpoint-every", "0",
+                      "--checkpoint-minutes", "0.0001")
+    experiment = tmp_path / "exp"
+    log_path = tmp_path / "driver.log"
+    with open(log_path, "w") as log:
+        driver = subprocess.Popen(argv, env=ray_env(ray_session), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # the first trial finishes; the second waits at its first checkpoint, and then comes Ctrl-C
+        running = lambda: driver.poll() is None
+        first = checkpoint_signals.hold(lambda name: name.endswith("-5"), 240, running)[0]
+        checkpoint_signals.release_all()
+        checkpoint_signals.hold(lambda name: name.endswith("-5") and name != first, 240, running)
+        wait_for(lambda: finished_rows(experiment) == 1, 60, lambda: log_path.read_text())
+        driver.send_signal(signal.SIGINT)
+        with checkpoint_signals.releasing():
+            driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    output = log_path.read_text()
+    assert driver.returncode == 130, output
+    assert "Interrupted (Ctrl-C): 1 of 2 models finished and stored" in output, output
+    assert f"Resume with:  {resume_command(argv[3:])}\n" in output
+    assert "Tuner.restore" not in output
+    # the finished model's row is in trials.parquet, where plain pandas finds it
+    assert len(pd.read_parquet(experiment / "trials.parquet")) == 1
+    # its checkpoints came by time alone (--checkpoint-every 0): at its report of step 5, then the final
+    record = (experiment / first.rsplit("-", 1)[0] / "result.json").read_text()
+    reports = [json.loads(line) for line in record.splitlines()]
+    assert [r["step"] for r in reports if r.get("checkpoint_dir_name")] == [5, 10]
+
+    with checkpoint_signals.releasing():
+        run_to_the_end([*argv, "--resume"])
+    trials, history = results(experiment)
+    planned = set(json.loads((experiment / "plan.json").read_text())["trials"])
+    assert len(planned) == 2
+    assert sorted(trials["trial_key"]) == sorted(planned)  # every planned model, exactly once
+    assert history.groupby("trial_key")["step"].apply(list).to_dict() == dict.fromkeys(planned, [5, 10])

@@ -39,9 +39,19 @@ def test_a_packed_sweep_stores_each_model_as_the_unpacked_sweep_does(ray_session
     grid = tmp_path / "grid.yaml"
     grid.write_text(GRID)
     common = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--max-failures", "0"]
-    assert main([*common, "--name", "alone", "--pack-size", "1"]) == 1  # the diverging model's trial failed
+    # the diverging model's trial failed
+    assert main([*common, "--name", "alone", "--pack-size", "1", "--verbose"]) == 1
+    verbose = capsys.readouterr().out
     assert main([*common, "--name", "packed", "--pack-size", "3"]) == 0  # in a pack, its member failed alone
     out = capsys.readouterr().out
+    # --verbose: Ray Tune's own output, its trials named as disgen names them, instead of the live view
+    alone_dir = tmp_path / "alone"
+    alone_names = [d for d in os.listdir(alone_dir) if (alone_dir / d / "result.json").exists()
+                   and '"done": true' in (alone_dir / d / "result.json").read_text()]
+    assert len(alone_names) == 3
+    assert "Trial status:" in verbose and "Trial name" in verbose and " done " not in verbose
+    assert all(f"Trial {name} completed after" in verbose for name in alone_names), verbose[-3000:]
+    assert " done " in out and "Trial status:" not in out
     # the β-VAEs share a pack; the FactorVAE (another objective) gets its own
     assert "Packing 4 trials into 2 packs of up to 3 models" in out
     assert out.count("3 of 4 trials finished") == 2
