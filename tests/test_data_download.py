@@ -324,7 +324,7 @@ def test_the_table_holds_the_published_sources():
 
 
 def test_a_missing_real_file_error_prints_the_download_command(tmp_path, monkeypatch):
-    from sweeps.data import load_real_file
+    from sweeps.data import real_file as load_real_file
     from sweeps.errors import UsageError
 
     monkeypatch.delenv("DISGEN_DATA", raising=False)
