@@ -1,12 +1,15 @@
 """The results writer: a Tune callback that commits each finished trial's rows as one part.
 
-A finished trial writes its models' loss history itself, as a history part in the experiment's
-storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics and the part's
-name. This callback, on the driver, then writes the trials part of the same name, which is the
-commit (``analysis/storage.py``): a crash before it leaves history that no reader sees, and the
-resume stores the trial (``repair``). The driver keeps the stored trial keys in memory (one
-``ResultsStore`` per experiment, read once when a sweep starts), so a commit never reads what
-earlier ones wrote, and a resumed trial never gets a second row.
+A finished trial that evaluated its models writes their loss history itself, as a history part in
+the experiment's storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics
+and the part's name. This callback, on the driver, then writes the trials part of the same name,
+which is the commit (``analysis/storage.py``): a crash before it leaves history that no reader
+sees, and the resume stores the trial (``repair``). A trial that held a GPU reports its models as
+trained but not evaluated: the callback starts their evaluations in CPU-only tasks
+(``sweeps.evaluation.DeferredEvaluations``) and, as each trial's end, commits its models with the
+histories the tasks read from its checkpoint, as a new part. The driver keeps the stored trial
+keys in memory (one ``ResultsStore`` per experiment, read once when a sweep starts), so a commit
+never reads what earlier ones wrote, and a resumed trial never gets a second row.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from ray import tune
 from analysis import storage
 from analysis.schema import HISTORY_SCHEMA, METRIC_FIELDS, TRIALS_FILE, TRIALS_SCHEMA
 from analysis.storage import ResultsStore, experiment_name, read_results
-from sweeps.packing import dirname, members_of
-from sweeps.trials import TrialConfig
+from sweeps.evaluation import DeferredEvaluations
+from sweeps.packing import members_of, tensorboard_folder
 
 ERRORS_FILE = "errors.jsonl"
+# When a model's training and evaluation started and ended: epoch seconds in a trial's results,
+# timestamps in its row.
+TIMES = ("train_started_at", "train_ended_at", "eval_started_at", "eval_ended_at")
 
 _STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
 
@@ -46,6 +52,8 @@ def trial_row(experiment: str, config: dict, result: dict) -> dict:
     row.update({f.name: result.get(f.name) for f in METRIC_FIELDS if f.name in result})
     # the dataset the trial read, which the trainable reports beside its metrics
     row.update({name: result[name] for name in ("data_uri", "data_content_id") if name in result})
+    row.update({name: dt.datetime.fromtimestamp(result[name], dt.timezone.utc)
+                for name in TIMES if result.get(name) is not None})
     row["experiment"] = experiment
     row["finished_at"] = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     return row
@@ -61,20 +69,11 @@ def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dic
 def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dict]:
     """The trials rows of a Tune trial's final result: one per member that finished, each linked
     to its Ray trial (``trial_id``, which Tune puts in every result) and to its TensorBoard folder
-    relative to the experiment (see sweeps/trainable.py): its own folder there, except on remote
-    storage, where a pack's members sit in the pack's."""
+    (``tensorboard_folder``)."""
     shared = {k: result[k] for k in ("node_id", "device") if k in result}
-    finished = [(m["config"], {**m, **shared}) for m in result["members"] if "error" not in m]
-    pack = dirname([TrialConfig(m["config"]) for m in result["members"]]) if (
-        remote and len(result["members"]) > 1) else None
-    rows = []
-    for config, member in finished:
-        folder = TrialConfig(config).dirname
-        if pack:
-            folder = f"{pack}/{folder}"
-        rows.append({**trial_row(experiment, config, member), "trial_id": result.get("trial_id"),
-                     "tensorboard_dir": folder})
-    return rows
+    return [{**trial_row(experiment, m["config"], {**m, **shared}), "trial_id": result.get("trial_id"),
+             "tensorboard_dir": tensorboard_folder(result, m["config"], remote)}
+            for m in result["members"] if "error" not in m]
 
 
 def _commit(store: ResultsStore, result: dict) -> list[dict]:
@@ -82,7 +81,8 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     experiment = experiment_name(store.experiment)
     rows = member_rows(experiment, result, storage.is_remote(store.experiment))
     part = result.get("results_part")
-    if part is None:  # a result of disgen before the trial wrote its own history: it is in the result
+    if part is None:  # the history is in the result: a deferred evaluation's (read from the trial's
+        # checkpoint), or a result of disgen before the trial wrote its own history
         part = storage.new_part()
         new = {row["trial_key"] for row in rows} - store.keys
         history = [row for m in result["members"] if "error" not in m and m["config"]["trial_key"] in new
@@ -92,14 +92,21 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     return store.commit(part, rows)
 
 
-def repair(store: ResultsStore, final_results) -> int:
+def repair(store: ResultsStore, final_results, evaluations: DeferredEvaluations | None = None) -> int:
     """Store the models of finished Tune trials that have no trials row (the driver died between
     Tune recording a trial as finished and its rows being committed; the trial's history part is
-    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). Returns
-    the models stored."""
+    in place). ``final_results``: (last result, checkpoint) of each trial (a ResultGrid's ``metrics``
+    and ``checkpoint``). The models of a trial that trained but was never evaluated (the driver
+    died first) are evaluated from its checkpoint instead, by ``evaluations``, which the caller
+    then drains. Returns the models stored now."""
     stored = 0
-    for result in final_results:
-        if (result or {}).get("done") and "members" in result:
+    for result, checkpoint in final_results:
+        if not ((result or {}).get("done") and "members" in result):
+            continue
+        if result.get("evaluated") is False:
+            if evaluations is not None:
+                evaluations.start(result, checkpoint, store.keys)
+        else:
             stored += len(_commit(store, result))
     return stored
 
@@ -135,17 +142,47 @@ class ResultsWriter(tune.Callback):
             change(local)
             storage.upload(copy, remote)
 
+    @property
+    def evaluations(self) -> DeferredEvaluations:
+        """The driver's evaluations in flight for this experiment (never pickled with Tune's state)."""
+        return DeferredEvaluations.of(self.experiment_dir)
+
     def on_trial_complete(self, iteration, trials, trial, **info):
-        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl).
-        A model whose row is already stored keeps it: a driver killed after the commit but before
-        Tune saved the trial as finished lets the resume run the trial again."""
+        """Store the trial's models (one row each; a pack member that diverged goes to errors.jsonl),
+        or, if it trained them without evaluating (it held a GPU), start their evaluations. A model
+        whose row is already stored keeps it: a driver killed after the commit but before Tune saved
+        the trial as finished lets the resume run the trial again."""
         result = trial.last_result or {}
         if not result.get("done"):
             return
-        _commit(self.store, {"trial_id": trial.trial_id, **result})
+        result = {"trial_id": trial.trial_id, **result}
+        if result.get("evaluated") is False:
+            self._errors(result)
+            self.evaluations.start(result, trial.checkpoint, self.store.keys)
+        else:
+            self.store_result(result)
+
+    def on_step_end(self, iteration, trials, **info):
+        self.collect()
+
+    def store_result(self, result: dict) -> None:
+        """Commit a finished trial's models, and record the members that failed in errors.jsonl."""
+        _commit(self.store, result)
+        self._errors(result)
+
+    def collect(self, wait: bool = False) -> int:
+        """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
+        end); the trials committed."""
+        done = 0
+        for result in self.evaluations.finished(wait):
+            self.store_result(result)
+            done += 1
+        return done
+
+    def _errors(self, result: dict) -> None:
         for member in result["members"]:
             if "error" in member:
-                self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                self._error({"trial_key": member["config"]["trial_key"], "trial_id": result.get("trial_id"),
                              "error": member["error"]})
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -19,24 +19,31 @@ from analysis import storage  # noqa: E402
 from sweeps import plan_record  # noqa: E402
 from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
+from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
-from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
+from sweeps.packing import dirname, make_packs, members_of, pack_size_and_reason, tune_config  # noqa: E402
 from sweeps.results import ResultsWriter, read_trials, repair, results_store  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
-def _gpu_free_bytes(gpus: float) -> int | None:
-    """Free memory of the GPU a trial gets, asked of a GPU node (None if none answers soon)."""
+def _gpu_probe(gpus: float) -> dict | None:
+    """The GPU a trial gets, asked of a GPU node in a task that reserves what a trial does:
+    {"cuda": False} where the node's GPUs are logical only (Ray's ``--num-gpus`` on a machine
+    without CUDA: the trials train on its CPU), else its free memory; None if no node answers
+    soon (an autoscaling cluster with no GPU node up yet)."""
 
-    @ray.remote(num_gpus=gpus)
-    def free_bytes() -> int:
+    @ray.remote(num_gpus=gpus, num_cpus=0)
+    def probe() -> dict:
         import torch
 
-        return int(torch.cuda.mem_get_info()[0])
+        if not torch.cuda.is_available():
+            return {"cuda": False}
+        return {"cuda": True, "free_bytes": int(torch.cuda.mem_get_info()[0]),
+                "name": torch.cuda.get_device_name()}
 
     try:
-        return ray.get(free_bytes.remote(), timeout=120)
-    except Exception:  # no GPU node up yet (an autoscaling cluster): the caller assumes a size
+        return ray.get(probe.remote(), timeout=120)
+    except Exception:  # no GPU node up yet: the caller assumes a size
         return None
 
 
@@ -44,8 +51,15 @@ def _pack_size(args, trials, gpus: float, cluster_gpus: float) -> int:
     requested = getattr(args, "pack_size", "auto")
     if args.search == "optuna" or args.scheduler == "asha":
         return 1  # both decide per trial (checked in plan() for an explicit size)
-    free = _gpu_free_bytes(gpus) if gpus > 0 and cluster_gpus > 0 else None
-    return resolve_pack_size(requested, trials, gpus, free)
+    probe = _gpu_probe(gpus) if gpus > 0 and cluster_gpus > 0 else None
+    logical = probe is not None and not probe["cuda"]
+    size, reason = pack_size_and_reason(requested, trials, 0 if logical else gpus,
+                                        (probe or {}).get("free_bytes"))
+    if logical:
+        reason += (" (the GPUs Ray offers here are logical: the GPU node has no CUDA device, so trials "
+                   "train on its CPUs)")
+    print(f"Pack size {size}: {reason}", flush=True)
+    return size
 
 
 def _existing_local_cluster() -> bool:
@@ -184,6 +198,11 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
     run_info = {"experiment_dir": plan["experiment_dir"],
                 "tensorboard_root": None if remote else plan["experiment_dir"],
                 "cpus_per_trial": args.cpus_per_trial,
+                "gpus_per_trial": gpus,
+                # a trial that holds a GPU frees it for the next as soon as its models are trained,
+                # and the driver evaluates them in CPU-only tasks (sweeps/evaluation.py); but Optuna
+                # learns from each trial's metrics, which it must then report itself
+                "deferred_evaluation": gpus > 0 and args.search == "grid",
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
                 "base_trials": plan["trials"] if args.search == "optuna" else (),
                 "datasets": plan["data"]}
@@ -208,10 +227,21 @@ def _keys_of(grid, base) -> set[str]:
 
 def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
     """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials
-    whose rows never landed (a driver killed while writing them) are written now."""
+    whose rows never landed (a driver killed while writing them) are written now; trials that
+    trained but whose models were never evaluated (a driver killed while their evaluations ran)
+    have them evaluated from their final checkpoints, beside the restored run's training."""
     print(f"Resuming {experiment_dir}", flush=True)
-    grid = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True).fit()
-    repaired = repair(results_store(experiment_dir), [result.metrics for result in grid])
+    store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
+    tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
+    try:
+        before = tuner.get_results()
+    except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
+        before = []
+    repair(store, [(result.metrics, result.checkpoint) for result in before], evaluations)
+    if len(evaluations):
+        print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
+    grid = tuner.fit()
+    repaired = repair(store, [(result.metrics, result.checkpoint) for result in grid], evaluations)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -219,6 +249,17 @@ def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
         print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
               "running them again", flush=True)
     return grid.num_errors - lost, _keys_of(grid, base)
+
+
+def _finish_evaluations(experiment_dir: str, base) -> int:
+    """Wait for the evaluations still running and commit each trial as its end; the evaluations
+    that failed. Interrupted (a second Ctrl-C), the rest are left to --resume."""
+    evaluations = DeferredEvaluations.of(experiment_dir)
+    if len(evaluations):
+        print(f"Waiting for {len(evaluations)} evaluations on CPUs to end (interrupt to leave them to "
+              "--resume)", flush=True)
+    ResultsWriter(experiment_dir, base, results_store(experiment_dir)).collect(wait=True)
+    return evaluations.failed
 
 
 def _to_run(plan: dict, covered: set[str]) -> list:
@@ -243,6 +284,7 @@ def run_sweep(args, plan: dict) -> dict:
     started = time.perf_counter()
     failed, covered = 0, set()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
+    DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
         gpus = _gpus_per_trial(args)
         if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
@@ -263,6 +305,7 @@ def run_sweep(args, plan: dict) -> dict:
             failed += tuner.fit().num_errors
         elif not restoring:
             plan_record.write(experiment_dir, plan["record"])
+        failed += _finish_evaluations(experiment_dir, plan["trials"])
     finally:
         if started_ray:
             ray.shutdown()
