@@ -239,7 +239,6 @@ class DeferredEvaluations:
             raise ValueError(f"trial {result.get('trial_id')}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()
         location = self._checkpoint_location(checkpoint)
-        evaluate = _evaluate_remotely.options(num_cpus=result["cpus_per_trial"])
         refs = {}
         for position, member in enumerate(result["members"]):
             if "error" in member or member["config"]["trial_key"] in busy:
@@ -248,7 +247,9 @@ class DeferredEvaluations:
             job = {"config": member["config"], "position": position, "checkpoint": location,
                    "reference": result["data_reference"], "cpus": result["cpus_per_trial"],
                    "tensorboard": storage.join(self.experiment_dir, folder)}
-            refs[evaluate.options(name=f"evaluate {member['config']['trial_key']}").remote(job)] = position
+            task = _evaluate_remotely.options(num_cpus=result["cpus_per_trial"],
+                                              name=f"evaluate {member['config']['trial_key']}")
+            refs[task.remote(job)] = position
         if refs:
             trial_id = result.get("trial_id") or location
             self.pending[trial_id] = {"result": result, "refs": refs, "done": {}}

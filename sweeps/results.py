@@ -158,7 +158,13 @@ class ResultsWriter(tune.Callback):
         result = {"trial_id": trial.trial_id, **result}
         if result.get("evaluated") is False:
             self._errors(result)
-            self.evaluations.start(result, trial.checkpoint, self.store.keys)
+            try:
+                self.evaluations.start(result, trial.checkpoint, self.store.keys)
+            except Exception as error:  # not the trial's fault: it stays finished, --resume evaluates it
+                self.evaluations.failed += 1
+                for member in result["members"]:
+                    self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                                 "error": f"evaluation not started: {type(error).__name__}: {error}"})
         else:
             self.store_result(result)
 
