@@ -64,11 +64,17 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
 
 
 def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
-    """Trial count and training cost of a preset at a scale. Trials that train by epochs are
-    counted at the size of the full grid's training side."""
+    """Trial count and training cost of a preset at a scale (``trials_cost``)."""
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
     trials = trial_configs(spec, name, scale, list(range(seeds)))
+    return {"preset": name, "scale": scale, "trials": len(trials), "seeds": seeds, **trials_cost(trials)}
+
+
+def trials_cost(trials) -> dict:
+    """The training cost of some trials: training images (both images of a pair counted), CPU-core-
+    hours and GPU-hours (see the module docstring). Trials that train by epochs are counted at the
+    size of the full grid's training side."""
     reference = training_flops_per_image("burgess", 64, 1, 10)
     gpu_rate = gpu_flops_per_second()
     images, cpu_seconds, gpu_seconds = 0, 0.0, 0.0
@@ -83,8 +89,7 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
                                          model.latent_dim)
         cpu_seconds += trial_images / (CPU_IMAGES_PER_SECOND["burgess"] * reference / flops)
         gpu_seconds += trial_images * flops / gpu_rate
-    return {"preset": name, "scale": scale, "trials": len(trials), "seeds": seeds, "images": images,
-            "cpu_core_hours": cpu_seconds / 3600, "gpu_hours": gpu_seconds / 3600}
+    return {"images": images, "cpu_core_hours": cpu_seconds / 3600, "gpu_hours": gpu_seconds / 3600}
 
 
 def presets_table() -> str:
