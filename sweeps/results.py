@@ -92,15 +92,17 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     return store.commit(part, rows)
 
 
-def repair(store: ResultsStore, final_results, evaluations: DeferredEvaluations | None = None) -> int:
+def repair(store: ResultsStore, final_results, checkpoints=None,
+           evaluations: DeferredEvaluations | None = None) -> int:
     """Store the models of finished Tune trials that have no trials row (the driver died between
     Tune recording a trial as finished and its rows being committed; the trial's history part is
-    in place). ``final_results``: (last result, checkpoint) of each trial (a ResultGrid's ``metrics``
-    and ``checkpoint``). The models of a trial that trained but was never evaluated (the driver
-    died first) are evaluated from its checkpoint instead, by ``evaluations``, which the caller
-    then drains. Returns the models stored now."""
+    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). The models
+    of a trial that trained but was never evaluated (the driver died first) are evaluated instead,
+    by ``evaluations``, from the trial's checkpoint in ``checkpoints`` (a ResultGrid's
+    ``checkpoint``, in the same order); the caller then collects them. Returns the models stored."""
     stored = 0
-    for result, checkpoint in final_results:
+    checkpoints = checkpoints if checkpoints is not None else [None] * len(final_results)
+    for result, checkpoint in zip(final_results, checkpoints):
         if not ((result or {}).get("done") and "members" in result):
             continue
         if result.get("evaluated") is False:

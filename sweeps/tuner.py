@@ -234,14 +234,14 @@ def _restore(experiment_dir: str, trainable, base) -> tuple[int, set[str]]:
     store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
     tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
     try:
-        before = tuner.get_results()
+        before = list(tuner.get_results())
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
         before = []
-    repair(store, [(result.metrics, result.checkpoint) for result in before], evaluations)
+    repair(store, [r.metrics for r in before], [r.checkpoint for r in before], evaluations)
     if len(evaluations):
         print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
     grid = tuner.fit()
-    repaired = repair(store, [(result.metrics, result.checkpoint) for result in grid], evaluations)
+    repaired = repair(store, [r.metrics for r in grid], [r.checkpoint for r in grid], evaluations)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
