@@ -172,7 +172,9 @@ def evaluate_saved(job: dict) -> dict:
     split, train_rows, test_rows = split_rows(trial, data)
     model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
     model.load_state_dict(state["models"][position])
-    model.eval()
+    # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
+    # are exactly those the trial would have computed itself, not the same to rounding only
+    model = model.to(memory_format=torch.channels_last).eval()
     metrics = evaluate_model(model, trial, data, split, job["cpus"])
     metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
     step = int(state["steps"][position])
