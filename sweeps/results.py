@@ -107,7 +107,10 @@ def repair(store: ResultsStore, final_results, checkpoints=None,
             continue
         if result.get("evaluated") is False:
             if evaluations is not None:
-                evaluations.start(result, checkpoint, store.keys)
+                try:
+                    evaluations.start(result, checkpoint, store.keys)
+                except ValueError as error:  # no checkpoint to evaluate from: the trial must train again
+                    print(f"warning: {error}; its models stay without rows", flush=True)
         else:
             stored += len(_commit(store, result))
     return stored
