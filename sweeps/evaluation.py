@@ -140,16 +140,20 @@ def _signal_evaluation(trial_key: str) -> None:
         os.remove(path)
 
 
-def _final_checkpoint(location: str) -> dict:
-    """The final ``trainer.pt`` in the checkpoint folder ``location`` (a path or URI), read as data."""
+def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
+    """(weights, loss history, step) of member ``position`` of the final ``trainer.pt`` in the
+    checkpoint folder ``location`` (a path or URI), read as data. The file is memory-mapped, so a
+    task reads its own member's tensors, not the whole pack's."""
     from models import checkpoint as trainer_file
 
-    if not storage.is_remote(location):
-        return trainer_file.load(location)
     with tempfile.TemporaryDirectory() as local:
-        copy = os.path.join(local, trainer_file.CHECKPOINT_FILE)
-        storage.download_if_exists(storage.join(location, trainer_file.CHECKPOINT_FILE), copy)
-        return trainer_file.load(copy)
+        path = location
+        if storage.is_remote(location):
+            path = os.path.join(local, trainer_file.CHECKPOINT_FILE)
+            storage.download_if_exists(storage.join(location, trainer_file.CHECKPOINT_FILE), path)
+        state = trainer_file.load(path, mmap=True)
+        weights = {name: tensor.clone() for name, tensor in state["models"][position].items()}
+        return weights, state["histories"][position], int(state["steps"][position])
 
 
 def evaluate_saved(job: dict) -> dict:
@@ -166,18 +170,16 @@ def evaluate_saved(job: dict) -> dict:
     trial = TrialConfig(job["config"])
     _signal_evaluation(trial.trial_key)
     torch.set_num_threads(max(1, int(job["cpus"])))
-    state = _final_checkpoint(job["checkpoint"])
-    position = job["position"]
+    weights, history, step = _final_member(job["checkpoint"], job["position"])
     data = open_reference(DatasetReference(**job["reference"]), trial.data.n_images, trial.data.data_seed)
     split, train_rows, test_rows = split_rows(trial, data)
     model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
-    model.load_state_dict(state["models"][position])
+    model.load_state_dict(weights)
     # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
     # are exactly those the trial would have computed itself, not the same to rounding only
     model = model.to(memory_format=torch.channels_last).eval()
     metrics = evaluate_model(model, trial, data, split, job["cpus"])
     metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
-    step = int(state["steps"][position])
     remote = storage.is_remote(job["tensorboard"])
     with tempfile.TemporaryDirectory() as local:
         log = ModelLog(trial, data, train_rows, test_rows, local if remote else job["tensorboard"], step)
@@ -186,7 +188,7 @@ def evaluate_saved(job: dict) -> dict:
             for name in os.listdir(local):
                 storage.upload(os.path.join(local, name), storage.join(job["tensorboard"], name))
     metrics["eval_ended_at"] = time.time()
-    return {"metrics": metrics, "history": state["histories"][position], "step": step}
+    return {"metrics": metrics, "history": history, "step": step}
 
 
 # a CPU-only task: no GPU is reserved for it; a worker that dies is retried, a metric that raises is not
