@@ -22,15 +22,17 @@ from analysis.storage import read_results
 
 GRID = """
 description: four one-model trials, each long enough to train while the one before is evaluated
-fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 1000, data_seed: 0,
-        batch_size: 16, report_every: 25, n_nll: 50, n_metric: 100, metrics: [d_score], lr: 0.001,
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,
+        batch_size: 16, report_every: 25, n_nll: 1000, n_metric: 300, metrics: [d_score], lr: 0.001,
         split: blank_side}
 axes:
   beta: [1.0, 2.0, 4.0, 8.0]
 scales:
-  tiny: {steps: 150}
+  tiny: {steps: 200}
 """
-STEPS, REPORT_EVERY = 150, 25
+# A training takes about twice an evaluation (mostly the NLL of 1,000 images a side), so that each
+# evaluation outlasts the switch to the next trial, and ends before the next but one needs its CPU.
+STEPS, REPORT_EVERY = 200, 25
 
 
 def result_lines(trial_dir) -> list[dict]:
@@ -154,7 +156,8 @@ def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_met
     from sweeps.grid import load_grid_file, trial_configs
 
     grid = tmp_path / "grid.yaml"
-    grid.write_text(GRID.replace("steps: 150", "steps: 10").replace("report_every: 25", "report_every: 5"))
+    grid.write_text(GRID.replace("steps: 200", "steps: 10").replace("report_every: 25", "report_every: 5")
+                    .replace("n_nll: 1000", "n_nll: 100"))
     trial = trial_configs(load_grid_file(str(grid)), "grid", "tiny", [0])[0]
     reference = plan_data([trial])[trial.data.key]
     data = open_reference(reference, trial.data.n_images, trial.data.data_seed)
