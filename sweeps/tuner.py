@@ -58,7 +58,8 @@ def _pack_size(args, trials, gpus: float, cluster_gpus: float) -> int:
     if logical:
         reason += (" (the GPUs Ray offers here are logical: the GPU node has no CUDA device, so trials "
                    "train on its CPUs)")
-    print(f"Pack size {size}: {reason}", flush=True)
+    if gpus > 0 or requested not in (None, "auto"):  # the plain CPU path has nothing to explain
+        print(f"Pack size {size}: {reason}", flush=True)
     return size
 
 
