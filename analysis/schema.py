@@ -189,6 +189,14 @@ METRIC_FIELDS = [
     pa.field("eval_seconds", pa.float64()),
     # the step the model reached: its last step if it finished, where it stopped or failed if not
     pa.field("trained_steps", pa.int64()),
+    # When the model's training started and ended (a pack's members share their pack's; after a
+    # restore, the restored run's) and when its evaluation started and ended: in its trial, or in
+    # the CPU-only task that evaluated it while its GPU trained the next (sweeps/evaluation.py).
+    # Null in files written before the columns existed.
+    pa.field("train_started_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("train_ended_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("eval_started_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("eval_ended_at", pa.timestamp("ms", tz="UTC")),
     pa.field("finished_at", pa.timestamp("ms", tz="UTC")),  # when the row was written (to the second)
 ]
 

@@ -17,7 +17,8 @@ exits 1, as does a step left no time by the budget: 570 s on a GPU, 600 s for th
 - ``dittadi``: Dittadi et al.'s network at 128 px (64 in the smoke), 3 channels, K = 1; the pack
   size the sizing gives on this GPU, and a pack of that size (at most 32) stepped to check its
   memory;
-- ``pytest_gpu``: ``python -m pytest -m gpu`` (counts and the summary);
+- ``pytest_gpu``: ``python -m pytest -m gpu`` over the test files that hold ``gpu`` tests (counts
+  and the summary);
 - ``evaluation``: seconds per model of ``analysis.evaluation.evaluate`` at ``n_metric`` 10,000
   (every metric, DCI with gbt; the smoke: hist_gbt), several models in parallel on the CPU cores,
   as CPU-only evaluation tasks would run them while the GPU trains;
@@ -73,11 +74,13 @@ PEAK_TFLOPS = [
 SIZES = {
     "gpu": dict(batch=64, images=20_000, steps=50, rounds=3, warmup=10, ks=(8, 32, 64, 128), precision_k=32,
                 dittadi_images=2_000, dittadi_steps=10, dittadi_pack_steps=3, dittadi_pack_most=32,
+                dittadi_warmup=2,
                 eval_models=4, eval_images=60_000, n_metric=10_000, n_nll=10_000, eval_train_steps=200,
                 dci_estimator="gbt", dittadi_size=128, dittadi_batch=64, budget_seconds=570,
                 study_scale="smoke"),
     "cpu-smoke": dict(batch=8, images=256, steps=2, rounds=1, warmup=1, ks=(2,), precision_k=2,
                       dittadi_images=8, dittadi_steps=1, dittadi_pack_steps=1, dittadi_pack_most=2,
+                      dittadi_warmup=0,
                       eval_models=2, eval_images=2_000, n_metric=200, n_nll=100, eval_train_steps=2,
                       dci_estimator="hist_gbt", dittadi_size=64, dittadi_batch=2, budget_seconds=600,
                       study_scale="tiny"),
@@ -177,9 +180,10 @@ def step_dittadi(device, sizes, peak, measured) -> dict:
     shape = dict(architecture="dittadi", image_size=size, channels=3, batch_size=sizes["dittadi_batch"])
     images = synthetic_images(sizes["dittadi_images"], 3, size)
     flops = flops_per_image("dittadi", size, 3)
-    total = 2 + sizes["dittadi_steps"] * sizes["rounds"] + 1
+    warmup = sizes["dittadi_warmup"]
+    total = warmup + sizes["dittadi_steps"] * sizes["rounds"] + 1
     config = pack_configs(1, steps=total, **shape)[0]
-    plain = measure_plain(config, images, device, sizes["dittadi_steps"], sizes["rounds"], 2)
+    plain = measure_plain(config, images, device, sizes["dittadi_steps"], sizes["rounds"], warmup)
     out = {"flops_per_image": flops, "member_estimate_bytes": member_memory_bytes(config),
            "plain": with_mfu(plain, flops, "bf16" if plain["bf16"] else "fp32", peak, measured)}
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
@@ -189,8 +193,8 @@ def step_dittadi(device, sizes, peak, measured) -> dict:
     fits = max_pack_size(config, device, free_bytes=free or 8 * 2**30, dataset=d21)
     out.update(pack_size_estimate=fits, pack_size_free_bytes=free, d21_dataset_bytes=d21)
     k = max(2, min(fits, sizes["dittadi_pack_most"]))
-    configs = pack_configs(k, steps=2 + sizes["dittadi_pack_steps"] + 1, **shape)
-    pack = measure_pack(configs, images, device, sizes["dittadi_pack_steps"], 1, 2)
+    configs = pack_configs(k, steps=warmup + sizes["dittadi_pack_steps"] + 1, **shape)
+    pack = measure_pack(configs, images, device, sizes["dittadi_pack_steps"], 1, warmup)
     out["pack"] = with_mfu(pack, flops, "bf16" if pack["bf16"] else "fp32", peak, measured)
     return out
 
@@ -265,8 +269,16 @@ def step_evaluation(device, sizes, seconds_left: float) -> dict:
             "worker_began_ended": [(r["began"] - began, r["ended"] - began) for r in results]}
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that hold ``gpu``-marked tests: pytest collects only these (every test of the
+    others would be deselected by ``-m gpu``, after importing them all)."""
+    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").glob("test_*.py")
+                  if "mark.gpu" in path.read_text())
+
+
 def step_pytest_gpu(device, sizes, seconds_left: float) -> dict:
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider", "tests"]
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider",
+               *gpu_test_files()]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(1.0, seconds_left))
     tail = (done.stdout + done.stderr).strip().splitlines()

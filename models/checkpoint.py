@@ -54,13 +54,15 @@ def save_final(folder: str, models: list[dict], steps: list[int], errors: dict[i
     return path
 
 
-def load(path: str, map_location="cpu") -> dict:
+def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
     """A ``trainer.pt`` as a dict (``config`` decoded from JSON), read with ``weights_only=True``;
-    a ``CheckpointError`` saying why if it is missing, truncated, not a checkpoint, or needs pickle."""
+    a ``CheckpointError`` saying why if it is missing, truncated, not a checkpoint, or needs pickle.
+    ``mmap``: the tensors are memory-mapped, read from the file only when used (one member of a
+    large pack's final checkpoint, without reading the others)."""
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_FILE)
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as error:

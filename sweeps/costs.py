@@ -96,8 +96,7 @@ def trials_cost(trials) -> dict:
 
 
 def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
-    """Trial count and training cost of a preset at a scale. Trials that train by epochs are
-    counted at the size of the full grid's training side."""
+    """Trial count and training cost of a preset at a scale (``trials_cost``)."""
     spec = PRESETS[name]
     seeds = seeds or default_seeds(spec, scale)
     trials = trial_configs(spec, name, scale, list(range(seeds)))

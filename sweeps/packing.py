@@ -87,6 +87,16 @@ def dirname(members: Sequence[TrialConfig]) -> str:
     return f"pack{len(members)}-{where}-{pack_key(members)[:6]}"
 
 
+def tensorboard_folder(result: dict, config: dict, remote: bool) -> str:
+    """A model's TensorBoard folder relative to the experiment, from its Tune trial's final result
+    (see sweeps/trainable.py): its own folder there, except on remote storage, where a pack's
+    members sit in the pack's."""
+    folder = TrialConfig(config).dirname
+    if remote and len(result["members"]) > 1:
+        folder = f"{dirname([TrialConfig(m['config']) for m in result['members']])}/{folder}"
+    return folder
+
+
 def trial_dataset_bytes(trial: TrialConfig) -> int:
     """The bytes of the uint8 dataset a trial's process loads (its ``n_images``, or the whole
     grid of its dataset's factor space)."""
@@ -99,21 +109,31 @@ def trial_dataset_bytes(trial: TrialConfig) -> int:
     return dataset_bytes(n_images, trial.model.channels, trial.model.image_size)
 
 
-def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
-                      gpu_free_bytes: int | None) -> int:
-    """The pack size to use. ``auto``: 1 for CPU trials (a CPU pack is a loop, and would take
-    parallel slots from Ray), else as many members as fit in the GPU share's memory, up to
-    ``AUTO_LIMIT``. On a GPU the count leaves room for what every process holds besides its models
-    (``models.packed.pack_memory_bytes``): the CUDA context and workspaces, and the dataset it
-    uploads when that fits in half its share. An explicit size larger than the device allows is a
-    UsageError naming the largest that fits."""
-    from models.packed import free_memory_bytes, max_pack_size, member_memory_bytes, pack_memory_bytes
+def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
+                         gpu_free_bytes: int | None) -> tuple[int, str]:
+    """The pack size to use, and why, in one line. ``auto``: 1 for CPU trials (a CPU pack is a
+    loop, and would take parallel slots from Ray), else as many members as fit in the GPU share's
+    memory, up to ``AUTO_LIMIT``. On a GPU the count leaves room for what every process holds
+    besides its models (``models.packed.pack_memory_bytes``): the CUDA context and workspaces, and
+    the dataset it uploads when that fits in half its share; each member counts its parameters,
+    gradients, Adam's moments and its activations with vmap's copies
+    (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
+    gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
+    allows is a UsageError naming the largest that fits."""
+    from models.packed import (
+        CUDA_PROCESS_BYTES,
+        fits_resident,
+        free_memory_bytes,
+        max_pack_size,
+        member_memory_bytes,
+        pack_memory_bytes,
+    )
 
     model = max((trial.model for trial in trials), key=member_memory_bytes)
     if gpus_per_trial > 0:
         device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
         where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.1f} GiB free"
-        where += ")" if gpu_free_bytes else ", assumed)"
+        where += ")" if gpu_free_bytes else f", assumed: a {ASSUMED_GPU_BYTES / 2**30:.0f} GiB GPU)"
         device, data = "cuda", max(trial_dataset_bytes(trial) for trial in trials)
     else:
         import torch
@@ -121,14 +141,31 @@ def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig]
         device_bytes, where = free_memory_bytes(torch.device("cpu")), "host memory"
         device, data = "cpu", 0
     fits = max_pack_size(model, device, free_bytes=device_bytes, dataset=data)
+    shape = f"{model.architecture}/{model.objective} at batch {model.batch_size}"
     if requested in (None, AUTO):
-        return 1 if gpus_per_trial == 0 else min(AUTO_LIMIT, fits)
+        if gpus_per_trial == 0:
+            return 1, ("auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's "
+                       "parallel slots")
+        size = min(AUTO_LIMIT, fits)
+        uploaded = data if fits_resident(data, device_bytes) else 0
+        reason = (f"auto: {fits} members of {shape} fit in 80% of {where}, at "
+                  f"{member_memory_bytes(model) / 2**20:.0f} MiB each (weights, gradients, Adam, "
+                  "activations) "
+                  f"beside the process's {CUDA_PROCESS_BYTES / 2**30:.1f} GiB and its "
+                  f"{uploaded / 2**30:.1f} GiB dataset upload")
+        return size, reason + (f"; capped at {AUTO_LIMIT}" if size < fits else "")
     size = int(requested)
     if size < 1:
         raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {size}")
     if size > fits:
         need = pack_memory_bytes(model, size, device, data, device_bytes)
-        raise UsageError(f"--pack-size {size}: {size} members of {model.architecture}/{model.objective} at "
-                         f"batch {model.batch_size} need about {need / 2**30:.1f} GiB with their process and "
-                         f"data, more than the {where} allows; the largest pack that fits is {fits}")
-    return size
+        raise UsageError(f"--pack-size {size}: {size} members of {shape} need about {need / 2**30:.1f} GiB "
+                         f"with their process and data, more than the {where} allows; the largest pack "
+                         f"that fits is {fits}")
+    return size, f"as asked (--pack-size {size}; up to {fits} members of {shape} fit in {where})"
+
+
+def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
+                      gpu_free_bytes: int | None) -> int:
+    """The pack size to use (``pack_size_and_reason`` says why)."""
+    return pack_size_and_reason(requested, trials, gpus_per_trial, gpu_free_bytes)[0]

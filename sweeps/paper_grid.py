@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "defining GRID) with keys description, fixed, axes, scales")
     parser.add_argument("--list", action="store_true",
                         help="print every preset and scale with its trial count and cost, and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and exit, without starting Ray or writing anything: the trials "
+                             "and their packs, the resources per trial, the pack size and why, and the "
+                             "estimated GPU- and CPU-hours")
     parser.add_argument("--scale", default="smoke", metavar="{" + ",".join(SCALES) + "}",
                         help="how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; "
                              "demo: the papers' findings in under 30 minutes each; small: hours on one "
@@ -245,9 +249,10 @@ def load_spec(args) -> tuple[dict, str]:
     return spec, preset
 
 
-def plan(args) -> dict:
-    """Everything that can be decided and validated without Ray: the study's trials (each complete,
-    validated and frozen: ``sweeps.trials.TrialConfig``), the experiment folder and the datasets."""
+def plan_trials(args) -> dict:
+    """The study's trials (each complete, validated and frozen: ``sweeps.trials.TrialConfig``) and
+    the data they read (by reference, validated from labels and manifests, never images), with
+    nothing written: what ``--dry-run`` shows."""
     check_options(args)
     spec, preset = load_spec(args)
     check_data_dir(args)
@@ -257,6 +262,19 @@ def plan(args) -> dict:
     if args.search == "optuna":
         check_search_bounds(spec, preset, trials[0])
     name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")
+    from sweeps.data import plan_data
+
+    # Planned here, on the driver, from labels and manifests only (never images), so that a missing
+    # or malformed real file or prepared folder stops the run before Ray starts.
+    data = plan_data(trials, data_dir)
+    return {"name": name, "spec": spec, "preset": preset, "seeds": seeds, "trials": trials, "data": data}
+
+
+def plan(args) -> dict:
+    """Everything that can be decided and validated without Ray: the study's trials and data
+    (``plan_trials``), and the experiment folder, checked writable and free."""
+    planned = plan_trials(args)
+    name, trials = planned["name"], planned["trials"]
     storage_path = check_storage(args.storage_path)
     check_address(args.address)
     experiment_dir = storage.join(storage_path, name)
@@ -270,15 +288,9 @@ def plan(args) -> dict:
         raise UsageError(f"nothing to resume at {experiment_dir}; run without --resume to start it")
     record = plan_record.make_record(trials, args.search, args.scheduler)
     added = plan_record.check_resume(experiment_dir, record) if args.resume else []
-    from sweeps.data import plan_data
-
-    # Planned here, on the driver, from labels and manifests only (never images), so that a missing
-    # or malformed real file or prepared folder stops the run before Ray starts.
-    data = plan_data(trials, data_dir)
     # --data-source procedural --data-dir: render each dataset once, there (once Ray is up)
     shared_dir = args.data_dir if args.data_source == "procedural" else None
-    return {"name": name, "storage": storage_path, "experiment_dir": experiment_dir, "spec": spec,
-            "preset": preset, "seeds": seeds, "trials": trials, "data": data, "shared_dir": shared_dir,
+    return {**planned, "storage": storage_path, "experiment_dir": experiment_dir, "shared_dir": shared_dir,
             "record": record, "added": added}
 
 
@@ -326,6 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         from sweeps.costs import presets_table
 
         print(presets_table())
+        return 0
+    if args.dry_run:  # the plan, without Ray
+        from sweeps.dry_run import plan_text
+
+        try:
+            print(plan_text(args, plan_trials(args)))
+        except UsageError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         return 0
     lock = None
     try:

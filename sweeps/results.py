@@ -1,13 +1,16 @@
 """The results writer: a Tune callback that commits each finished trial's rows as one part, and
 a row for each model that failed or was stopped.
 
-A finished trial writes its models' loss history itself, as a history part in the experiment's
-storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics and the part's
-name. This callback, on the driver, then writes the trials part of the same name, which is the
-commit (``analysis/storage.py``): a crash before it leaves history that no reader sees, and the
-resume stores the trial (``repair``). The driver keeps the stored trial keys in memory (one
-``ResultsStore`` per experiment, read once when a sweep starts), so a commit never reads what
-earlier ones wrote, and a resumed trial never gets a second row.
+A finished trial that evaluated its models writes their loss history itself, as a history part in
+the experiment's storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics
+and the part's name. This callback, on the driver, then writes the trials part of the same name,
+which is the commit (``analysis/storage.py``): a crash before it leaves history that no reader
+sees, and the resume stores the trial (``repair``). A trial that held a GPU reports its models as
+trained but not evaluated: the callback starts their evaluations in CPU-only tasks
+(``sweeps.evaluation.DeferredEvaluations``) and, at each trial's end, commits its models with the
+histories the tasks read from its checkpoint, as a new part. The driver keeps the stored trial
+keys in memory (one ``ResultsStore`` per experiment, read once when a sweep starts), so a commit
+never reads what earlier ones wrote, and a resumed trial never gets a second row.
 
 Every row holds every setting the model ran with (``TrialConfig.effective_settings``, and what the
 run resolved: the images of a whole grid, the steps of an epoch budget, the transfer factor), its
@@ -29,7 +32,8 @@ from analysis import storage
 from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, PROVENANCE_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
-from sweeps.packing import dirname, members_of
+from sweeps.evaluation import DeferredEvaluations
+from sweeps.packing import members_of, tensorboard_folder
 from sweeps.trials import TrialConfig
 
 ERRORS_FILE = "errors.jsonl"
@@ -53,6 +57,9 @@ def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
 RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor", "bf16")
 # What a trial's final result says about what ran its models, copied to each member's row.
 RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
+# When a model's training and evaluation started and ended: epoch seconds in a trial's results,
+# timestamps in its row.
+TIMES = ("train_started_at", "train_ended_at", "eval_started_at", "eval_ended_at")
 
 
 def trial_row(experiment: str, config, result: dict, status: str = "finished") -> dict:
@@ -69,6 +76,8 @@ def trial_row(experiment: str, config, result: dict, status: str = "finished") -
     row["config"] = json.dumps(settings, sort_keys=True, default=str)
     row.update({f.name: result.get(f.name) for f in METRIC_FIELDS if f.name in result})
     row.update({name: result[name] for name in RUN_FACTS if name in result})
+    row.update({name: dt.datetime.fromtimestamp(result[name], dt.timezone.utc)
+                for name in TIMES if result.get(name) is not None})
     row.update({"experiment": experiment, "status": status, "error": result.get("error"),
                 "trained_steps": result.get("step"),
                 "finished_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0)})
@@ -84,21 +93,15 @@ def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dic
 
 def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dict]:
     """The trials rows of a Tune trial's final result: one per member, finished or failed (a pack
-    member that diverged), each linked to its Ray trial (``trial_id``, which Tune puts in every
-    result) and to its TensorBoard folder relative to the experiment (see sweeps/trainable.py): its
-    own folder there, except on remote storage, where a pack's members sit in the pack's."""
+    member that diverged, or whose evaluation failed), each linked to its Ray trial (``trial_id``,
+    which Tune puts in every result) and to its TensorBoard folder (``tensorboard_folder``)."""
     shared = {k: result[k] for k in RUN_FACTS if k in result}
-    members = [{**m, **shared} for m in result["members"]]
-    pack = dirname([TrialConfig(m["config"]) for m in result["members"]]) if (
-        remote and len(result["members"]) > 1) else None
     rows = []
-    for member in members:
-        folder = TrialConfig(member["config"]).dirname
-        if pack:
-            folder = f"{pack}/{folder}"
+    for member in result["members"]:
         status = "failed" if "error" in member else "finished"
-        rows.append({**trial_row(experiment, member["config"], member, status),
-                     "trial_id": result.get("trial_id"), "tensorboard_dir": folder})
+        rows.append({**trial_row(experiment, member["config"], {**member, **shared}, status),
+                     "trial_id": result.get("trial_id"),
+                     "tensorboard_dir": tensorboard_folder(result, member["config"], remote)})
     return rows
 
 
@@ -130,7 +133,8 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     experiment = experiment_name(store.experiment)
     rows = member_rows(experiment, result, storage.is_remote(store.experiment))
     part = result.get("results_part")
-    if part is None:  # a result of disgen before the trial wrote its own history: it is in the result
+    if part is None:  # the history is in the result: a deferred evaluation's (read from the trial's
+        # checkpoint), or a result of disgen before the trial wrote its own history
         part = storage.new_part()
         new = {row["trial_key"] for row in rows if row["status"] == "finished"} - store.keys
         history = [row for m in result["members"] if "error" not in m and m["config"]["trial_key"] in new
@@ -140,14 +144,26 @@ def _commit(store: ResultsStore, result: dict) -> list[dict]:
     return store.commit(part, rows)
 
 
-def repair(store: ResultsStore, final_results) -> int:
+def repair(store: ResultsStore, final_results, checkpoints=None,
+           evaluations: DeferredEvaluations | None = None) -> int:
     """Store the models of finished Tune trials that have no trials row (the driver died between
     Tune recording a trial as finished and its rows being committed; the trial's history part is
-    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). Returns
-    the models stored."""
+    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). The models
+    of a trial that trained but was never evaluated (the driver died first) are evaluated instead,
+    by ``evaluations``, from the trial's checkpoint in ``checkpoints`` (a ResultGrid's
+    ``checkpoint``, in the same order); the caller then collects them. Returns the models stored."""
     stored = 0
-    for result in final_results:
-        if (result or {}).get("done") and "members" in result:
+    checkpoints = checkpoints if checkpoints is not None else [None] * len(final_results)
+    for result, checkpoint in zip(final_results, checkpoints):
+        if not ((result or {}).get("done") and "members" in result):
+            continue
+        if result.get("evaluated") is False:
+            if evaluations is not None:
+                try:
+                    evaluations.start(result, checkpoint, store.keys)
+                except ValueError as error:  # no checkpoint to evaluate from: the trial must train again
+                    print(f"warning: {error}; its models stay without rows", flush=True)
+        else:
             stored += sum(row["status"] == "finished" for row in _commit(store, result))
     return stored
 
@@ -172,6 +188,11 @@ class ResultsWriter(tune.Callback):
             self._store = results_store(self.experiment_dir)
         return self._store
 
+    @property
+    def evaluations(self) -> DeferredEvaluations:
+        """The driver's evaluations in flight for this experiment (never pickled with Tune's state)."""
+        return DeferredEvaluations.of(self.experiment_dir)
+
     def _edit(self, filename: str, change) -> None:
         """Apply ``change(local_folder)`` to the experiment's ``filename``, wherever it lives."""
         if not storage.is_remote(self.experiment_dir):
@@ -185,18 +206,49 @@ class ResultsWriter(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         """Store the trial's models: one row each, finished or failed (a pack member that diverged,
-        also in errors.jsonl); a trial that ASHA stopped early, ``stopped``. A model whose finished
-        row is already stored keeps it: a driver killed after the commit but before Tune saved the
-        trial as finished lets the resume run the trial again."""
+        also in errors.jsonl); a trial that ASHA stopped early, ``stopped``; or, if it trained them
+        without evaluating (it held a GPU), start their evaluations. A model whose finished row is
+        already stored keeps it: a driver killed after the commit but before Tune saved the trial as
+        finished lets the resume run the trial again."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
             self.store.commit(storage.new_part(), unfinished_rows(
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped"))
             return
-        _commit(self.store, {"trial_id": trial.trial_id, **result})
+        result = {"trial_id": trial.trial_id, **result}
+        if result.get("evaluated") is False:
+            self._errors(result)
+            try:
+                self.evaluations.start(result, trial.checkpoint, self.store.keys)
+            except Exception as error:  # not the trial's fault: it stays finished, --resume evaluates it
+                self.evaluations.failed += 1
+                for member in result["members"]:
+                    self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                                 "error": f"evaluation not started: {type(error).__name__}: {error}"})
+        else:
+            self.store_result(result)
+
+    def on_step_end(self, iteration, trials, **info):
+        self.collect()
+
+    def store_result(self, result: dict) -> None:
+        """Commit a finished trial's models, and record the members that failed in errors.jsonl."""
+        _commit(self.store, result)
+        self._errors(result)
+
+    def collect(self, wait: bool = False) -> int:
+        """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
+        end); the trials committed."""
+        done = 0
+        for result in self.evaluations.finished(wait):
+            self.store_result(result)
+            done += 1
+        return done
+
+    def _errors(self, result: dict) -> None:
         for member in result["members"]:
             if "error" in member:
-                self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                self._error({"trial_key": member["config"]["trial_key"], "trial_id": result.get("trial_id"),
                              "error": member["error"]})
 
     def on_trial_error(self, iteration, trials, trial, **info):

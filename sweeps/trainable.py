@@ -1,20 +1,33 @@
 """The Ray Tune trainable: the only place that touches Ray's trial API.
 
-One call trains one model, or one pack of models (``sweeps.packing``): data from
+One call trains one model, or one pack of models (``sweeps.packing``). Its data comes from
 ``data_pipeline`` (the trial is handed a dataset reference, which this node's cache materialises
-once and memory-maps: ``data_pipeline.node_cache``), the models and their training loop from
-``models`` (``PackedTrainer``, which
-for one model is the plain ``Trainer`` loop), evaluation from ``analysis``. It reports loss terms
-as it goes, writes each model's TensorBoard scalars and reconstruction grids, and checkpoints so a
-failed trial resumes where it stopped. At the end it writes its models' loss history itself, as
-one history part in the experiment's storage (``analysis/storage.py``), and then makes one report
-of scalars: the final metrics of the model, or of each member of the pack under ``members``, and
-the part's name (``results_part``), which the driver's results writer commits. Loss histories
-never travel through Tune.
+once and memory-maps: ``data_pipeline.node_cache``), and each model trains on its own split's
+training rows. One model takes the plain path, ``models.build_trainer``: one ``Trainer``, one
+loop. A pack is the second path beside it: one ``models.packed.PackedTrainer`` (vmapped on a GPU,
+a loop on a CPU) with one array of training rows per member. Either way the trial reports loss
+terms as it goes, writes each model's TensorBoard scalars and reconstruction grids (drawn from
+the model's current weights), and checkpoints so a failed trial resumes where it stopped.
+
+Then the models are evaluated (``sweeps/evaluation.py``), each on its own split's held-out
+images, in one of two ways:
+
+- **in the trial** (no GPU reserved: the plain CPU path): the trial evaluates its models, writes
+  their loss history itself, as one history part in the experiment's storage
+  (``analysis/storage.py``), and makes one report of scalars: the final metrics of the model, or
+  of each member under ``members``, and the part's name (``results_part``), which the driver's
+  results writer commits;
+- **deferred** (a GPU reserved): the trial saves its trained models in its final checkpoint and
+  reports them as trained (``"evaluated": False``, the training's timings, the dataset reference
+  and its CPUs), then ends, which frees the GPU for the next trial; the driver evaluates the
+  models from the checkpoint in CPU-only Ray tasks and commits them (``DeferredEvaluations``).
+
+Loss histories never travel through Tune.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -24,90 +37,18 @@ import numpy as np
 import ray
 import torch
 from ray import tune
-from torch.utils.tensorboard import SummaryWriter
 
 from analysis import storage
-from analysis.task_evaluation import evaluate_task
-from analysis.tiles import reconstruction_grid
 from data_pipeline.node_cache import open_reference
-from data_pipeline.splits import get_split
-from models import NonFiniteLossError, reconstruct
+from models import GPUSettings, NonFiniteLossError, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
 from sweeps.console import quiet_worker
+from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.packing import members_of
 from sweeps.provenance import provenance
 from sweeps.results import history_rows
 from sweeps.trials import TrialConfig
-
-N_GRID_IMAGES = 8
-
-
-class _ModelLog:
-    """One model's TensorBoard folder, the training and held-out images its grids show, and its
-    loss history."""
-
-    def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
-        self.trial, self.data, self.history = trial, data, []
-        self.log_dir, self._writer = log_dir, None
-        # The first step this worker writes (set on a restore): TensorBoard drops what an earlier worker
-        # wrote from that step on, so a resumed model's curves do not double back.
-        self.purge_step = 1
-        rng = np.random.default_rng(trial.model.seed)
-        self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
-                      for side, rows in (("train", train_rows), ("test", test_rows))}
-        # reconstructions of the same training images about five times during training, then at the end
-        self.image_every = max(1, total_steps // trial.evaluation.report_every // 5)
-        self.total_steps = total_steps
-
-    @property
-    def writer(self) -> SummaryWriter:
-        """The model's TensorBoard writer, opened at the first event (after a restore has set
-        ``purge_step``)."""
-        if self._writer is None:
-            self._writer = SummaryWriter(self.log_dir, purge_step=self.purge_step)
-        return self._writer
-
-    def reconstructions(self, model, side: str, step: int) -> None:
-        rows = self.shown[side]
-        # the ground-truth decoder has no encoder, and CompositionNet's reconstruction skips its latent op
-        if len(rows) and self.trial.model.task == "vae":
-            originals = self.data.images[rows]
-            grid = reconstruction_grid(originals, reconstruct(model, originals))
-            self.writer.add_image(f"reconstructions/{side}", grid, step)
-
-    def progress(self, report: dict, model) -> None:
-        step = report["step"]
-        self.history.append(report)
-        for name, value in report.items():
-            if name != "step":
-                self.writer.add_scalar(f"train/{name}", value, step)
-        if len(self.history) % self.image_every == 0 and step < self.total_steps:  # the last comes at the end
-            self.reconstructions(model, "train", step)
-
-    def final(self, model, step: int, metrics: dict) -> None:
-        for side in self.shown:
-            self.reconstructions(model, side, step)
-        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}  # not the names
-        for name, value in metrics.items():
-            self.writer.add_scalar(f"eval/{name}", value, step)
-        hparams = {k: v for k, v in self.trial.items() if isinstance(v, (int, float, str, bool))}
-        self.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in metrics.items()}, run_name=".",
-                                global_step=step)
-        self.writer.close()
-
-
-def _evaluate(trainer, data, split, trial: TrialConfig, cpus: float) -> dict:
-    evaluation = trial.evaluation
-    started = time.perf_counter()
-    metrics = evaluate_task(trainer, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
-                            n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
-                            dci_estimator=None if evaluation.dci_estimator == "none"
-                            else evaluation.dci_estimator, transfer_factor=evaluation.transfer_factor,
-                            transfer_regressors=evaluation.transfer_regressors,
-                            **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
-    metrics["eval_seconds"] = time.perf_counter() - started
-    return metrics
 
 
 def _pack_progress(reports: dict[int, dict], members: int) -> dict:
@@ -134,26 +75,94 @@ def _dataset(first: TrialConfig, references: dict):
     return reference, open_reference(reference, first.data.n_images, first.data.data_seed)
 
 
-def _restore(trainer: PackedTrainer, logs: list[_ModelLog]) -> bool:
-    """Continue from Tune's checkpoint, if any; True if training had already finished."""
+
+
+def gpu_settings(gpus_per_trial: float) -> GPUSettings:
+    """The GPU settings of a trial's training: ``DISGEN_GPU_SETTINGS`` (``models.device.GPUSettings.
+    parse``), with the share of the GPU's memory its process may use set from ``--gpus-per-trial``
+    (what Ray reserved for it; 1 for one GPU or more). A CPU run ignores them."""
+    settings = GPUSettings.from_environment()
+    if gpus_per_trial > 0:
+        settings = dataclasses.replace(settings, memory_share=min(1.0, gpus_per_trial))
+    return settings
+
+
+def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GPUSettings):
+    """The trainer: one model's ``Trainer`` (the plain path), or a ``PackedTrainer`` whose member k
+    trains on its own split's rows ``rows[k][1]``."""
+    if len(members) == 1:
+        return build_trainer(members[0].model, data.images, data.classes, data.factor_space, rows[0][1],
+                             settings=settings)
+    # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
+    return PackedTrainer([m.model for m in members], data.images, [r[1] for r in rows], factors=data.classes,
+                         factor_space=data.factor_space, settings=settings)
+
+
+def _models(trainer) -> list:
+    """The trainers of the trial's models: the one ``Trainer``, or the pack's members."""
+    return trainer.members if isinstance(trainer, PackedTrainer) else [trainer]
+
+
+def _current_model(trainer, k: int):
+    """Model k with its weights as they are now (a vmapped pack's are copied out of its stack)."""
+    return trainer.current_model(k) if isinstance(trainer, PackedTrainer) else trainer.model
+
+
+def _errors(trainer) -> dict[int, str]:
+    """The pack's members whose loss diverged (a lone model's divergence fails its trial instead)."""
+    return trainer.errors if isinstance(trainer, PackedTrainer) else {}
+
+
+def _state(trainer) -> dict:
+    """The trainer's state in the layout of a pack's (``{"members": [...], "errors": {...}}``), one
+    checkpoint format for both paths."""
+    if isinstance(trainer, PackedTrainer):
+        return trainer.state_dict()
+    return {"members": [trainer.state_dict()], "errors": {}}
+
+
+def _load_state(trainer, state: dict) -> None:
+    if isinstance(trainer, PackedTrainer):
+        trainer.load_state_dict(state)
+    else:
+        trainer.load_state_dict(state["members"][0])
+
+
+def _reports(trainer, report_every: int):
+    """{model index: progress report} every ``report_every`` steps, to the end of training."""
+    if isinstance(trainer, PackedTrainer):
+        yield from trainer.run(report_every=report_every)
+    else:
+        for report in trainer.run(report_every=report_every):
+            yield {0: report}
+
+
+def _restore(trainer, logs: list[ModelLog]) -> dict | None:
+    """Continue from Tune's checkpoint, if any. Returns None if training goes on (from the start or
+    a checkpoint); if training had already finished (a final checkpoint), the models' trained
+    weights are loaded and the training's record is returned (its timings, where saved)."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        return False
+        return None
     with checkpoint.as_directory() as folder:
         state = trainer_file.load(folder)
     for log, history in zip(logs, state["histories"]):
         log.history = history
     if not state.get("final"):
-        trainer.load_state_dict(state["trainer"])
-        for log, member in zip(logs, trainer.members):
+        _load_state(trainer, state["trainer"])
+        for log, member in zip(logs, _models(trainer)):
+            # TensorBoard drops what an earlier worker wrote after the checkpoint: no curve doubles back
             log.purge_step = member.step + 1
-        return False
-    for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
+        return None
+    for member, weights, step, log in zip(_models(trainer), state["models"], state["steps"], logs):
         member.model.load_state_dict(weights)
         member.step = step
         log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
-    trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
-    return True
+    if isinstance(trainer, PackedTrainer):
+        trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
+    elif state.get("errors"):  # a lone model that diverged is a failed trial, never a final checkpoint
+        raise NonFiniteLossError(next(iter(state["errors"].values())))
+    return state.get("config", {}).get("training", {})
 
 
 def _signal_checkpoint(step: int) -> None:
@@ -187,28 +196,26 @@ def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds:
     return by_steps or bool(every_seconds and seconds_since >= every_seconds)
 
 
-def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, checkpoint_every: int,
-           node_id: str, checkpoint_seconds: float = 0.0) -> None:
+def _train(trainer, logs: list[ModelLog], report_every: int, checkpoint_every: int, node_id: str,
+           checkpoint_seconds: float = 0.0) -> None:
     """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps or
     ``checkpoint_seconds`` (``checkpoint_due``). A lone model whose loss diverges fails its trial
     (Tune retries or records it); a pack member stops alone."""
-    packed = len(trainer.members) > 1
+    models = _models(trainer)
     last_checkpoint = time.monotonic()
-    for reports in trainer.run(report_every=report_every):
+    for reports in _reports(trainer, report_every):
         for k, report in reports.items():
             if "error" not in report:
-                logs[k].progress(report, trainer.members[k].model)
-            elif not packed:
-                raise NonFiniteLossError(report["error"])
-        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id,
+                logs[k].progress(report, lambda k=k: _current_model(trainer, k))
+        progress = {**_pack_progress(reports, len(models)), "node_id": node_id,
                     "device": trainer.device.type, "total_steps": trainer.total_steps}
         step = progress["step"]
         if checkpoint_due(step, trainer.total_steps, checkpoint_every, checkpoint_seconds,
                           time.monotonic() - last_checkpoint):
             for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
-                log.writer.flush()
+                log.flush()
             with tempfile.TemporaryDirectory() as folder:
-                trainer_file.save_training(folder, trainer.state_dict(), [log.history for log in logs])
+                trainer_file.save_training(folder, _state(trainer), [log.history for log in logs])
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
             last_checkpoint = time.monotonic()
             _signal_checkpoint(step)
@@ -216,27 +223,41 @@ def _train(trainer: PackedTrainer, logs: list[_ModelLog], report_every: int, che
             tune.report(progress)
 
 
-def _finish(trainer: PackedTrainer, logs: list[_ModelLog], members: Sequence[TrialConfig], data, split,
-            cpus: float, train_seconds: float, reference) -> list[dict]:
-    """Evaluate every model that trained to the end: one result per member, with its config, the
-    step it reached, the settings only the run resolves (its length in steps, its images), and the
-    dataset it read (its location and content id)."""
-    results = []
-    for k, (member, log, trial) in enumerate(zip(trainer.members, logs, members)):
-        if k in trainer.errors:
-            results.append({"config": trial.to_dict(), "error": trainer.errors[k], "step": member.step})
+def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference, n_images: int) -> list[dict]:
+    """What the trial knows of each model once trained: its config, its step, the settings only the
+    run resolves (its length in steps, its images, bf16), the training's timings (the members of a
+    pack train together: each is credited an equal share of the pack's time) and the dataset it
+    read (its location and content id); or its config, error and the step it reached."""
+    errors = _errors(trainer)
+    out = []
+    for k, (model, trial) in enumerate(zip(_models(trainer), members)):
+        if k in errors:
+            out.append({"config": trial.to_dict(), "error": errors[k], "step": model.step})
             continue
-        metrics = _evaluate(member, data, split, trial, cpus)
-        # members of a pack train together: each is credited an equal share of the pack's time
-        metrics["train_seconds"] = train_seconds / len(members)
-        metrics.update(data_uri=reference.uri, data_content_id=reference.content_id)
-        log.final(member.model, member.step, metrics)
-        results.append({"config": trial.to_dict(), **metrics, "step": member.step,
-                        "steps": member.total_steps, "n_images": len(data), "bf16": bool(member.bf16)})
+        out.append({"config": trial.to_dict(), "step": model.step, "steps": model.total_steps,
+                    "n_images": n_images, "bf16": bool(model.bf16),
+                    "train_seconds": training["seconds"] / len(members),
+                    "train_started_at": training["started_at"], "train_ended_at": training["ended_at"],
+                    "data_uri": reference.uri, "data_content_id": reference.content_id})
+    return out
+
+
+def _evaluate(trainer, logs: list[ModelLog], trained: list[dict], data, rows: list[tuple],
+              cpus: float) -> list[dict]:
+    """Evaluate, in the trial, every model that trained to the end, each on its own split: one
+    result per model."""
+    results = []
+    for model, log, member, (split, _, _) in zip(_models(trainer), logs, trained, rows):
+        if "error" in member:
+            results.append(member)
+            continue
+        metrics = evaluate_model(model, log.trial, data, split, cpus)
+        write_final(log, model.model, model.step, metrics)
+        results.append({**member, **metrics})
     return results
 
 
-def write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict]) -> str:
+def write_history(experiment_dir: str, logs: list[ModelLog], results: list[dict]) -> str:
     """The finished members' loss histories as one new history part of the experiment; its name.
     Written before the final report, so the driver's commit always finds it."""
     experiment = storage.experiment_name(experiment_dir)
@@ -250,8 +271,9 @@ def write_history(experiment_dir: str, logs: list[_ModelLog], results: list[dict
 def train_trial(config: dict, run_info: dict) -> None:
     """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
     ``run_info`` holds the dataset references (``DataConfig.key`` → ``DatasetReference``), the
-    experiment's folder or URI (for the history part), the TensorBoard root, the CPUs per trial,
-    the checkpoint interval and the planned trials (for Optuna's)."""
+    experiment's folder or URI (for the history part), the TensorBoard root, the CPUs and GPUs per
+    trial, whether evaluation is deferred to CPU-only tasks, the checkpoint intervals (steps and
+    seconds), whether the worker's own output is shown, and the planned trials (for Optuna's)."""
     cpus = run_info["cpus_per_trial"]
     if not run_info.get("verbose"):
         quiet_worker()
@@ -259,31 +281,40 @@ def train_trial(config: dict, run_info: dict) -> None:
     members = members_of(config, run_info.get("base_trials", ()))
     first = members[0]
     reference, data = _dataset(first, run_info["datasets"])
-    split = get_split(first.data.dataset, first.data.split)
-    train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
-    # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
-    trainer = PackedTrainer([m.model for m in members], data.images, train_rows, factors=data.classes,
-                            factor_space=data.factor_space)
+    by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
+    rows = [by_split[m.data.split] for m in members]  # (split, training rows, held-out rows) of each
+    trainer = _build(members, data, rows, gpu_settings(run_info.get("gpus_per_trial", 0)))
     root = run_info["tensorboard_root"] or os.getcwd()
     log_dirs = [os.path.join(root, m.dirname) if run_info["tensorboard_root"] or len(members) > 1 else root
                 for m in members]
-    logs = [_ModelLog(m, data, train_rows, test_rows, d, t.total_steps)
-            for m, d, t in zip(members, log_dirs, trainer.members)]
+    logs = [ModelLog(m, data, r[1], r[2], d, t.total_steps)
+            for m, r, d, t in zip(members, rows, log_dirs, _models(trainer))]
 
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
-    started = time.perf_counter()
-    if not _restore(trainer, logs):
+    began, started = time.time(), time.perf_counter()
+    training = _restore(trainer, logs)
+    if training is None:
         _train(trainer, logs, first.evaluation.report_every, run_info.get("checkpoint_every", 0), node_id,
                run_info.get("checkpoint_seconds", 0.0))
-    results = _finish(trainer, logs, members, data, split, cpus, time.perf_counter() - started, reference)
-    part = write_history(run_info["experiment_dir"], logs, results)
-
-    final = {"step": max(m.step for m in trainer.members), "done": True, "members": results,
-             "results_part": part, "node_id": node_id, **provenance(trainer.device)}
-    if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
-        final.update({k: v for k, v in results[0].items() if k != "config"})
+    if not training:  # trained now (or restored from an older final checkpoint, without its timings)
+        training = {"started_at": began, "ended_at": time.time(), "seconds": time.perf_counter() - started}
+    trained = _trained(trainer, members, training, reference, len(data))
+    final = {"step": max(m.step for m in _models(trainer)), "done": True, "node_id": node_id,
+             **provenance(trainer.device)}
+    if run_info.get("deferred_evaluation"):
+        # the GPU is freed for the next trial; the driver evaluates the models from the checkpoint
+        for log in logs:
+            log.close()
+        final.update(evaluated=False, members=trained, data_reference=reference.to_dict(),
+                     cpus_per_trial=cpus)
+    else:
+        results = _evaluate(trainer, logs, trained, data, rows, cpus)
+        final.update(members=results, results_part=write_history(run_info["experiment_dir"], logs, results))
+        if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
+            final.update({k: v for k, v in results[0].items() if k != "config"})
     with tempfile.TemporaryDirectory() as folder:
-        trainer_file.save_final(folder, [m.model.state_dict() for m in trainer.members],
-                                [m.step for m in trainer.members], trainer.errors,
-                                [log.history for log in logs], {"members": [m.to_dict() for m in members]})
+        trainer_file.save_final(folder, [m.model.state_dict() for m in _models(trainer)],
+                                [m.step for m in _models(trainer)], _errors(trainer),
+                                [log.history for log in logs],
+                                {"members": [m.to_dict() for m in members], "training": training})
         tune.report(final, checkpoint=tune.Checkpoint.from_directory(folder))

@@ -20,24 +20,31 @@ from sweeps import plan_record  # noqa: E402
 from sweeps.console import Console, LiveView, StopSignal, TuneOutput  # noqa: E402
 from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
+from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
-from sweeps.packing import dirname, make_packs, members_of, resolve_pack_size, tune_config  # noqa: E402
+from sweeps.packing import dirname, make_packs, members_of, pack_size_and_reason, tune_config  # noqa: E402
 from sweeps.results import ResultsWriter, read_trials, repair, results_store  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
-def _gpu_free_bytes(gpus: float) -> int | None:
-    """Free memory of the GPU a trial gets, asked of a GPU node (None if none answers soon)."""
+def _gpu_probe(gpus: float) -> dict | None:
+    """The GPU a trial gets, asked of a GPU node in a task that reserves what a trial does:
+    {"cuda": False} where the node's GPUs are logical only (Ray's ``--num-gpus`` on a machine
+    without CUDA: the trials train on its CPU), else its free memory; None if no node answers
+    soon (an autoscaling cluster with no GPU node up yet)."""
 
-    @ray.remote(num_gpus=gpus)
-    def free_bytes() -> int:
+    @ray.remote(num_gpus=gpus, num_cpus=0)
+    def probe() -> dict:
         import torch
 
-        return int(torch.cuda.mem_get_info()[0])
+        if not torch.cuda.is_available():
+            return {"cuda": False}
+        return {"cuda": True, "free_bytes": int(torch.cuda.mem_get_info()[0]),
+                "name": torch.cuda.get_device_name()}
 
     try:
-        return ray.get(free_bytes.remote(), timeout=120)
-    except Exception:  # no GPU node up yet (an autoscaling cluster): the caller assumes a size
+        return ray.get(probe.remote(), timeout=120)
+    except Exception:  # no GPU node up yet: the caller assumes a size
         return None
 
 
@@ -45,8 +52,16 @@ def _pack_size(args, trials, gpus: float, cluster_gpus: float) -> int:
     requested = getattr(args, "pack_size", "auto")
     if args.search == "optuna" or args.scheduler == "asha":
         return 1  # both decide per trial (checked in plan() for an explicit size)
-    free = _gpu_free_bytes(gpus) if gpus > 0 and cluster_gpus > 0 else None
-    return resolve_pack_size(requested, trials, gpus, free)
+    probe = _gpu_probe(gpus) if gpus > 0 and cluster_gpus > 0 else None
+    logical = probe is not None and not probe["cuda"]
+    size, reason = pack_size_and_reason(requested, trials, 0 if logical else gpus,
+                                        (probe or {}).get("free_bytes"))
+    if logical:
+        reason += (" (the GPUs Ray offers here are logical: the GPU node has no CUDA device, so trials "
+                   "train on its CPUs)")
+    if gpus > 0 or requested not in (None, "auto"):  # the plain CPU path has nothing to explain
+        print(f"Pack size {size}: {reason}", flush=True)
+    return size
 
 
 def _existing_local_cluster() -> bool:
@@ -216,7 +231,12 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
                 "checkpoint_seconds": 60.0 * getattr(args, "checkpoint_minutes", 0.0),
                 "verbose": getattr(args, "verbose", False),
                 "base_trials": plan["trials"] if args.search == "optuna" else (),
-                "datasets": plan["data"]}
+                "datasets": plan["data"],
+                "gpus_per_trial": gpus,
+                # a trial that holds a GPU frees it for the next as soon as its models are trained,
+                # and the driver evaluates them in CPU-only tasks (sweeps/evaluation.py); but Optuna
+                # learns from each trial's metrics, which it must then report itself
+                "deferred_evaluation": gpus > 0 and args.search == "grid"}
     return tune.with_resources(
         tune.with_parameters(train_trial, run_info=run_info),
         {"cpu": args.cpus_per_trial, "gpu": gpus},
@@ -252,11 +272,22 @@ def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console
 def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
              stop: StopSignal) -> tuple[int, set[str]]:
     """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials whose
-    rows never landed (a driver killed while writing them) are written now."""
+    rows never landed (a driver killed while writing them) are written now; trials that trained but
+    whose models were never evaluated (a driver killed while their evaluations ran) have them
+    evaluated from their final checkpoints, beside the restored run's training."""
     base = plan["trials"]
     print(f"Resuming {experiment_dir}", flush=True)
-    grid = _restored(experiment_dir, trainable, args, plan, console, stop).fit()
-    repaired = repair(results_store(experiment_dir), [result.metrics for result in grid])
+    store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
+    tuner = _restored(experiment_dir, trainable, args, plan, console, stop)
+    try:
+        before = list(tuner.get_results())
+    except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
+        before = []
+    repair(store, [r.metrics for r in before], [r.checkpoint for r in before], evaluations)
+    if len(evaluations):
+        print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
+    grid = tuner.fit()
+    repaired = repair(store, [r.metrics for r in grid], [r.checkpoint for r in grid], evaluations)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -264,6 +295,17 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
         print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
               "running them again", flush=True)
     return grid.num_errors - lost, _keys_of(grid, base)
+
+
+def _finish_evaluations(experiment_dir: str, base) -> int:
+    """Wait for the evaluations still running and commit each trial as it ends; the evaluations
+    that failed. Interrupted (a second Ctrl-C), the rest are left to --resume."""
+    evaluations = DeferredEvaluations.of(experiment_dir)
+    if len(evaluations):
+        print(f"Waiting for {len(evaluations)} evaluations on CPUs to end (interrupt to leave them to "
+              "--resume)", flush=True)
+    ResultsWriter(experiment_dir, base, results_store(experiment_dir)).collect(wait=True)
+    return evaluations.failed
 
 
 def _to_run(plan: dict, covered: set[str]) -> list:
@@ -288,6 +330,7 @@ def run_sweep(args, plan: dict) -> dict:
     started = time.perf_counter()
     failed, covered, stop = 0, set(), StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
+    DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
         gpus = _gpus_per_trial(args)
         if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
@@ -312,6 +355,8 @@ def run_sweep(args, plan: dict) -> dict:
                 failed += tuner.fit().num_errors
             elif not restoring:
                 plan_record.write(experiment_dir, plan["record"])
+            if not stop.received.is_set():
+                failed += _finish_evaluations(experiment_dir, plan["trials"])
     finally:
         if started_ray:
             ray.shutdown()

@@ -51,7 +51,8 @@ def test_help_documents_every_option():
     assert done.returncode == 0
     for option in ["--preset", "--scale", "--storage-path", "--name", "--seeds", "--resume",
                    "--address", "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent-trials",
-                   "--pack-size", "--data-dir", "--data-source", "--search", "--scheduler", "--list"]:
+                   "--pack-size", "--data-dir", "--data-source", "--search", "--scheduler", "--list",
+                   "--dry-run"]:
         assert option in done.stdout
     # every choice is listed, every preset described, and no option says "(default: None)" or False
     assert "--preset {default,montero2021,montero2022,dittadi2021}" in done.stdout

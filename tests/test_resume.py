@@ -24,6 +24,10 @@ EXPECTED_TO_DIFFER = {
     "trial_id": "Ray Tune's id of the trial, new for every Tune run",
     "train_seconds": "wall-clock time (and a resumed trial counts only its time since the restore)",
     "eval_seconds": "wall-clock time",
+    "train_started_at": "wall-clock time",
+    "train_ended_at": "wall-clock time",
+    "eval_started_at": "wall-clock time",
+    "eval_ended_at": "wall-clock time",
     "node_id": "the Ray node of the run (one Ray here, but kept out: on a cluster it differs)",
 }
 

@@ -1,5 +1,6 @@
-"""A packed sweep: one Tune trial per pack, one row per model, the same numbers as unpacked; a model
-that diverges fails alone, with a row that says so, packed or not."""
+"""A packed sweep: one Tune trial per pack, one row per model, the same numbers as unpacked, each
+member trained and evaluated on its own split; a model that diverges fails alone, with a row that
+says so, packed or not."""
 
 from __future__ import annotations
 
@@ -13,21 +14,22 @@ from tensorboard.backend.event_processing import event_accumulator
 from sweeps.paper_grid import main
 
 GRID = """\
-description: two β-VAEs, one that diverges (learning rate 1e9), and a FactorVAE, small enough for a test
+description: three β-VAEs of two splits, one that diverges (learning rate 1e9), and a FactorVAE, small
+  enough for a test
 fixed: {dataset: dsprites, architecture: burgess, n_images: 600, data_seed: 0, batch_size: 8,
         report_every: 2, n_nll: 40, n_metric: 60, metrics: [d_score], lr: 0.001}
 axes:
   model:
-    - {objective: beta_vae, beta: 1.0}
-    - {objective: beta_vae, beta: 4.0}
-    - {objective: beta_vae, beta: 2.0, lr: 1.0e+9}
-    - {objective: factor_vae, gamma: 10.0, discriminator_width: 16, discriminator_layers: 2}
-  split: [blank_side]
+    - {objective: beta_vae, beta: 1.0, split: blank_side}
+    - {objective: beta_vae, beta: 4.0, split: shape2tx}
+    - {objective: beta_vae, beta: 2.0, lr: 1.0e+9, split: blank_side}
+    - {objective: factor_vae, gamma: 10.0, discriminator_width: 16, discriminator_layers: 2,
+       split: blank_side}
 scales:
   tiny: {steps: 6}
 """
 
-COMPARED = ["train_nll", "test_nll", "d_score"]
+COMPARED = ["train_nll", "test_nll", "d_score", "n_train_images", "n_test_images"]
 
 
 def tensorboard_folders(experiment):
@@ -72,7 +74,12 @@ def test_a_packed_sweep_stores_each_model_as_the_unpacked_sweep_does(ray_session
     assert packed.loc[packed["lr"] == 1e9, "trained_steps"].tolist() == [2]
     assert alone.loc[alone["lr"] == 1e9, "trained_steps"].isna().all()
     alone, packed = (frame[frame["status"] == "finished"] for frame in (alone, packed))
-    # on CPU a pack is a loop over its members: the very same training, so the same numbers
+    # the pack of β-VAEs mixes two splits: each member trains on its own split's rows and is
+    # evaluated on its own split's held-out images, so on CPU, where a pack is a loop over its
+    # members, it gets exactly the numbers it gets alone
+    assert packed.groupby("split", observed=True)["n_test_images"].nunique().to_dict() == {
+        "blank_side": 1, "shape2tx": 1}
+    assert packed["n_test_images"].nunique() == 2
     for column in COMPARED:
         np.testing.assert_allclose(packed[column], alone[column], rtol=1e-6, err_msg=column)
     histories = [pd.read_parquet(tmp_path / name / "history.parquet").sort_values(["trial_key", "step"])

@@ -1,0 +1,99 @@
+"""A sweep's plan as text, for ``python -m sweeps.paper_grid ... --dry-run``: what a run would do,
+decided without Ray (which this module never imports) and without writing anything.
+
+It prints the trials and their packs (each pack's size, what its members share and what varies
+among them), the resources each Tune trial reserves and where its models are evaluated, the pack
+size and why, the estimated training cost (``sweeps.costs``), and last a line ``N trials in M
+packs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analysis import storage
+from sweeps.costs import trials_cost
+from sweeps.errors import UsageError
+from sweeps.packing import make_packs, pack_size_and_reason
+from sweeps.trials import TrialConfig
+
+# How a pack is named in the listing: the model settings its members share (sweeps.packing.shared_key)
+SHOWN_SHARED = ("architecture", "objective", "task", "latent_dim", "batch_size")
+LISTED_PACKS = 100  # the listing's length at most; the count line says how many there are
+# Settings that are never listed as varying: they follow from the others
+NOT_VARYING = ("trial_key", "condition", "preset", "scale")
+
+
+def _pack_size(args, trials: Sequence[TrialConfig]) -> tuple[int, str]:
+    """The pack size a run would use, and why; where only a running Ray can tell (the GPUs of an
+    unnamed cluster, a GPU's free memory), what is assumed."""
+    requested = args.pack_size
+    if args.search == "optuna" or args.scheduler == "asha":
+        return 1, f"1: --search {args.search} and --scheduler {args.scheduler} decide trial by trial"
+    gpus = args.gpus_per_trial
+    if gpus is None:
+        size, reason = pack_size_and_reason(requested, trials, 0, None)
+        return size, reason + ("; planned for CPU trials: on a cluster with GPUs the size is decided "
+                               "when Ray starts (pass --gpus-per-trial to plan it)")
+    try:
+        return pack_size_and_reason(requested, trials, gpus, None)
+    except UsageError as error:
+        if gpus == 0:
+            raise
+        # a run asks a GPU node for its free memory; without Ray, a 24 GiB GPU is assumed
+        return int(requested), (f"as asked; warning: it would not fit the GPU assumed here: {error}. A run "
+                                "measures the GPU it gets, and refuses the size there if it does not fit")
+
+
+def _varying(pack: Sequence[TrialConfig]) -> str:
+    """The settings that differ among a pack's members, each with its number of values."""
+    names = [n for n in pack[0] if n not in NOT_VARYING]
+    counts = {n: len({repr(m.get(n)) for m in pack}) for n in names}
+    return ", ".join(f"{n} ({count})" for n, count in counts.items() if count > 1)
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+
+
+def plan_text(args, planned: dict) -> str:
+    """The plan of ``planned`` (``sweeps.paper_grid.plan_trials``) under the command line's options."""
+    trials = planned["trials"]
+    size, reason = _pack_size(args, trials)
+    packs = make_packs(trials, size)
+    cpus, gpus = args.cpus_per_trial, args.gpus_per_trial
+    where = storage.join(storage.normalise(args.storage_path), planned["name"])
+    lines = [f"Plan of {planned['preset']} at scale {args.scale}, seeds {planned['seeds']} (dry run: no Ray "
+             "started, nothing written)",
+             f"  results:     {where}"]
+    if args.search == "optuna":
+        lines.append(f"  search:      optuna, {args.num_samples} trials sampled from the {len(trials)} "
+                     "planned")
+    gpu_text = ("1 GPU if the cluster has GPUs, else none (decided when Ray starts)" if gpus is None
+                else f"{gpus:g} GPU")
+    lines.append(f"  per trial:   {cpus:g} CPU and {gpu_text}")
+    if gpus is None:
+        lines.append("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
+                     f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")
+    elif gpus > 0 and args.search == "grid":
+        lines.append(f"  evaluation:  in CPU-only Ray tasks of {cpus:g} CPU each, one per model, once its "
+                     "trial has trained (the GPU goes to the next trial)")
+    else:
+        lines.append("  evaluation:  in the trial, after training")
+    lines.append(f"  pack size:   {size} ({reason})")
+    cost = trials_cost(trials)
+    lines.append(f"  cost:        {cost['images']:,} training images; {_hours(cost['gpu_hours'])} GPU-hours "
+                 "(V100-equivalent at Dittadi et al. 2021's effective training rate, packing aside); "
+                 f"{_hours(cost['cpu_core_hours'])} CPU-core-hours")
+    lines.append(f"  packs ({len(packs)}):")
+    width = len(str(len(packs)))
+    for index, pack in enumerate(packs[:LISTED_PACKS], 1):
+        model = pack[0].model
+        shared = " ".join([pack[0].data.dataset, *(f"{n}={getattr(model, n)}" for n in SHOWN_SHARED)])
+        members = f"varying: {_varying(pack)}" if len(pack) > 1 else f"trial {pack[0].dirname}"
+        plural = "s" if len(pack) > 1 else " "
+        lines.append(f"    pack {index:>{width}}: {len(pack):>3} trial{plural}  {shared}; {members}")
+    if len(packs) > LISTED_PACKS:
+        lines.append(f"    … and {len(packs) - LISTED_PACKS} more packs")
+    lines.append(f"{len(trials)} trials in {len(packs)} packs")
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU.
+
+A trial that holds no GPU evaluates its models itself, right after training (``evaluate_model``,
+called by ``sweeps/trainable.py``): the plain path. A trial that holds a GPU does not, because the
+GPU would sit idle for as long as CPU-only metrics take (DCI's gradient-boosted trees alone take
+minutes per model). It saves its trained models in its final checkpoint, reports them as trained
+(``"evaluated": False``) and ends, which frees its GPU for the next trial. The driver then
+evaluates each model in a CPU-only Ray task (``num_gpus=0``), all in parallel as the cluster's
+CPUs allow, from that checkpoint (``DeferredEvaluations``, fed by the results writer,
+``sweeps/results.py``), and commits the trial's models once all their evaluations have ended.
+
+Nothing is lost or stored twice: a model's row is committed once, by the driver, with its loss
+history, which its evaluation task read from the checkpoint; a driver killed while evaluations
+run leaves trials that Tune records as finished and that have no rows, and ``--resume`` evaluates
+those models from their final checkpoints (``start`` skips every model that has a row or is being
+evaluated), without training them again. Tune sees scalars only, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import ray
+from torch.utils.tensorboard import SummaryWriter
+
+from analysis import storage
+from analysis.task_evaluation import evaluate_task
+from analysis.tiles import reconstruction_grid
+from data_pipeline.splits import get_split
+from models import reconstruct
+from sweeps.packing import tensorboard_folder
+from sweeps.trials import TrialConfig
+
+N_GRID_IMAGES = 8
+
+
+def split_rows(trial: TrialConfig, data) -> tuple:
+    """(split, training rows, held-out rows) of ``trial``'s own split on ``data``."""
+    split = get_split(trial.data.dataset, trial.data.split)
+    return (split, *split.train_test_indices(data.classes, data.factor_space))
+
+
+class ModelLog:
+    """One model's TensorBoard folder, the training and held-out images its grids show, and its
+    loss history."""
+
+    def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
+        self.trial, self.data, self.history = trial, data, []
+        self.log_dir, self._writer = log_dir, None
+        # The first step this process writes (set on a restore): TensorBoard drops what an earlier
+        # worker wrote from that step on, so a resumed model's curves do not double back.
+        self.purge_step = 1
+        rng = np.random.default_rng(trial.model.seed)
+        self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
+                      for side, rows in (("train", train_rows), ("test", test_rows))}
+        # reconstructions of the same training images about five times during training, then at the end
+        self.image_every = max(1, total_steps // trial.evaluation.report_every // 5)
+        self.total_steps = total_steps
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """The model's TensorBoard writer, opened at the first event (after a restore has set
+        ``purge_step``)."""
+        if self._writer is None:
+            self._writer = SummaryWriter(self.log_dir, purge_step=self.purge_step)
+        return self._writer
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def reconstructions(self, model, side: str, step: int) -> None:
+        rows = self.shown[side]
+        # the ground-truth decoder has no encoder, and CompositionNet's reconstruction skips its latent op
+        if len(rows) and self.trial.model.task == "vae":
+            originals = self.data.images[rows]
+            grid = reconstruction_grid(originals, reconstruct(model, originals))
+            self.writer.add_image(f"reconstructions/{side}", grid, step)
+
+    def progress(self, report: dict, current_model) -> None:
+        """Record a progress report; every ``image_every`` reports, a grid of reconstructions by
+        ``current_model()``, the model with its weights as they are now."""
+        step = report["step"]
+        self.history.append(report)
+        for name, value in report.items():
+            if name != "step":
+                self.writer.add_scalar(f"train/{name}", value, step)
+        if len(self.history) % self.image_every == 0 and step < self.total_steps:  # the last comes at the end
+            self.reconstructions(current_model(), "train", step)
+
+    def final(self, model, step: int, metrics: dict) -> None:
+        for side in self.shown:
+            self.reconstructions(model, side, step)
+        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}  # not the names
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"eval/{name}", value, step)
+        hparams = {k: v for k, v in self.trial.items() if isinstance(v, (int, float, str, bool))}
+        self.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in metrics.items()}, run_name=".",
+                                global_step=step)
+        self.writer.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+# what a row records beside the metrics, not TensorBoard scalars
+_NOT_SCALARS = ("eval_started_at", "eval_ended_at")
+
+
+def evaluate_model(model, trial: TrialConfig, data, split, cpus: float) -> dict:
+    """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split, with the
+    seconds they took (``eval_seconds``) and when they started and ended (epoch seconds)."""
+    evaluation = trial.evaluation
+    began, started = time.time(), time.perf_counter()
+    metrics = evaluate_task(model, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
+                            n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
+                            dci_estimator=None if evaluation.dci_estimator == "none"
+                            else evaluation.dci_estimator, transfer_factor=evaluation.transfer_factor,
+                            transfer_regressors=evaluation.transfer_regressors,
+                            **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
+    metrics["eval_seconds"] = time.perf_counter() - started
+    metrics.update(eval_started_at=began, eval_ended_at=time.time())
+    return metrics
+
+
+def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
+    """The model's last reconstructions, its metrics and hyperparameters, into its TensorBoard folder."""
+    log.final(model, step, {k: v for k, v in metrics.items() if k not in _NOT_SCALARS})
+
+
+# -- evaluation off the GPU ------------------------------------------------------------------------
+
+
+def _signal_evaluation(trial_key: str) -> None:
+    """A test hook, like ``sweeps.trainable``'s checkpoint signal (tests/conftest.py,
+    ``CheckpointSignals``): where the folder named by ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists, write
+    this process's pid to ``<folder>/evaluation-<trial key>`` and wait (at most 60 s) until the file
+    is deleted, so that a test can kill the driver while an evaluation is known to be running."""
+    folder = os.environ.get("DISGEN_CHECKPOINT_SIGNAL_DIR")
+    if not folder or not os.path.isdir(folder):
+        return
+    path = os.path.join(folder, f"evaluation-{trial_key}")
+    with open(path + ".tmp", "w") as signal:
+        signal.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    deadline = time.monotonic() + 60
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
+    """(weights, loss history, step) of member ``position`` of the final ``trainer.pt`` in the
+    checkpoint folder ``location`` (a path or URI), read as data. The file is memory-mapped, so a
+    task reads its own member's tensors, not the whole pack's."""
+    from models import checkpoint as trainer_file
+
+    with tempfile.TemporaryDirectory() as local:
+        path = location
+        if storage.is_remote(location):
+            path = os.path.join(local, trainer_file.CHECKPOINT_FILE)
+            storage.download_if_exists(storage.join(location, trainer_file.CHECKPOINT_FILE), path)
+        state = trainer_file.load(path, mmap=True)
+        weights = {name: tensor.clone() for name, tensor in state["models"][position].items()}
+        return weights, state["histories"][position], int(state["steps"][position])
+
+
+def evaluate_saved(job: dict) -> dict:
+    """One trained model's evaluation, in a CPU-only Ray task: its weights and loss history from
+    its trial's final checkpoint, its data from this node's cache, its metrics and eval timestamps
+    returned with the history; its last reconstructions, metrics and hyperparameters written into
+    its TensorBoard folder (a new event file beside its training one)."""
+    import torch
+
+    from data_pipeline.node_cache import DatasetReference, open_reference
+    from models import build_task_model
+
+    began = time.time()
+    trial = TrialConfig(job["config"])
+    _signal_evaluation(trial.trial_key)
+    torch.set_num_threads(max(1, int(job["cpus"])))
+    weights, history, step = _final_member(job["checkpoint"], job["position"])
+    data = open_reference(DatasetReference(**job["reference"]), trial.data.n_images, trial.data.data_seed)
+    split, train_rows, test_rows = split_rows(trial, data)
+    model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
+    model.load_state_dict(weights)
+    # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
+    # are exactly those the trial would have computed itself, not the same to rounding only
+    model = model.to(memory_format=torch.channels_last).eval()
+    metrics = evaluate_model(model, trial, data, split, job["cpus"])
+    metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
+    remote = storage.is_remote(job["tensorboard"])
+    with tempfile.TemporaryDirectory() as local:
+        log = ModelLog(trial, data, train_rows, test_rows, local if remote else job["tensorboard"], step)
+        log.purge_step = step + 1  # beside the training's events, which stay (all at steps <= step)
+        write_final(log, model, step, metrics)
+        if remote:  # beside the training's event file, which Tune synced there
+            for name in os.listdir(local):
+                storage.upload(os.path.join(local, name), storage.join(job["tensorboard"], name))
+    metrics["eval_ended_at"] = time.time()
+    return {"metrics": metrics, "history": history, "step": step}
+
+
+# a CPU-only task: no GPU is reserved for it; a worker that dies is retried, a metric that raises is not
+_evaluate_remotely = ray.remote(num_gpus=0, max_retries=2)(evaluate_saved)
+
+
+class DeferredEvaluations:
+    """The driver's evaluations of trained models: for each Tune trial that trained on a GPU and
+    ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel.
+    ``finished`` gives each trial's result once all its evaluations have ended, its members'
+    metrics and histories filled in, for the results writer to commit. One per experiment and
+    driver (``of``), shared by every Tune run of the sweep and by the resume's repair."""
+
+    _OPEN: dict[str, DeferredEvaluations] = {}
+
+    def __init__(self, experiment_dir: str):
+        self.experiment_dir = storage.normalise(experiment_dir)
+        self.pending: dict[str, dict] = {}  # trial id → {"result", "refs": {ref: position}, "done"}
+        self.failed = 0  # evaluations that raised
+
+    @classmethod
+    def of(cls, experiment_dir: str, fresh: bool = False) -> DeferredEvaluations:
+        """The experiment's evaluations on this driver (``fresh``: none yet, as a sweep starts)."""
+        key = storage.normalise(experiment_dir)
+        if fresh or key not in cls._OPEN:
+            cls._OPEN[key] = cls(key)
+        return cls._OPEN[key]
+
+    def __len__(self) -> int:
+        return sum(len(p["refs"]) for p in self.pending.values())
+
+    def in_flight(self) -> set[str]:
+        """The trial keys of the models being evaluated."""
+        return {p["result"]["members"][k]["config"]["trial_key"] for p in self.pending.values()
+                for k in p["refs"].values()}
+
+    def _checkpoint_location(self, checkpoint) -> str:
+        """A Tune checkpoint's folder as a path or URI under the experiment's storage."""
+        filesystem, inner = storage.resolve(self.experiment_dir)
+        path = checkpoint.path
+        if not storage.is_remote(self.experiment_dir):
+            return path
+        if not path.startswith(inner + "/"):
+            raise ValueError(f"checkpoint {path}: not under the experiment's storage {self.experiment_dir}")
+        return storage.join(self.experiment_dir, path[len(inner) + 1:])
+
+    def start(self, result: dict, checkpoint, stored: set[str]) -> int:
+        """Evaluate the trained models of a Tune trial's ``result`` from its final ``checkpoint``:
+        those that trained to the end and have no row in ``stored`` and no evaluation running.
+        Returns how many started."""
+        if checkpoint is None:
+            raise ValueError(f"trial {result.get('trial_id')}: trained, but Tune holds no checkpoint of it")
+        busy = stored | self.in_flight()
+        location = self._checkpoint_location(checkpoint)
+        refs = {}
+        for position, member in enumerate(result["members"]):
+            if "error" in member or member["config"]["trial_key"] in busy:
+                continue
+            folder = tensorboard_folder(result, member["config"], storage.is_remote(self.experiment_dir))
+            job = {"config": member["config"], "position": position, "checkpoint": location,
+                   "reference": result["data_reference"], "cpus": result["cpus_per_trial"],
+                   "tensorboard": storage.join(self.experiment_dir, folder)}
+            task = _evaluate_remotely.options(num_cpus=result["cpus_per_trial"],
+                                              name=f"evaluate {member['config']['trial_key']}")
+            refs[task.remote(job)] = position
+        if refs:
+            trial_id = result.get("trial_id") or location
+            self.pending[trial_id] = {"result": result, "refs": refs, "done": {}}
+        return len(refs)
+
+    def finished(self, wait: bool = False) -> Iterator[dict]:
+        """The results of trials whose evaluations have all ended (``wait``: every trial's, as
+        its evaluations end): the members evaluated, each with its metrics and loss history, and
+        those whose evaluation failed, each with its error."""
+        while self.pending:
+            refs = [ref for p in self.pending.values() for ref in p["refs"] if ref not in p["done"]]
+            ready, _ = ray.wait(refs, num_returns=1 if wait else len(refs), timeout=None if wait else 0,
+                                fetch_local=True)
+            if not ready and not wait:
+                return
+            for ref in ready:
+                owner = next(p for p in self.pending.values() if ref in p["refs"])
+                try:
+                    owner["done"][ref] = ray.get(ref)
+                except Exception as error:  # the task's own error (a metric's, a lost file's): recorded
+                    self.failed += 1
+                    owner["done"][ref] = {"error": f"evaluation failed: {type(error).__name__}: "
+                                                   f"{str(error).strip().splitlines()[-1][:500]}"}
+            for trial_id in [t for t, p in self.pending.items() if len(p["done"]) == len(p["refs"])]:
+                yield self._evaluated(self.pending.pop(trial_id))
+            if not wait:
+                return
+
+    @staticmethod
+    def _evaluated(pending: dict) -> dict:
+        result = pending["result"]
+        members = []
+        for ref, position in pending["refs"].items():
+            member, outcome = result["members"][position], pending["done"][ref]
+            if "error" in outcome:
+                members.append({"config": member["config"], "error": outcome["error"]})
+            else:
+                members.append({**member, **outcome["metrics"], "history": outcome["history"],
+                                "step": outcome["step"]})
+        return {**{k: v for k, v in result.items() if k != "results_part"}, "members": members,
+                "evaluated": True}
