@@ -102,12 +102,13 @@ def test_codes_of_noise_read_at_chance_on_images_the_readout_did_not_fit():
 
 def test_readout_columns_survive_parquet_and_load_trials(tmp_path):
     from analysis import load_trials
-    from analysis.schema import READOUT_FACTORS, TRIALS_FILE, append_rows
+    from analysis.schema import READOUT_FACTORS
+    from analysis.storage import write_results
 
     data, split = data_and_split()
     out = evaluate(planted.PlantedModel(exact_factors, 3), data, split, n_nll=20, n_metric=200,
                    dci_estimator=None)
-    append_rows(tmp_path, TRIALS_FILE, [{**out, "experiment": "e", "trial_key": "t0"}])
+    write_results(tmp_path, [{**out, "experiment": "e", "trial_key": "t0", "status": "finished"}])
     df = load_trials(tmp_path)
     assert df["accuracy_posX"].dtype == np.float64 and df.loc[0, "accuracy_posX"] == 1.0
     assert df.loc[0, "chance_posX"] == 1 / 16 and df.loc[0, "readout_estimator"] == "random_forest"
