@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline.spaces import DATASETS, factor_space
-from models import ModelConfig
+from data_pipeline.config import DataConfig
+from models.config import SETTINGS as MODEL_DECLARATIONS
 from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 
 # A column whose few distinct values name groups: an Arrow dictionary, a categorical in pandas.
@@ -44,31 +45,27 @@ def schema_field(name: str, kind: pa.DataType, *, unit: str | None = None,
 
 # -- the settings: every field of the trial's ModelConfig, DataConfig and EvaluationConfig -----------
 
-# (name, declared type) of the settings that are not the model's: sweeps.trials' DataConfig and
-# EvaluationConfig fields (analysis does not import sweeps; tests/test_results_rows.py checks that
-# these are those classes' fields) and the run's own two (RUN_KEYS there).
+# (name, declared type) of each setting: the run's own two (sweeps.trials' RUN_KEYS), every field of
+# data_pipeline.config's DataConfig and of models.ModelConfig (each model setting's declaration in
+# models/config.py gives its unit and what its null means), and sweeps.trials' EvaluationConfig
+# fields (analysis does not import sweeps; tests/test_results_rows.py checks that these are that
+# class's fields).
 RUN_SETTINGS = {"preset": "str", "scale": "str"}
-DATA_SETTINGS = {"dataset": "str", "split": "str", "condition": "str", "n_images": "int | None",
-                 "data_seed": "int", "data_source": "str"}
+DATA_SETTINGS = {f.name: f.type for f in fields(DataConfig)}
 EVALUATION_SETTINGS = {"report_every": "int", "n_nll": "int", "n_metric": "int", "dci_estimator": "str",
                        "metrics": "tuple[str, ...] | None", "transfer_factor": "str | None",
                        "transfer_regressors": "tuple[str, ...]"}
-MODEL_SETTINGS = {f.name: f.type for f in fields(ModelConfig)}
+MODEL_SETTINGS = {name: setting.type for name, setting in MODEL_DECLARATIONS.items()}
 
 # Where a finished model's setting may be null, what that means; every other setting is filled
 # with its effective value (defaults included; a None that stands for a default is resolved).
 SETTING_NULLS = {
-    "gamma": "the objective has no γ",
-    "grad_clip_norm": "no gradient clipping",
-    "epochs": "the run's length is steps",
+    **{name: setting.null for name, setting in MODEL_DECLARATIONS.items() if setting.null},
     "transfer_factor": "no transfer scores computed",
-    "bf16": "the model never reported, so the device that decides it (on CUDA by default) is unknown",
 }
 UNITS = {
-    "image_size": "px", "capacity_max": "nats", "steps": "steps", "capacity_steps": "steps",
-    "kl_warmup_steps": "steps", "cascade_steps": "steps", "discrete_warmup_steps": "steps",
-    "lr_milestones": "steps", "report_every": "steps", "epochs": "passes over the training images",
-    "n_images": "images", "batch_size": "images", "n_nll": "images", "n_metric": "images",
+    **{name: setting.unit for name, setting in MODEL_DECLARATIONS.items() if setting.unit},
+    "report_every": "steps", "n_images": "images", "n_nll": "images", "n_metric": "images",
     "trained_steps": "steps", "train_nll": "nats", "test_nll": "nats", "decoder_nll_train": "nats",
     "decoder_nll_test": "nats", "diagnosis_decoder_margin": "nats", "train_seconds": "s",
     "eval_seconds": "s", "images_per_second": "images/s",

@@ -2,7 +2,7 @@
 
 Every encoder maps a float image batch (B, C, S, S) to the posterior mean and log-variance, each
 (B, latent_dim); every decoder maps a code (B, latent_dim) to Bernoulli logits (B, C, S, S).
-C is 1 or 3 and S is 64 or 128 (``IMAGE_SIZES`` says which sizes each architecture takes).
+C is 1 or 3 and S is 64 or 128 (``models.config.IMAGE_SIZES_PX``, for every architecture).
 
 - higgins (Higgins et al. 2017; Montero et al. 2021's MLP and GT decoder): encoder 1200-1200 ReLU;
   decoder three layers of 1200 with tanh.

@@ -1,4 +1,11 @@
-"""The model-and-training configuration, validated on construction.
+"""The model-and-training configuration, validated on construction: one declaration per setting.
+
+Each setting is declared once, as a field of ``ModelConfig`` made by ``setting(...)``: its Python
+type (the annotation), its default, the part it belongs to, its check, its doc, and for the results
+its unit, what a null means and whether pack members may differ in it. Everything else is derived
+from the declarations (``SETTINGS``): the three parts below, ``models.packed.SCALAR_FIELDS``, the
+setting columns of ``analysis.schema`` and the settings table of docs/models.md
+(``settings_table``; ``write_settings_table()`` rewrites it).
 
 ``ModelConfig`` is the flat record a YAML grid or a trial's config maps onto (and what checkpoints
 and results store). It is made of three frozen, typed parts, each validating its own fields, and
@@ -11,8 +18,9 @@ each module takes the part it needs whole:
 - ``OptimisationConfig`` (``config.optimisation``): Adam, the batch, the run's length and its
   schedules, the seed, input noise and bf16; the training engine reads it.
 
-The rules that tie two parts together (FactorVAE's two half-batches, what the non-VAE tasks allow)
-are ``ModelConfig``'s. The data and evaluation settings are the sweep's (``sweeps.trials``).
+The rules that tie two settings together (FactorVAE's two half-batches, what the non-VAE tasks
+allow, CascadeVAE's two βs) are ``ModelConfig``'s. The data settings are ``data_pipeline.config``'s,
+the evaluation settings the sweep's (``sweeps.trials``).
 
 An objective's facts (its name and aliases, default likelihood and γ, whether it trains on pairs)
 come from its class in ``models.registry``, the one table of objectives.
@@ -20,24 +28,21 @@ come from its class in ``models.registry``, the one table of objectives.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import pathlib
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from models import architectures
 from models.registry import ALIASES, OBJECTIVES, objective_class
 
-# architecture name → the image sizes it takes (see models.architectures)
-IMAGE_SIZES = {
-    "higgins": (64, 128),
-    "burgess": (64, 128),
-    "burgess_v2": (64, 128),
-    "kim": (64, 128),
-    "mpcnn": (64, 128),
-    "montero": (64, 128),
-    "abdi": (64, 128),
-    "dittadi": (64, 128),
-}
-ARCHITECTURES = tuple(IMAGE_SIZES)
-
+# the encoder and decoder networks, by name (models.architectures); every one takes these image sizes
+ARCHITECTURES = tuple(architectures.ARCHITECTURES)
+IMAGE_SIZES_PX = (64, 128)
 # objectives that train on pairs of images that differ in a few factors (weak supervision)
 OBJECTIVES_ON_PAIRS = tuple(name for name, objective in OBJECTIVES.items() if objective.needs_pairs)
 LIKELIHOODS = ("bernoulli", "mse")
@@ -61,235 +66,91 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
-def _type_problems(config) -> list[str]:
-    """Each field against its declared type: whole numbers, finite numbers, strings, flags."""
-    problems = []
-    for field in fields(config):
-        value, kind = getattr(config, field.name), str(field.type)
-        if value is None and "None" in kind:
-            continue
-        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-            problems.append(f"{field.name}: expected a whole number; got {value!r}")
-        elif kind.startswith("float") and (isinstance(value, bool)
-                                           or not isinstance(value, (int, float))):
-            problems.append(f"{field.name}: expected a number; got {value!r}")
-        elif kind.startswith("float") and not math.isfinite(value):
-            problems.append(f"{field.name}: must be a finite number; got {value!r}")
-        elif kind.startswith("str") and not isinstance(value, str):
-            problems.append(f"{field.name}: expected a name (text); got {value!r}")
-        elif kind.startswith("bool") and not isinstance(value, bool):
-            problems.append(f"{field.name}: expected true or false; got {value!r}")
-        elif kind.startswith("tuple") and not (isinstance(value, (list, tuple)) and all(
-                isinstance(m, int) and not isinstance(m, bool) for m in value)):
-            problems.append(f"{field.name}: expected a list of whole numbers; got {value!r}")
-    return problems
+# -- checks: what a setting's value must be -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    """A rule for one setting's value: ``holds(value)``, else the error ``must`` (the docs table shows
+    ``rule``). A None, where the setting's type allows it, is never checked."""
+
+    rule: str
+    holds: Callable[[typing.Any], bool]
+    must: str
+
+    def problem(self, name: str, value, nullable: bool) -> str | None:
+        if self.holds(value):
+            return None
+        return f"{name}: {self.must}{' or None' if nullable else ''}; got {value}"
 
 
-class _Part:
-    """A part's validation: types first (TypeError), then ``_normalise`` and ``_problems``
-    (``ConfigError``, a ValueError). The fields and their defaults are ``ModelConfig``'s."""
-
-    def __post_init__(self) -> None:
-        problems = _type_problems(self)
-        if problems:
-            raise TypeError("invalid model config: " + "; ".join(problems))
-        self._normalise()
-        problems = self._problems()
-        if problems:
-            raise ConfigError(problems)
-
-    def _normalise(self) -> None:
-        pass
-
-    def _problems(self) -> list[str]:
-        raise NotImplementedError
+def at_least(minimum: int) -> Check:
+    return Check(f"≥ {minimum}", lambda value: value >= minimum, f"must be at least {minimum}")
 
 
-def _at_least(config, minimum, names) -> list[str]:
-    return [f"{name}: must be at least {minimum}; got {getattr(config, name)}"
-            for name in names if getattr(config, name) < minimum]
+NON_NEGATIVE = Check("≥ 0", lambda value: value >= 0, "must be >= 0")
+POSITIVE = Check("> 0", lambda value: value > 0, "must be > 0")
 
 
-def _non_negative(config, names) -> list[str]:
-    return [f"{name}: must be >= 0; got {getattr(config, name)}" for name in names
-            if not getattr(config, name) >= 0]
+def between(low: float, high: float, *, open_low: bool = False) -> Check:
+    """``low`` ≤ value ≤ ``high`` (``low`` < value with ``open_low``)."""
+    interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+    return Check(interval, lambda value: (low < value if open_low else low <= value) and value <= high,
+                 f"must be in {interval}")
 
 
-def _positive(config, names) -> list[str]:
-    return [f"{name}: must be > 0; got {getattr(config, name)}" for name in names
-            if not getattr(config, name) > 0]
+class OneOf(Check):
+    """A value from a fixed list: names (``unknown 'x'; choose one of …``) or numbers."""
+
+    def __init__(self, choices: tuple):
+        super().__init__(", ".join(map(str, choices)), lambda value: value in choices,
+                         "must be " + " or ".join(map(str, choices)))
+        object.__setattr__(self, "choices", choices)
+
+    def problem(self, name: str, value, nullable: bool) -> str | None:
+        if not isinstance(self.choices[0], str) or self.holds(value):
+            return super().problem(name, value, nullable)
+        return f"{name}: unknown {value!r}; choose one of {', '.join(self.choices)}{' or None' if nullable else ''}"
+
+
+INCREASING_STEPS = Check("increasing, ≥ 1", lambda steps: all(b > a for a, b in zip(steps, steps[1:]))
+                         and all(step >= 1 for step in steps), "must be increasing positive steps")
+
+
+# -- the declaration -------------------------------------------------------------------------------
+
+PART_NAMES = ("network", "loss", "optimisation")
 
 
 @dataclass(frozen=True)
-class NetworkConfig(_Part):
-    """The network: its architecture, its latent size, the images it reads, and the task it
-    serves (a VAE, the ground-truth decoder, the composition network) with that task's options."""
+class Setting:
+    """One setting's declaration (see ``setting``); ``name``, ``type`` (the annotation's text),
+    ``hint`` (the Python type) and ``default`` are filled from its field of ``ModelConfig``."""
 
-    architecture: str
-    latent_dim: int
-    channels: int
-    image_size: int
-    task: str
-    latent_op: str
-    normalise_factors: bool
-
-    def _normalise(self) -> None:
-        object.__setattr__(self, "task", TASK_ALIASES.get(self.task, self.task))
-
-    def _problems(self) -> list[str]:
-        problems = []
-        if self.architecture not in ARCHITECTURES:
-            problems.append(
-                f"architecture: unknown {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
-            )
-        elif self.image_size not in IMAGE_SIZES[self.architecture]:
-            sizes = " or ".join(map(str, IMAGE_SIZES[self.architecture]))
-            problems.append(f"image_size: {self.architecture} takes {sizes} px images; got {self.image_size}")
-        problems += _at_least(self, 1, ("latent_dim",))
-        if self.channels not in (1, 3):
-            problems.append(f"channels: must be 1 or 3; got {self.channels}")
-        if self.task not in TASKS:
-            problems.append(f"task: unknown {self.task!r}; choose one of {', '.join(TASKS)}")
-        elif self.latent_op not in LATENT_OPS:
-            problems.append(f"latent_op: unknown {self.latent_op!r}; choose one of {', '.join(LATENT_OPS)}")
-        return problems
+    part: str
+    doc: str
+    check: Check | None = None
+    unit: str | None = None
+    null: str | None = None
+    packable: bool = False
+    normalise: Callable | None = None
+    name: str = ""
+    type: str = ""
+    hint: typing.Any = None
+    default: typing.Any = None
 
 
-@dataclass(frozen=True)
-class LossConfig(_Part):
-    """The objective and every hyperparameter of its loss, including the settings of the modules
-    an objective trains itself (FactorVAE's discriminator, WAE-GAN's adversary) and of the models
-    CascadeVAE and LieGroupVAE build (their category count, their Lie group)."""
-
-    objective: str
-    beta: float
-    gamma: float | None
-    capacity_max: float
-    capacity_steps: int
-    discriminator_lr: float
-    discriminator_layers: int
-    discriminator_width: int
-    discriminator_negative_slope: float
-    mmd_weight: float
-    logvar_l1_weight: float
-    pair_divergence: str
-    pair_factors_changed: int
-    adversarial_weight: float
-    adversary_lr: float
-    adversary_layers: int
-    adversary_width: int
-    prior_std: float
-    beta_low: float
-    beta_high: float
-    cascade_steps: int
-    discrete_categories: int
-    discrete_warmup_steps: int
-    duplicate_penalty: float
-    lie_matrix_size: int
-    group_reconstruction_weight: float
-    hessian_weight: float
-    commutator_weight: float
-    lie_basis_init_std: float
-    encoder_group_probability: float
-    likelihood: str | None
-
-    def _normalise(self) -> None:
-        object.__setattr__(self, "objective", ALIASES.get(self.objective, self.objective))
-
-    def _problems(self) -> list[str]:
-        problems = []
-        if self.objective not in OBJECTIVES:
-            problems.append(f"objective: unknown {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
-        problems += _non_negative(self, ("beta",))
-        if self.gamma is not None and not self.gamma >= 0:
-            problems.append(f"gamma: must be >= 0 or None; got {self.gamma}")
-        problems += _non_negative(self, ("capacity_max", "capacity_steps"))
-        problems += _positive(self, ("discriminator_lr",))
-        if self.discriminator_layers < 1 or self.discriminator_width < 1:
-            problems.append("discriminator_layers, discriminator_width: must be at least 1; got "
-                            f"{self.discriminator_layers}, {self.discriminator_width}")
-        problems += _non_negative(self, ("discriminator_negative_slope", "mmd_weight", "logvar_l1_weight"))
-        if self.pair_divergence not in PAIR_DIVERGENCES:
-            problems.append(f"pair_divergence: unknown {self.pair_divergence!r}; choose one of "
-                            f"{', '.join(PAIR_DIVERGENCES)}")
-        problems += _at_least(self, 1, ("pair_factors_changed",))
-        # WAE-GAN's, CascadeVAE's and LieGroupVAE's fields
-        problems += _non_negative(self, ("adversarial_weight", "beta_low", "duplicate_penalty",
-                                         "group_reconstruction_weight", "hessian_weight", "commutator_weight",
-                                         "lie_basis_init_std"))
-        problems += _positive(self, ("adversary_lr", "prior_std"))
-        problems += _at_least(self, 1, ("adversary_layers", "adversary_width", "lie_matrix_size"))
-        problems += _non_negative(self, ("cascade_steps", "discrete_warmup_steps"))
-        if not self.beta_high >= self.beta_low:
-            problems.append(f"beta_high: must be >= beta_low ({self.beta_low}); got {self.beta_high}")
-        problems += _at_least(self, 2, ("discrete_categories",))
-        if not 0 <= self.encoder_group_probability <= 1:
-            problems.append("encoder_group_probability: must be in [0, 1]; got "
-                            f"{self.encoder_group_probability}")
-        if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
-            problems.append(f"likelihood: unknown {self.likelihood!r}; choose one of "
-                            f"{', '.join(LIKELIHOODS)} or None")
-        return problems
-
-    @property
-    def resolved_gamma(self) -> float:
-        """``gamma``, or the objective's default when unset."""
-        default = objective_class(self.objective).default_gamma
-        return self.gamma if self.gamma is not None else (1.0 if default is None else default)
-
-    @property
-    def resolved_likelihood(self) -> str:
-        """``likelihood``, or the objective's default when unset."""
-        if self.likelihood is not None:
-            return self.likelihood
-        return objective_class(self.objective).default_likelihood
-
-
-@dataclass(frozen=True)
-class OptimisationConfig(_Part):
-    """How the model trains: Adam's learning rate and its schedule, the batch, the run's length,
-    the KL warm-up, gradient clipping, the seed, Dittadi et al.'s input noise and bf16."""
-
-    lr: float
-    batch_size: int
-    steps: int
-    seed: int
-    kl_warmup_steps: int
-    grad_clip_norm: float | None
-    epochs: float | None
-    lr_milestones: tuple[int, ...]
-    lr_decay: float
-    input_noise_subpixel_std: float
-    input_noise_greyscale_std: float
-    bf16: bool | None
-
-    def _normalise(self) -> None:
-        object.__setattr__(self, "lr_milestones", tuple(int(m) for m in self.lr_milestones))
-
-    def _problems(self) -> list[str]:
-        problems = _positive(self, ("lr",)) + _at_least(self, 1, ("batch_size",))
-        problems += _non_negative(self, ("steps",))
-        if self.epochs is not None and not self.epochs > 0:
-            problems.append(f"epochs: must be > 0 or None; got {self.epochs}")
-        if any(b <= a for a, b in zip(self.lr_milestones, self.lr_milestones[1:])) or any(
-                m < 1 for m in self.lr_milestones):
-            problems.append(f"lr_milestones: must be increasing positive steps; got {self.lr_milestones}")
-        if not 0 < self.lr_decay <= 1:
-            problems.append(f"lr_decay: must be in (0, 1]; got {self.lr_decay}")
-        problems += _non_negative(self, ("kl_warmup_steps",))
-        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
-            problems.append(f"grad_clip_norm: must be > 0 or None; got {self.grad_clip_norm}")
-        problems += _non_negative(self, ("input_noise_subpixel_std", "input_noise_greyscale_std"))
-        return problems
-
-    def total_steps(self, n_train: int) -> int:
-        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
-        if self.epochs is None:
-            return self.steps
-        return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
-
-
-PARTS = {"network": NetworkConfig, "loss": LossConfig, "optimisation": OptimisationConfig}
+def setting(part: str, default, doc: str, check: Check | None = None, *, unit: str | None = None,
+            null: str | None = None, packable: bool = False, normalise: Callable | None = None):
+    """Declare a setting of ``ModelConfig``: the field's annotation is its type, checked on
+    construction. ``part``: network, loss or optimisation. ``check``: a rule for its value (a None
+    the type allows passes). ``unit``: its results column's unit. ``null``: what a null means in a
+    finished model's results row (settings without one are never null there). ``packable``: the
+    members of one vmapped pack may differ in it (a scalar that changes no shape and no code path).
+    ``normalise``: maps an accepted value to its stored form (an alias to its name)."""
+    if part not in PART_NAMES:
+        raise ValueError(f"part: unknown {part!r}; choose one of {', '.join(PART_NAMES)}")
+    declared = Setting(part, doc, check, unit, null, packable, normalise)
+    return dataclasses.field(default=default, metadata={"setting": declared})
 
 
 @dataclass(frozen=True)
@@ -298,94 +159,134 @@ class ModelConfig:
 
     Defaults follow Montero et al. 2021 where the papers fix a value (Adam, lr 1e-4, batch 64,
     latent size 10). Dittadi et al. 2021's options (KL warm-up, gradient clipping, learning-rate
-    halving, input noise) are off by default. See docs/models.md for every field and its part.
+    halving, input noise) are off by default. The table of docs/models.md gives every setting.
 
     Its parts (see the module docstring) are ``network``, ``loss`` and ``optimisation``, built and
-    validated on construction; the flat fields hold the same values, normalised by the parts.
+    validated on construction; the flat fields hold the same values, normalised.
     """
 
-    architecture: str = "burgess"
-    objective: str = "beta_vae"
-    beta: float = 1.0
-    latent_dim: int = 10
-    channels: int = 1
-    image_size: int = 64
-    lr: float = 1e-4
-    batch_size: int = 64
-    steps: int = 1000
-    seed: int = 0
-    kl_warmup_steps: int = 0
-    grad_clip_norm: float | None = None
-    # schedule
-    epochs: float | None = None  # when set, the run lasts this many passes over the training rows
-    lr_milestones: tuple[int, ...] = ()  # steps at which the learning rate is multiplied by lr_decay
-    lr_decay: float = 0.5
-    # objective hyperparameters
-    gamma: float | None = None  # FactorVAE's TC weight / annealed VAE's capacity weight
-    capacity_max: float = 25.0  # annealed VAE: C rises linearly from 0 to capacity_max (nats) ...
-    capacity_steps: int = 100_000  # ... over this many steps
-    discriminator_lr: float = 1e-5  # FactorVAE (M21: Adam lr 1e-5, betas (0.5, 0.9))
-    discriminator_layers: int = 6
-    discriminator_width: int = 1000
-    discriminator_negative_slope: float = 0.01
-    mmd_weight: float = 10.0  # WAE-MMD's λ1
-    logvar_l1_weight: float = 1e-3  # WAE-MMD's λ2
-    pair_divergence: str = "symmetric_kl"  # Ada-GVAE: D21's symmetrised KL, or "kl": 2·KL(q1‖q2)
-    pair_factors_changed: int = 1  # Ada-GVAE: k, the factors a pair may differ in
+    architecture: str = setting("network", "burgess", "the encoder and decoder networks (docs/models.md, "
+                                "Architectures)", OneOf(ARCHITECTURES))
+    objective: str = setting("loss", "beta_vae", "what a VAE trains with (models/registry.py; aliases "
+                             "accepted)", OneOf(tuple(OBJECTIVES)),
+                             normalise=lambda name: ALIASES.get(name, name))
+    beta: float = setting("loss", 1.0, "β, the KL's weight", NON_NEGATIVE, packable=True)
+    latent_dim: int = setting("network", 10, "latent dimensions (CascadeVAE: the continuous ones)",
+                              at_least(1))
+    channels: int = setting("network", 1, "image channels (the dataset's)", OneOf((1, 3)))
+    image_size: int = setting("network", 64, "image side", OneOf(IMAGE_SIZES_PX), unit="px")
+    lr: float = setting("optimisation", 1e-4, "Adam's learning rate", POSITIVE, packable=True)
+    batch_size: int = setting("optimisation", 64, "images a step (Ada-GVAE: pairs)", at_least(1),
+                              unit="images")
+    steps: int = setting("optimisation", 1000, "the run's length, unless epochs is set", NON_NEGATIVE,
+                         unit="steps")
+    seed: int = setting("optimisation", 0, "seeds the model's initialisation, its batches (seed), its "
+                        "input noise (seed + 1) and FactorVAE's discriminator (seed + 2)", packable=True)
+    kl_warmup_steps: int = setting("optimisation", 0, "the KL's weight rises linearly 0 → 1 over these "
+                                   "steps (0: off)", NON_NEGATIVE, unit="steps", packable=True)
+    grad_clip_norm: float | None = setting("optimisation", None, "clips the global gradient norm (None: "
+                                           "off)", POSITIVE, null="no gradient clipping", packable=True)
+    epochs: float | None = setting("optimisation", None, "when set, the run lasts this many passes over "
+                                   "the training rows", POSITIVE, unit="passes over the training images",
+                                   null="the run's length is steps")
+    lr_milestones: tuple[int, ...] = setting("optimisation", (), "steps at which the learning rate is "
+                                             "multiplied by lr_decay", INCREASING_STEPS, unit="steps",
+                                             packable=True, normalise=lambda steps: tuple(int(m) for m in steps))
+    lr_decay: float = setting("optimisation", 0.5, "the learning rate's factor at each milestone",
+                              between(0, 1, open_low=True), packable=True)
+    gamma: float | None = setting("loss", None, "γ: FactorVAE's TC weight, the annealed VAE's capacity "
+                                  "weight, DIP-VAE's λ_od (None: the objective's default)", NON_NEGATIVE,
+                                  null="the objective has no γ", packable=True)
+    capacity_max: float = setting("loss", 25.0, "annealed VAE: the capacity C rises linearly from 0 to "
+                                  "this", NON_NEGATIVE, unit="nats", packable=True)
+    capacity_steps: int = setting("loss", 100_000, "annealed VAE: the steps C takes to reach capacity_max", NON_NEGATIVE,
+                                  unit="steps", packable=True)
+    discriminator_lr: float = setting("loss", 1e-5, "FactorVAE: the discriminator's Adam lr, betas "
+                                      "(0.5, 0.9) (M21)", POSITIVE, packable=True)
+    discriminator_layers: int = setting("loss", 6, "FactorVAE: the discriminator's hidden layers",
+                                        at_least(1))
+    discriminator_width: int = setting("loss", 1000, "FactorVAE: the discriminator's width", at_least(1))
+    discriminator_negative_slope: float = setting("loss", 0.01, "FactorVAE: the discriminator's LeakyReLU slope",
+                                                  NON_NEGATIVE)
+    mmd_weight: float = setting("loss", 10.0, "WAE-MMD: λ1, the MMD's weight", NON_NEGATIVE, packable=True)
+    logvar_l1_weight: float = setting("loss", 1e-3, "WAE-MMD and WAE-GAN: λ2, the weight of ‖logvar‖₁",
+                                      NON_NEGATIVE, packable=True)
+    pair_divergence: str = setting("loss", "symmetric_kl", "Ada-GVAE: D21's symmetrised KL, or kl: "
+                                   "2·KL(q1‖q2)", OneOf(PAIR_DIVERGENCES))
+    pair_factors_changed: int = setting("loss", 1, "Ada-GVAE: k, the factors a pair may differ in",
+                                        at_least(1), packable=True)
     # WAE-GAN (Tolstikhin et al. 2018): λ·adversarial penalty from a latent adversary (its own Adam)
-    adversarial_weight: float = 10.0  # λ (Montero et al. 2022's code: 10)
-    adversary_lr: float = 1e-3  # the adversary's Adam lr, betas (0.5, 0.9) (M22's code: 1e-3)
-    adversary_layers: int = 5  # linear layers: 4 hidden ReLU layers and the output (Tolstikhin et al.)
-    adversary_width: int = 512
-    prior_std: float = 1.0  # the prior N(0, prior_std² I) the adversary compares codes with
+    adversarial_weight: float = setting("loss", 10.0, "WAE-GAN: λ, the adversarial penalty's weight "
+                                        "(M22's code: 10)", NON_NEGATIVE, packable=True)
+    adversary_lr: float = setting("loss", 1e-3, "WAE-GAN: the adversary's Adam lr, betas (0.5, 0.9) "
+                                  "(M22's code)", POSITIVE, packable=True)
+    adversary_layers: int = setting("loss", 5, "WAE-GAN: the adversary's linear layers, 4 hidden ReLU "
+                                    "layers and the output (Tolstikhin et al.)", at_least(1))
+    adversary_width: int = setting("loss", 512, "WAE-GAN: the adversary's width", at_least(1))
+    prior_std: float = setting("loss", 1.0, "WAE-GAN: the prior N(0, prior_std² I) the adversary compares "
+                               "codes with", POSITIVE, packable=True)
     # CascadeVAE / InfoCascade (Jeong & Song 2019; M22: 6 continuous latents, 3 categories, β (2, 10))
-    beta_low: float = 2.0  # a continuous dimension's β once released ...
-    beta_high: float = 10.0  # ... and before: dimension d is released at step (d + 1)·cascade_steps
-    cascade_steps: int = 20_000
-    discrete_categories: int = 3  # categories of the discrete latent (one-hot, after the continuous ones)
-    discrete_warmup_steps: int = 0  # steps with the category code held at zero before inference starts
-    duplicate_penalty: float = 1e-3  # λ: the category matching's cost per pair of batch rows sharing one
+    beta_low: float = setting("loss", 2.0, "CascadeVAE: a continuous dimension's β once released",
+                              NON_NEGATIVE)
+    beta_high: float = setting("loss", 10.0, "CascadeVAE: its β before (≥ beta_low); dimension d is released "
+                               "at step (d + 1)·cascade_steps")
+    cascade_steps: int = setting("loss", 20_000, "CascadeVAE: steps between releases", NON_NEGATIVE,
+                                 unit="steps")
+    discrete_categories: int = setting("loss", 3, "CascadeVAE: categories of the discrete latent (one-hot, "
+                                       "after the continuous ones)", at_least(2))
+    discrete_warmup_steps: int = setting("loss", 0, "CascadeVAE: steps with the category code held at "
+                                         "zero before inference starts", NON_NEGATIVE, unit="steps")
+    duplicate_penalty: float = setting("loss", 1e-3, "CascadeVAE: λ, the category matching's cost per "
+                                       "pair of batch rows sharing one", NON_NEGATIVE)
     # LieGroupVAE (Zhu et al. 2021, as M22 ran it: one 10×10 group, 10 latents)
-    lie_matrix_size: int = 10  # group elements are m×m matrices; the decoder reads their m² entries
-    group_reconstruction_weight: float = 0.1  # weight of ‖g_encoder − g_exp‖² (M22: hy_rec 0.1)
-    hessian_weight: float = 40.0  # weight of the Hessian penalty Σ_{i≠j}‖A_i A_j‖² / K² (M22: 40)
-    commutator_weight: float = 0.0  # weight of Σ_{i≠j}‖A_i A_j − A_j A_i‖² / K² (M22: 0)
-    lie_basis_init_std: float = 1e-3  # the Lie-algebra basis starts N(0, std²) (M22: 0.001)
-    encoder_group_probability: float = 0.2  # a training step decodes the encoder's group features (M22: 0.2)
-    # None: the objective's own (mse for WAE-MMD, WAE-GAN and LieGroupVAE, else bernoulli)
-    likelihood: str | None = None
+    lie_matrix_size: int = setting("loss", 10, "LieGroupVAE: group elements are m×m matrices; the decoder "
+                                   "reads their m² entries", at_least(1))
+    group_reconstruction_weight: float = setting("loss", 0.1, "LieGroupVAE: weight of ‖g_encoder − "
+                                                 "g_exp‖² (M22: hy_rec 0.1)", NON_NEGATIVE, packable=True)
+    hessian_weight: float = setting("loss", 40.0, "LieGroupVAE: weight of the Hessian penalty "
+                                    "Σ_{i≠j}‖A_i A_j‖² / K² (M22: 40)", NON_NEGATIVE, packable=True)
+    commutator_weight: float = setting("loss", 0.0, "LieGroupVAE: weight of Σ_{i≠j}‖A_i A_j − A_j A_i‖² "
+                                       "/ K² (M22: 0)", NON_NEGATIVE, packable=True)
+    lie_basis_init_std: float = setting("loss", 1e-3, "LieGroupVAE: the Lie-algebra basis starts "
+                                        "N(0, std²) (M22: 0.001)", NON_NEGATIVE, packable=True)
+    encoder_group_probability: float = setting("loss", 0.2, "LieGroupVAE: the share of steps that decode "
+                                               "the encoder's group features (M22: 0.2)", between(0, 1),
+                                               packable=True)
+    likelihood: str | None = setting("loss", None, "the reconstruction term; None: the objective's own "
+                                     "(mse for WAE-MMD, WAE-GAN and LieGroupVAE, else bernoulli)",
+                                     OneOf(LIKELIHOODS))
     # input noise (D21), added to the encoder's input only
-    input_noise_subpixel_std: float = 0.0
-    input_noise_greyscale_std: float = 0.0
-    bf16: bool | None = None  # bf16 autocast: None (default) on CUDA, False never, True (warns off CUDA)
-    # the task (see docs/models.md): "vae" trains ``objective``; the other two ignore it
-    task: str = "vae"
-    latent_op: str = "linear"  # composition: how the two codes and the action combine (M21: linear)
-    normalise_factors: bool = False  # ground-truth decoder: factors scaled to [0, 1] (the authors: raw)
+    input_noise_subpixel_std: float = setting("optimisation", 0.0, "D21's input noise: σ per subpixel, "
+                                              "on the encoder's input only (0: off)", NON_NEGATIVE,
+                                              packable=True)
+    input_noise_greyscale_std: float = setting("optimisation", 0.0, "D21's input noise: σ of greyscale "
+                                               "noise drawn at 1/16 resolution, upsampled (0: off)",
+                                               NON_NEGATIVE, packable=True)
+    bf16: bool | None = setting("optimisation", None, "bf16 autocast: None on CUDA, False never, True (warns "
+                                "off CUDA)", null="the model never reported, so the device that decides "
+                                "it (on CUDA by default) is unknown")
+    task: str = setting("network", "vae", "what the run trains: vae trains objective; the other two "
+                        "ignore it (docs/models.md)", OneOf(TASKS),
+                        normalise=lambda name: TASK_ALIASES.get(name, name))
+    latent_op: str = setting("network", "linear", "composition: how the two codes and the action combine "
+                             "(M21: linear)", OneOf(LATENT_OPS))
+    normalise_factors: bool = setting("network", False, "ground-truth decoder: factors scaled to [0, 1] "
+                                      "(the authors: raw values)")
 
     def __post_init__(self) -> None:
-        problems = _type_problems(self)
-        if problems:
-            raise TypeError("invalid model config: " + "; ".join(problems))
-        problems = []
+        validate(self)
         for name, part in PARTS.items():
-            try:
-                built = part(**{f.name: getattr(self, f.name) for f in fields(part)})
-            except ConfigError as error:
-                problems += error.problems
-                continue
-            object.__setattr__(self, name, built)
-            for field in fields(part):  # the part's normalised values (aliases resolved...)
-                object.__setattr__(self, field.name, getattr(built, field.name))
-        if not problems:
-            problems = self._cross_problems()
+            object.__setattr__(self, name, part(**{f.name: getattr(self, f.name) for f in fields(part)}))
+        problems = self._rules()
         if problems:
             raise ConfigError(problems)
 
-    def _cross_problems(self) -> list[str]:
-        """The rules that tie two parts together; options only the VAE engine implements are
+    def _rules(self) -> list[str]:
+        """The rules that tie two settings together; options only the VAE engine implements are
         refused elsewhere."""
         problems = []
+        if not self.beta_high >= self.beta_low:
+            problems.append(f"beta_high: must be >= beta_low ({self.beta_low}); got {self.beta_high}")
         if self.objective == "factor_vae" and self.batch_size < 2:
             problems.append("batch_size: factor_vae splits the batch in two halves; must be at least 2")
         if self.task == "vae":
@@ -429,3 +330,169 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# -- type checks, on the real type hints -----------------------------------------------------------
+
+@functools.cache
+def _arms(hint) -> tuple:
+    """The types a hint allows: ``int | None`` → (int, NoneType)."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    return typing.get_args(hint) if union else (hint,)
+
+
+@functools.cache
+def _accepts(hint) -> Callable[[typing.Any], bool]:
+    """Whether a value is of ``hint``: a whole number is a number too, a flag is neither, and a
+    tuple may come as a list (YAML's sequences)."""
+    arms = _arms(hint)
+    if len(arms) > 1:
+        tests = [_accepts(arm) for arm in arms]
+        return lambda value: any(test(value) for test in tests)
+    if typing.get_origin(hint) is tuple:
+        member = _accepts(typing.get_args(hint)[0])
+        return lambda value: isinstance(value, (list, tuple)) and all(member(m) for m in value)
+    if hint in (int, float):
+        kinds = int if hint is int else (int, float)
+        return lambda value: isinstance(value, kinds) and not isinstance(value, bool)
+    return lambda value: isinstance(value, hint)  # str, bool, NoneType
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a name (text)", bool: "true or false",
+          tuple[int, ...]: "a list of whole numbers"}
+
+
+def _type_problem(name: str, value, hint) -> str | None:
+    """What is wrong with ``value``'s type for ``hint``, naming the field; None if nothing."""
+    if _accepts(hint)(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{name}: must be a finite number; got {value!r}"
+        return None
+    arms = [arm for arm in _arms(hint) if arm is not type(None)]
+    wanted = " or ".join(_KINDS.get(arm, str(arm)) for arm in arms)
+    return f"{name}: expected {wanted}{', or None' if len(arms) < len(_arms(hint)) else ''}; got {value!r}"
+
+
+@functools.cache
+def declarations(cls: type) -> dict[str, Setting]:
+    """The settings a dataclass declares with ``setting``, by name, in field order, each with its
+    name, type (its annotation's text), Python type and default filled in (``SETTINGS`` is
+    ``ModelConfig``'s; a part's fields carry theirs)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: f.metadata["setting"] if f.metadata["setting"].name else dataclasses.replace(
+        f.metadata["setting"], name=f.name, type=f.type, hint=hints[f.name], default=f.default)
+        for f in fields(cls)}
+
+
+def validate(config) -> None:
+    """Check a dataclass's fields against their declarations (``setting``): types first (a
+    TypeError), then each value normalised and checked (``ConfigError``, a ValueError); each problem
+    names its field. ``ModelConfig`` and its parts call it on construction."""
+    declared = declarations(type(config)).values()
+    problems = [p for s in declared if (p := _type_problem(s.name, getattr(config, s.name), s.hint))]
+    if problems:
+        raise TypeError("invalid model config: " + "; ".join(problems))
+    for s in declared:
+        if s.normalise is not None:
+            object.__setattr__(config, s.name, s.normalise(getattr(config, s.name)))
+    problems = [p for s in declared if s.check is not None and (value := getattr(config, s.name)) is not None
+                and (p := s.check.problem(s.name, value, type(None) in _arms(s.hint)))]
+    if problems:
+        raise ConfigError(problems)
+
+
+# every setting's declaration, by name, in ModelConfig's order
+SETTINGS: dict[str, Setting] = declarations(ModelConfig)
+
+
+# -- the parts, made from the declarations ---------------------------------------------------------
+
+def _part(name: str):
+    """Make the decorated class the frozen dataclass of the settings declared in part ``name``, each
+    with its type and default, validated on construction as ``ModelConfig`` validates them."""
+
+    def make(cls):
+        declared = [s for s in SETTINGS.values() if s.part == name]
+        cls.__annotations__ = {s.name: s.hint for s in declared}
+        for s in declared:  # the part's field keeps its declaration
+            setattr(cls, s.name, dataclasses.field(default=s.default, metadata={"setting": s}))
+        cls.__post_init__ = validate
+        return dataclass(frozen=True)(cls)
+
+    return make
+
+
+@_part("network")
+class NetworkConfig:
+    """The network: its architecture, its latent size, the images it reads, and the task it
+    serves (a VAE, the ground-truth decoder, the composition network) with that task's options."""
+
+
+@_part("loss")
+class LossConfig:
+    """The objective and every hyperparameter of its loss, including the settings of the modules
+    an objective trains itself (FactorVAE's discriminator, WAE-GAN's adversary) and of the models
+    CascadeVAE and LieGroupVAE build (their category count, their Lie group)."""
+
+    @property
+    def resolved_gamma(self) -> float:
+        """``gamma``, or the objective's default when unset."""
+        default = objective_class(self.objective).default_gamma
+        return self.gamma if self.gamma is not None else (1.0 if default is None else default)
+
+    @property
+    def resolved_likelihood(self) -> str:
+        """``likelihood``, or the objective's default when unset."""
+        if self.likelihood is not None:
+            return self.likelihood
+        return objective_class(self.objective).default_likelihood
+
+
+@_part("optimisation")
+class OptimisationConfig:
+    """How the model trains: Adam's learning rate and its schedule, the batch, the run's length,
+    the KL warm-up, gradient clipping, the seed, Dittadi et al.'s input noise and bf16."""
+
+    def total_steps(self, n_train: int) -> int:
+        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
+        if self.epochs is None:
+            return self.steps
+        return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
+
+
+PARTS = {"network": NetworkConfig, "loss": LossConfig, "optimisation": OptimisationConfig}
+
+
+# -- the docs' settings table ----------------------------------------------------------------------
+
+TABLE_START = "<!-- the settings table: made by models.config.write_settings_table() -->"
+TABLE_END = "<!-- end of the settings table -->"
+
+
+def settings_table() -> str:
+    """The markdown table of every setting, part by part, as docs/models.md shows it."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|")
+
+    rows = ["| setting | part | type | default | allowed | unit | what it is |", "|---|---|---|---|---|---|---|"]
+    for part in PART_NAMES:
+        for s in (s for s in SETTINGS.values() if s.part == part):
+            allowed = s.check.rule if s.check else ""
+            rows.append(f"| `{s.name}` | {part} | `{cell(s.type)}` | `{s.default!r}` | {cell(allowed)} | "
+                        f"{s.unit or ''} | {cell(s.doc)}{' (may differ inside a pack)' if s.packable else ''} |")
+    return "\n".join(rows) + "\n"
+
+
+def write_settings_table(page: str = "docs/models.md") -> None:
+    """Rewrite the settings table of ``page`` (docs/models.md) from the declarations."""
+    path = pathlib.Path(page)
+    path.write_text(with_settings_table(path.read_text()))
+
+
+def with_settings_table(page: str) -> str:
+    """``page`` (docs/models.md's text) with its settings table replaced by ``settings_table()``."""
+    head, start, rest = page.partition(TABLE_START + "\n")
+    _, end, tail = rest.partition(TABLE_END)
+    if not start or not end:
+        raise ValueError(f"the page has no settings table between {TABLE_START!r} and {TABLE_END!r}")
+    return head + start + settings_table() + end + tail

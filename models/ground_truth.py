@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from models.architectures import ARCHITECTURES, initialise
-from models.config import IMAGE_SIZES, ModelConfig
+from models.config import IMAGE_SIZES_PX, ModelConfig
 from models.device import Rows, to_float
 from models.engine import TaskTrainer
 from models.objectives import bernoulli_nll
@@ -33,9 +33,8 @@ class GroundTruthDecoder(nn.Module):
         if architecture not in ARCHITECTURES:
             raise ValueError(f"architecture: unknown {architecture!r}; "
                              f"choose one of {', '.join(ARCHITECTURES)}")
-        if image_size not in IMAGE_SIZES[architecture]:
-            sizes = " or ".join(map(str, IMAGE_SIZES[architecture]))
-            raise ValueError(f"image_size: {architecture} takes {sizes} px; got {image_size}")
+        if image_size not in IMAGE_SIZES_PX:
+            raise ValueError(f"image_size: must be {' or '.join(map(str, IMAGE_SIZES_PX))} (px); got {image_size}")
         if n_factors < 1:
             raise ValueError(f"n_factors: must be at least 1; got {n_factors}")
         self.normalise = normalise

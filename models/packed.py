@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from models.config import ModelConfig
+from models.config import SETTINGS, ModelConfig
 from models.device import (
     GPUSettings,
     Rows,
@@ -70,16 +70,10 @@ __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size
            "pack_key", "pack_memory_bytes", "resident_images", "split_into_packs"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
-# no code path. Everything else (architecture, objective, latent size, batch size, run length…)
-# must match, and configs that differ there go to different groups.
-SCALAR_FIELDS = (
-    "seed", "beta", "gamma", "lr", "lr_decay", "lr_milestones", "kl_warmup_steps", "grad_clip_norm",
-    "capacity_max", "capacity_steps", "discriminator_lr", "mmd_weight", "logvar_l1_weight",
-    "input_noise_subpixel_std", "input_noise_greyscale_std", "pair_factors_changed",
-    # WAE-GAN and LieGroupVAE (buffers, or used only at initialisation)
-    "adversarial_weight", "adversary_lr", "prior_std", "group_reconstruction_weight", "hessian_weight",
-    "commutator_weight", "lie_basis_init_std", "encoder_group_probability",
-)
+# no code path, those declared ``packable`` in models/config.py. Everything else (architecture,
+# objective, latent size, batch size, run length…) must match, and configs that differ there go to
+# different groups.
+SCALAR_FIELDS = tuple(name for name, setting in SETTINGS.items() if setting.packable)
 MODES = ("auto", "vmap", "loop")
 
 

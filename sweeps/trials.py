@@ -10,7 +10,7 @@ A ``TrialConfig`` is a read-only mapping of its flat settings (what a grid file 
 ``trials.parquet`` row holds), with typed parts that each consumer takes whole:
 
 - ``model``: a ``models.ModelConfig`` (architecture, objective and its hyperparameters, optimisation);
-- ``data``: a ``DataConfig`` (dataset, split, images);
+- ``data``: a ``data_pipeline.config.DataConfig`` (dataset, split, images);
 - ``evaluation``: an ``EvaluationConfig`` (sample budgets, metrics, reporting).
 """
 
@@ -21,14 +21,14 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 
-from data_pipeline import dataset_channels, get_split
+from data_pipeline import dataset_channels
+from data_pipeline.config import DataConfig
 from sweeps.errors import UsageError
 
 # Settings that change how a trial is logged, not what it computes; left out of the trial key.
 NOT_IN_KEY = ("report_every", "preset", "scale")
 # Settings that follow from the others: never given, always derived.
 DERIVED = ("condition", "trial_key", "channels")
-DATA_SOURCES = ("procedural", "real", "prepared")
 DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")
 RUN_KEYS = {"preset": "the study's name", "scale": "tiny, smoke, small or full"}
 DATA_KEYS = {
@@ -59,42 +59,6 @@ def _whole(value, name: str, least: int) -> int:
     if value < least:
         raise UsageError(f"{name}: must be at least {least}; got {value}")
     return value
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Where a trial's images come from and which of them it trains on."""
-
-    dataset: str
-    split: str
-    condition: str
-    n_images: int | None
-    data_seed: int
-    data_source: str = "procedural"
-
-    @classmethod
-    def parse(cls, settings: dict) -> DataConfig:
-        for key in ("dataset", "split", "n_images", "data_seed"):
-            if key not in settings:
-                hint = " (null for the whole grid)" if key == "n_images" else ""
-                raise UsageError(f"{key}: not set; set it under 'fixed', 'axes' or a scale{hint}")
-        try:
-            condition = get_split(settings["dataset"], settings["split"]).condition
-        except KeyError as error:
-            raise UsageError(error.args[0]) from None
-        n_images = settings["n_images"]
-        if n_images is not None:
-            _whole(n_images, "n_images", 1)
-        source = settings.get("data_source", "procedural")
-        if source not in DATA_SOURCES:
-            raise UsageError(f"data_source: unknown {source!r}; choose one of {', '.join(DATA_SOURCES)}")
-        return cls(settings["dataset"], settings["split"], condition, n_images,
-                   _whole(settings["data_seed"], "data_seed", 0), source)
-
-    @property
-    def key(self) -> tuple:
-        """Trials with equal keys share one dataset array."""
-        return (self.data_source, self.dataset, self.n_images, self.data_seed)
 
 
 @dataclass(frozen=True)
@@ -245,7 +209,10 @@ class TrialConfig(Mapping):
                 raise UsageError(f"unknown setting {unknown[0]!r}; allowed: "
                                  f"{', '.join(sorted(allowed_keys()))}")
             settings.setdefault("data_source", "procedural")
-            data = DataConfig.parse(settings)
+            try:
+                data = DataConfig.parse(settings)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
             EvaluationConfig.parse(settings)
             settings["condition"] = data.condition
             settings["trial_key"] = trial_key(settings)

@@ -203,7 +203,7 @@ def test_building_is_seeded():
         ("beta", -1.0, "beta: must be >= 0"),
         ("latent_dim", 0, "latent_dim: must be at least 1"),
         ("objective", "gan", "objective: unknown 'gan'"),
-        ("image_size", 32, "image_size: burgess takes 64 or 128 px"),
+        ("image_size", 32, "image_size: must be 64 or 128; got 32"),
         ("lr_milestones", (300, 150), "lr_milestones: must be increasing"),
         ("pair_divergence", "js", "pair_divergence: unknown 'js'"),
         ("input_noise_greyscale_std", -0.1, "input_noise_greyscale_std: must be >= 0"),

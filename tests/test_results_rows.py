@@ -21,7 +21,9 @@ from analysis import schema, storage
 from analysis.schema import SETTINGS, TRIALS_SCHEMA
 from sweeps.grid import get_spec, trial_configs
 from sweeps.results import trial_row
-from sweeps.trials import RUN_KEYS, DataConfig, EvaluationConfig, TrialConfig
+from data_pipeline.config import DataConfig
+from models.config import SETTINGS as MODEL_DECLARATIONS
+from sweeps.trials import RUN_KEYS, EvaluationConfig, TrialConfig
 
 
 def planned(**changes) -> TrialConfig:
@@ -31,6 +33,12 @@ def planned(**changes) -> TrialConfig:
 
 def test_the_setting_columns_are_the_config_classes_fields():
     assert schema.DATA_SETTINGS == {f.name: f.type for f in fields(DataConfig)}
+    assert planned().data.__class__ is DataConfig  # the trial's data part is the one declaration
+    assert schema.MODEL_SETTINGS == {name: s.type for name, s in MODEL_DECLARATIONS.items()}
+    for name, declared in MODEL_DECLARATIONS.items():  # each model setting's unit and null meaning
+        metadata = TRIALS_SCHEMA.field(name).metadata or {}
+        assert metadata.get(b"unit", b"").decode() == (declared.unit or ""), name
+        assert metadata.get(b"null", b"").decode() == (declared.null or ""), name
     assert schema.EVALUATION_SETTINGS == {f.name: f.type for f in fields(EvaluationConfig)}
     assert list(schema.RUN_SETTINGS) == list(RUN_KEYS)
     assert set(planned().effective_settings()) == {*SETTINGS, "trial_key"}
