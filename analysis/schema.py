@@ -26,8 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipeline.spaces import DATASETS, factor_space
 from data_pipeline.config import DataConfig
+from data_pipeline.spaces import DATASETS, factor_space
 from models.config import SETTINGS as MODEL_DECLARATIONS
 from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 

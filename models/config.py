@@ -109,7 +109,8 @@ class OneOf(Check):
     def problem(self, name: str, value, nullable: bool) -> str | None:
         if not isinstance(self.choices[0], str) or self.holds(value):
             return super().problem(name, value, nullable)
-        return f"{name}: unknown {value!r}; choose one of {', '.join(self.choices)}{' or None' if nullable else ''}"
+        choices = ", ".join(self.choices) + (" or None" if nullable else "")
+        return f"{name}: unknown {value!r}; choose one of {choices}"
 
 
 INCREASING_STEPS = Check("increasing, ≥ 1", lambda steps: all(b > a for a, b in zip(steps, steps[1:]))
@@ -191,7 +192,7 @@ class ModelConfig:
                                    null="the run's length is steps")
     lr_milestones: tuple[int, ...] = setting("optimisation", (), "steps at which the learning rate is "
                                              "multiplied by lr_decay", INCREASING_STEPS, unit="steps",
-                                             packable=True, normalise=lambda steps: tuple(int(m) for m in steps))
+                                             packable=True, normalise=lambda steps: tuple(map(int, steps)))
     lr_decay: float = setting("optimisation", 0.5, "the learning rate's factor at each milestone",
                               between(0, 1, open_low=True), packable=True)
     gamma: float | None = setting("loss", None, "γ: FactorVAE's TC weight, the annealed VAE's capacity "
@@ -199,15 +200,15 @@ class ModelConfig:
                                   null="the objective has no γ", packable=True)
     capacity_max: float = setting("loss", 25.0, "annealed VAE: the capacity C rises linearly from 0 to "
                                   "this", NON_NEGATIVE, unit="nats", packable=True)
-    capacity_steps: int = setting("loss", 100_000, "annealed VAE: the steps C takes to reach capacity_max", NON_NEGATIVE,
-                                  unit="steps", packable=True)
+    capacity_steps: int = setting("loss", 100_000, "annealed VAE: the steps C takes to reach capacity_max",
+                                  NON_NEGATIVE, unit="steps", packable=True)
     discriminator_lr: float = setting("loss", 1e-5, "FactorVAE: the discriminator's Adam lr, betas "
                                       "(0.5, 0.9) (M21)", POSITIVE, packable=True)
     discriminator_layers: int = setting("loss", 6, "FactorVAE: the discriminator's hidden layers",
                                         at_least(1))
     discriminator_width: int = setting("loss", 1000, "FactorVAE: the discriminator's width", at_least(1))
-    discriminator_negative_slope: float = setting("loss", 0.01, "FactorVAE: the discriminator's LeakyReLU slope",
-                                                  NON_NEGATIVE)
+    discriminator_negative_slope: float = setting("loss", 0.01, "FactorVAE: the discriminator's LeakyReLU "
+                                                  "slope", NON_NEGATIVE)
     mmd_weight: float = setting("loss", 10.0, "WAE-MMD: λ1, the MMD's weight", NON_NEGATIVE, packable=True)
     logvar_l1_weight: float = setting("loss", 1e-3, "WAE-MMD and WAE-GAN: λ2, the weight of ‖logvar‖₁",
                                       NON_NEGATIVE, packable=True)
@@ -474,12 +475,13 @@ def settings_table() -> str:
     def cell(text) -> str:
         return str(text).replace("|", "\\|")
 
-    rows = ["| setting | part | type | default | allowed | unit | what it is |", "|---|---|---|---|---|---|---|"]
+    rows = ["| setting | part | type | default | allowed | unit | what it is |", "|---" * 7 + "|"]
     for part in PART_NAMES:
         for s in (s for s in SETTINGS.values() if s.part == part):
             allowed = s.check.rule if s.check else ""
+            pack = " (may differ inside a pack)" if s.packable else ""
             rows.append(f"| `{s.name}` | {part} | `{cell(s.type)}` | `{s.default!r}` | {cell(allowed)} | "
-                        f"{s.unit or ''} | {cell(s.doc)}{' (may differ inside a pack)' if s.packable else ''} |")
+                        f"{s.unit or ''} | {cell(s.doc)}{pack} |")
     return "\n".join(rows) + "\n"
 
 

@@ -34,7 +34,8 @@ class GroundTruthDecoder(nn.Module):
             raise ValueError(f"architecture: unknown {architecture!r}; "
                              f"choose one of {', '.join(ARCHITECTURES)}")
         if image_size not in IMAGE_SIZES_PX:
-            raise ValueError(f"image_size: must be {' or '.join(map(str, IMAGE_SIZES_PX))} (px); got {image_size}")
+            sizes = " or ".join(map(str, IMAGE_SIZES_PX))
+            raise ValueError(f"image_size: must be {sizes} (px); got {image_size}")
         if n_factors < 1:
             raise ValueError(f"n_factors: must be at least 1; got {n_factors}")
         self.normalise = normalise

@@ -21,7 +21,8 @@ def test_the_parts_hold_every_field_once_as_declared():
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(ModelConfig))
     assert len(names) == len(set(names))
     for name, part in PARTS.items():
-        assert [f.name for f in dataclasses.fields(part)] == [s.name for s in SETTINGS.values() if s.part == name]
+        declared = [s.name for s in SETTINGS.values() if s.part == name]
+        assert [f.name for f in dataclasses.fields(part)] == declared
         assert all(getattr(part(), f.name) == SETTINGS[f.name].default for f in dataclasses.fields(part))
 
 
@@ -85,7 +86,8 @@ def test_an_int_or_none_setting_refuses_another_type_naming_the_field():
     for wrong in (2.5, "5", True, [5]):
         with pytest.raises(TypeError) as refused:
             Evaluated(every=wrong)
-        assert str(refused.value) == f"invalid model config: every: expected a whole number, or None; got {wrong!r}"
+        assert str(refused.value) == ("invalid model config: every: expected a whole number, or None; "
+                                      f"got {wrong!r}")
     with pytest.raises(ValueError) as refused:
         Evaluated(every=0)
     assert str(refused.value) == "invalid model config: every: must be at least 1 or None; got 0"

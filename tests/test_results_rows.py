@@ -19,10 +19,10 @@ import pytest
 import analysis
 from analysis import schema, storage
 from analysis.schema import SETTINGS, TRIALS_SCHEMA
-from sweeps.grid import get_spec, trial_configs
-from sweeps.results import trial_row
 from data_pipeline.config import DataConfig
 from models.config import SETTINGS as MODEL_DECLARATIONS
+from sweeps.grid import get_spec, trial_configs
+from sweeps.results import trial_row
 from sweeps.trials import RUN_KEYS, EvaluationConfig, TrialConfig
 
 
