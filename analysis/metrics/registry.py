@@ -172,9 +172,11 @@ def metric_columns() -> list[Column]:
 DISENTANGLEMENT_SCORES = [column.name for column in metric_columns() if column.disentanglement]
 
 
-def nan_results() -> dict[str, float]:
-    """Every metric's results, NaN: a row's metric keys before any metric runs."""
-    return {key: float("nan") for metric in METRICS.values() for key in metric.keys}
+def nan_results() -> dict[str, float | None]:
+    """Every metric's results before any metric runs: NaN (a flag's NaN is stored as null), or None
+    for a column of whole numbers or names."""
+    return {column.name: float("nan") if column.kind in ("float", "bool") else None
+            for metric in METRICS.values() for column in metric.columns if not column.record}
 
 
 # -- the evaluation's settings --------------------------------------------------------------------
