@@ -2,23 +2,10 @@
 transfer, and M22's encoder-or-decoder diagnosis.
 
 ``evaluate(model, dataset, split, config)`` computes the NLLs and the readout, then runs each
-metric of ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names on one
-:class:`Sample` of codes, drawn and encoded once. The registered metrics and what they write (all
-floats; NaN where a metric is not configured or not defined):
-
-``"dci"``            dci_disentanglement, dci_completeness, dci_informativeness (``dci_estimator``;
-                     "none" skips every registered metric)
-``"d_score"``        d_score (Montero et al. 2021's Lasso D-score)
-``"mig"``            mig
-``"sap"``            sap (discrete factors, LinearSVC)
-``"modularity_explicitness"``  modularity, explicitness
-``"beta_vae"``       beta_vae_score   (eval accuracy; see below)
-``"factor_vae"``     factor_vae_score
-``"transfer"``       transfer_<regressor>_ood1_a/b/c and _ood2 for each of ``transfer_regressors``,
-                     and transfer_factor (the OOD1 factor's name)
-``"encoder_decoder"``  encoder_error_train/test, decoder_nll_train/test, encoder_fails,
-                     decoder_fails and the rule's parameters diagnosis_ratio,
-                     diagnosis_encoder_margin, diagnosis_decoder_margin
+metric of ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
+:class:`Sample` of codes, drawn and encoded once; the registry's line of each metric names the
+columns it writes (NaN where a metric is not configured or not defined). ``dci_estimator`` "none"
+skips every registered metric.
 
 ``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images``, ``n_test_images`` and the
 readout accuracy per factor (below) are always computed, and every row records the sample sizes it
@@ -74,7 +61,7 @@ import logging
 
 import numpy as np
 
-from analysis.metrics._grid import GridPool, RowSampler, grid_pool
+from analysis.metrics import GridPool, RowSampler, grid_pool
 from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll

@@ -61,6 +61,7 @@ def test_a_bad_setting_is_a_one_line_error_naming_it(changes, message):
 def test_a_trials_settings_parse_with_the_sweeps_errors():
     settings = {"report_every": 5, "n_nll": 10, "n_metric": 20, "metrics": ["mig"], "dataset": "dsprites"}
     assert EvaluationConfig.parse(settings) == EvaluationConfig(5, 10, 20, metrics=("mig",))
+    assert EvaluationConfig.parse({**settings, "transfer_factor": "scale"}).transfer_factor == "scale"
     with pytest.raises(ValueError, match="n_metric: not set; set it under 'fixed' or a scale"):
         EvaluationConfig.parse({"report_every": 5, "n_nll": 10})
     with pytest.raises(ValueError, match="transfer_factor: dsprites has no factor 'hue'"):

@@ -273,8 +273,8 @@ class EvaluationConfig:
         if not isinstance(regressors, (list, tuple)):
             raise ValueError(f"transfer_regressors: expected a non-empty list such as [gbt, mlp]; "
                              f"got {regressors!r}")
-        return cls(**{name: settings[name] for name in SETTING_DOCS if name in settings},
-                   transfer_factor=_transfer_factor(settings))
+        given = {name: settings[name] for name in SETTING_DOCS if name in settings}
+        return cls(**{**given, "transfer_factor": _transfer_factor(settings)})
 
     @property
     def chosen_metrics(self) -> tuple[str, ...]:
