@@ -65,7 +65,7 @@ from analysis.metrics import GridPool, RowSampler, grid_pool
 from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
-from analysis.metrics.registry import INPUTS, METRICS, EvaluationConfig, nan_results
+from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
 from analysis.metrics.transfer_score import transfer_factor_of
 from analysis.schema import READOUT_FACTORS
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
@@ -273,16 +273,13 @@ class Sample:
         return source, None if isinstance(source, GridPool) else space.sizes, record
 
 
-_ALWAYS = ("config", "seed", "n_jobs", "space", "split", "train", "likelihood", "factor_ranges", "shared")
-
-
 class _Inputs:
     """A metric's view of the :class:`Sample`: the parts of the inputs it declares, and what is
     always there; reading another part is an error that says where to declare it."""
 
     def __init__(self, sample: Sample, name: str, inputs: tuple[str, ...]):
         self._sample, self._name = sample, name
-        self._allowed = {*_ALWAYS, *(part for i in inputs for part in INPUTS[i])}
+        self._allowed = {*ALWAYS, *(part for i in inputs for part in INPUTS[i])}
 
     def __getattr__(self, attribute: str):
         if attribute not in self._allowed:

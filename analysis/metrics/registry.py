@@ -5,11 +5,11 @@ plain function over arrays (``mig(codes, factors)``) and a function of the evalu
 (``score_mig(sample) -> dict``) that calls it with what the metric reads: the codes of the training
 draws, of the held-out images, the model itself (:data:`INPUTS`; ``analysis.evaluation.Sample``
 draws and encodes them once for every metric). The line gives the metric's name, that function,
-the results columns it writes (:class:`Column`: kind, unit, what a null means), the inputs it
-reads. From the table come everything else:
-``evaluate``'s loop, the NaN a row holds where a metric did not run, the results schema's metric
-columns (``analysis.schema``), the disentanglement scores the report correlates
-(:data:`DISENTANGLEMENT_SCORES`) and the names a grid's ``metrics`` setting accepts.
+the results columns it writes (:class:`Column`: kind, unit, what a null means) and the inputs it
+reads. Everything else comes from the table: ``evaluate``'s loop, the NaN a row holds where a
+metric did not run, the results schema's metric columns (``analysis.schema``), the
+disentanglement scores the report correlates (:data:`DISENTANGLEMENT_SCORES`) and the names a
+grid's ``metrics`` setting accepts.
 docs/analysis.md, "Adding a metric", adds one step by step.
 
 :class:`EvaluationConfig` is how a trained model is evaluated: a trial's evaluation settings (each
@@ -38,8 +38,7 @@ from analysis.metrics.transfer_score import REGRESSORS, check_transfer, score_tr
 KINDS = ("float", "int", "bool", "group", "text")
 
 # What a metric may read of the evaluation's sample (analysis.evaluation.Sample), by input: each is
-# drawn and encoded once, when a metric that reads it first asks. Every metric may also read
-# config, seed, n_jobs, space, split, train, likelihood, factor_ranges and shared.
+# drawn and encoded once, when a metric that reads it first asks.
 INPUTS = {
     "training_draws": ("codes", "factors", "rows"),  # n_metric training images, with replacement
     "check_draws": ("codes_check", "factors_check", "rows_check"),  # n_metric_test more, independent
@@ -47,6 +46,8 @@ INPUTS = {
     "score_pool": ("score_pool",),  # the BetaVAE/FactorVAE scores' sample (analysis.evaluation)
     "model": ("encode", "decode", "dataset"),  # the model's encoder and decoder, the dataset
 }
+# What every metric may read without declaring it: its config and the evaluation's constants.
+ALWAYS = ("config", "seed", "n_jobs", "space", "split", "train", "likelihood", "factor_ranges", "shared")
 
 
 @dataclass(frozen=True)
