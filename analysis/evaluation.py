@@ -1,20 +1,11 @@
 """Evaluation of a trained model: reconstruction on train and held-out images, disentanglement,
 transfer, and M22's encoder-or-decoder diagnosis.
 
-Metrics and what they write (all floats; NaN where a metric is not configured or not defined):
-
-``"dci"``            dci_disentanglement, dci_completeness, dci_informativeness (``dci_estimator``)
-``"d_score"``        d_score (Montero et al. 2021's Lasso D-score)
-``"mig"``            mig
-``"sap"``            sap (discrete factors, LinearSVC)
-``"modularity_explicitness"``  modularity, explicitness
-``"beta_vae"``       beta_vae_score   (eval accuracy; see below)
-``"factor_vae"``     factor_vae_score
-``"transfer"``       transfer_<regressor>_ood1_a/b/c and _ood2 for each of ``transfer_regressors``,
-                     and transfer_factor (the OOD1 factor's name)
-``"encoder_decoder"``  encoder_error_train/test, decoder_nll_train/test, encoder_fails,
-                     decoder_fails and the rule's parameters diagnosis_ratio,
-                     diagnosis_encoder_margin, diagnosis_decoder_margin
+``evaluate(model, dataset, split, config)`` computes the NLLs and the readout, then runs each
+metric of ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
+:class:`Sample` of codes, drawn and encoded once; the registry's line of each metric names the
+columns it writes (NaN where a metric is not configured or not defined). ``dci_estimator`` "none"
+skips every registered metric.
 
 ``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images``, ``n_test_images`` and the
 readout accuracy per factor (below) are always computed, and every row records the sample sizes it
@@ -70,55 +61,26 @@ import logging
 
 import numpy as np
 
-from analysis.metrics._grid import GridPool, RowSampler, grid_pool
-from analysis.metrics.beta_vae_score import sampled_beta_vae_score
-from analysis.metrics.dci import dci
-from analysis.metrics.encoder_decoder_diagnosis import (
-    DECODER_MARGIN,
-    ENCODER_MARGIN,
-    RATIO,
-    encoder_decoder_diagnosis,
-)
+from analysis.metrics import GridPool, RowSampler, grid_pool
 from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
-from analysis.metrics.factor_vae_score import sampled_factor_vae_score
-from analysis.metrics.mig import mig
-from analysis.metrics.modularity_explicitness import modularity_explicitness
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
-from analysis.metrics.sap import sap
-from analysis.metrics.transfer_score import transfer_score
+from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
+from analysis.metrics.transfer_score import transfer_factor_of
 from analysis.schema import READOUT_FACTORS
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
 from models.evaluation import reconstruct as _reconstruct
 
 _log = logging.getLogger(__name__)
 
-METRICS = ("dci", "d_score", "mig", "sap", "modularity_explicitness", "beta_vae", "factor_vae",
-           "transfer", "encoder_decoder")
-# What a sweep computes unless told otherwise: everything, with the GBT transfer readout only
-# (the [256, 256] MLP costs seconds per factor and scenario; ask for it with
-# transfer_regressors=("gbt", "mlp"); the dittadi2021 preset does).
-DEFAULT_METRICS = METRICS
-# The OOD1 factor by default: a colour factor where the dataset has one (D21 varies colour), in
-# this order of preference; otherwise the factor with the fewest classes, at least 4.
-COLOUR_FACTORS = ("object_hue", "object_color", "hue", "color", "colour")
-SCORE_SAMPLINGS = ("training", "grid")
-
-_KEYS = {
-    "dci": ["dci_disentanglement", "dci_completeness", "dci_informativeness"],
-    "d_score": ["d_score"],
-    "mig": ["mig"],
-    "sap": ["sap"],
-    "modularity_explicitness": ["modularity", "explicitness"],
-    "beta_vae": ["beta_vae_score"],
-    "factor_vae": ["factor_vae_score"],
-    "transfer": [f"transfer_{r}_{s}" for r in ("gbt", "mlp") for s in ("ood1_a", "ood1_b", "ood1_c", "ood2")],
-    "encoder_decoder": ["encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test",
-                        "encoder_fails", "decoder_fails"],
-}
+__all__ = ["EvaluationConfig", "METRICS", "Sample", "evaluate", "factor_readout", "grid_score_sizes",
+           "model_likelihood", "no_readout", "reconstruction_nll_per_image", "sample_without_replacement",
+           "transfer_factor_of"]
 
 
-def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
+def sample_without_replacement(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
+    """At most ``budget`` of ``indices`` without replacement, in order (the NLL's and the held-out
+    sample's draw)."""
     if len(indices) <= budget:
         return indices
     return np.sort(rng.choice(indices, size=budget, replace=False))
@@ -127,33 +89,6 @@ def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.nd
 def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` rows drawn uniformly with replacement (disentanglement_lib's sampling)."""
     return indices[rng.integers(0, len(indices), n)] if len(indices) else indices
-
-
-def transfer_factor_of(factor_space, split=None) -> int:
-    """The default OOD factor for OOD1: a colour factor (:data:`COLOUR_FACTORS`, D21 varies
-    colour) with at least 4 classes that the split does not hold out; otherwise the factor with
-    the fewest classes, at least 4, that the split does not hold out (on dSprites, scale)."""
-    held = set(getattr(split, "test_when", {}) or {})
-    for name in COLOUR_FACTORS:
-        if name in factor_space.names and name not in held and \
-                factor_space.sizes[factor_space.names.index(name)] >= 4:
-            return factor_space.names.index(name)
-    candidates = [(size, i) for i, (name, size) in enumerate(zip(factor_space.names, factor_space.sizes))
-                  if size >= 4 and name not in held]
-    if not candidates:
-        candidates = [(size, i) for i, size in enumerate(factor_space.sizes) if size >= 2]
-    return min(candidates)[1]
-
-
-def transfer_factor_position(factor_space, name: str | None, split=None) -> int:
-    """The column of the OOD1 factor ``name`` (None: :func:`transfer_factor_of`); a clear error
-    naming the dataset's factors if it has no such factor."""
-    if name is None:
-        return transfer_factor_of(factor_space, split)
-    if name not in factor_space.names:
-        raise ValueError(f"transfer_factor: the dataset has no factor {name!r}; its factors are "
-                         f"{', '.join(factor_space.names)}")
-    return factor_space.names.index(name)
 
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
@@ -182,34 +117,24 @@ def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, li
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, seed: int = 0,
-             n_jobs: int | None = 1, dci_estimator: str | None = "gbt", metrics=DEFAULT_METRICS,
-             transfer_regressors=("gbt",), transfer_factor: str | None = None,
-             n_grid: int | None = None, n_metric_test: int | None = None,
-             score_sampling: str = "training", diagnosis_ratio: float = RATIO,
-             diagnosis_encoder_margin: float = ENCODER_MARGIN,
-             diagnosis_decoder_margin: float = DECODER_MARGIN) -> dict[str, float]:
-    """Metrics of ``model`` on ``dataset`` under the held-out ``split``.
+def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
+             n_jobs: int | None = 1) -> dict[str, float]:
+    """Metrics of ``model`` on ``dataset`` under the held-out ``split``, as ``config`` says
+    (default ``EvaluationConfig()``).
 
     Returns ``train_nll`` and ``test_nll`` (mean NLL per image under the model's own likelihood,
-    nats, on at most ``n_nll`` images per side) and the metrics named in ``metrics`` (see the
-    module docstring for them and their samples). ``n_jobs`` is the number of processes fitting
-    the DCI estimators (None: every core). ``dci_estimator`` picks the DCI estimator (see
-    ``analysis.metrics.dci``); None skips every disentanglement metric (they are then NaN).
-    ``transfer_factor`` names the OOD1 factor (default: :func:`transfer_factor_of`).
-    ``n_grid`` is the BetaVAE/FactorVAE pool (0: fresh draws; see :func:`grid_score_sizes`);
-    ``score_sampling`` "training" (default) or "grid". ``diagnosis_*`` are the encoder/decoder
-    rule's parameters (``analysis.metrics.encoder_decoder_diagnosis.fails``).
+    nats, on at most ``config.n_nll`` images per side), the readout accuracy per factor, and the
+    columns of each registered metric that ``config.metrics`` names (None: all), NaN for the others
+    (see the module docstring for them and their samples). ``seed`` seeds every draw and fit (a
+    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI
+    estimators (None: every core). ``config.dci_estimator`` "none" skips every registered metric.
     """
-    unknown = set(metrics) - set(METRICS)
-    if unknown:
-        raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {', '.join(METRICS)}")
-    if score_sampling not in SCORE_SAMPLINGS:
-        raise ValueError(f"score_sampling: unknown {score_sampling!r}; choose one of "
-                         f"{', '.join(SCORE_SAMPLINGS)}")
-    space = dataset.factor_space
-    ood = transfer_factor_position(space, transfer_factor, split) if "transfer" in metrics else None
-    train, test = split.train_test_indices(dataset.classes, space)
+    config = EvaluationConfig() if config is None else config
+    chosen = config.chosen_metrics
+    for name in chosen:
+        if METRICS[name].check is not None:
+            METRICS[name].check(config, dataset, split)
+    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     rng = np.random.default_rng(seed)
     likelihood = model_likelihood(model)
     out: dict[str, float] = {
@@ -217,78 +142,152 @@ def evaluate(model, dataset, split, *, n_nll: int = 1000, n_metric: int = 1000, 
         "n_test_images": int(len(test)),
         "nll_likelihood": likelihood,
         "train_nll": float(reconstruction_nll_per_image(
-            model, dataset.images, _sample(train, n_nll, rng), likelihood).mean()),
+            model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood).mean()),
         "test_nll": float(reconstruction_nll_per_image(
-            model, dataset.images, _sample(test, n_nll, rng), likelihood).mean()),
+            model, dataset.images, sample_without_replacement(test, config.n_nll, rng), likelihood).mean()),
+        **nan_results(),
     }
-    nan = float("nan")
-    for name in METRICS:
-        for key in _KEYS[name]:
-            out[key] = nan
-    n_test = max(2, n_metric // 2) if n_metric_test is None else n_metric_test
-    # two independent draws from the training images, as disentanglement_lib draws its train and
-    # test batches (a second stream, so the NLL sample above does not move with n_metric)
-    draws = np.random.default_rng([seed, 2])
-    rows, rows_test = _draw(train, n_metric, draws), _draw(train, n_test, draws)
-    codes, factors = encode_means(model, dataset.images, rows), dataset.classes[rows]
-    codes_check, factors_check = encode_means(model, dataset.images, rows_test), dataset.classes[rows_test]
-    held_test = dict(codes_test=codes_check, factors_test=factors_check)
-    if dci_estimator is None:
-        out.update(factor_readout(space, dataset.classes[train], rows, rows_test, codes, factors, codes_check,
-                                  factors_check, random_state=seed))
-        return out
-    out.update(metric_n_train=int(len(rows)), metric_n_test=int(len(rows_test)))
-
-    standard = None
-    if "dci" in metrics:
-        standard = dci(codes, factors, **held_test, estimator=dci_estimator, random_state=seed, n_jobs=n_jobs)
-        out["dci_disentanglement"] = float(standard["disentanglement"])
-        out["dci_completeness"] = float(standard["completeness"])
-        out["dci_informativeness"] = float(standard["informativeness_test"])
-    out.update(factor_readout(space, dataset.classes[train], rows, rows_test, codes, factors, codes_check,
-                              factors_check, dci_result=standard, dci_estimator=dci_estimator,
-                              random_state=seed))
-    if "d_score" in metrics:
-        lasso = dci(codes, factors, estimator="lasso_m21", random_state=seed)
-        out["d_score"] = float(lasso["disentanglement"])
-    if "mig" in metrics:
-        out["mig"] = mig(codes, factors)["mig"]
-    if "sap" in metrics:
-        out["sap"] = sap(codes, factors, **held_test, random_state=seed)["sap"]
-    if "modularity_explicitness" in metrics:
-        result = modularity_explicitness(codes, factors, **held_test, random_state=seed)
-        out["modularity"], out["explicitness"] = result["modularity"], result["explicitness_test"]
-    if {"beta_vae", "factor_vae"} & set(metrics):
-        out.update(_grid_scores(model, dataset, train, metrics, n_metric, n_grid, score_sampling, seed))
-
-    need_test = {"transfer", "encoder_decoder"} & set(metrics)
-    test_rows = _sample(test, n_metric, rng)
-    codes_test = encode_means(model, dataset.images, test_rows) if need_test else None
-    factors_test = dataset.classes[test_rows]
-    ranges = np.stack([np.zeros(space.n_factors), np.asarray(space.sizes) - 1.0], axis=1)
-    if "transfer" in metrics:
-        held = [space.position(name) for name in split.test_when]
-        # OOD1 reads the training sample only: its values of the OOD factor are those the encoder
-        # trained on (D21: OOD1-A/B/C are defined on the encoder's training hues)
-        result = transfer_score(codes, factors, ood_factor=ood, codes_ood2=codes_test,
-                                factors_ood2=factors_test,
-                                regressors=tuple(transfer_regressors), factor_ranges=ranges,
-                                ood2_excluded=held if len(held) == 1 else [], random_state=seed)
-        out.update({k: v for k, v in result.items() if k.startswith("transfer_")})
-        out["transfer_factor"] = space.names[ood]
-    unique = np.unique(rows)  # the diagnosis splits its sample in two: no row on both sides
-    if "encoder_decoder" in metrics and len(unique) >= 8:
-        codes_unique = encode_means(model, dataset.images, unique)
-        result = encoder_decoder_diagnosis(
-            codes_unique, dataset.classes[unique], codes_test, factors_test, decode=_decoder(model),
-            images=dataset.images[unique], images_test=dataset.images[test_rows], factor_ranges=ranges,
-            ratio=diagnosis_ratio, encoder_margin=diagnosis_encoder_margin,
-            decoder_margin=diagnosis_decoder_margin, likelihood=likelihood, random_state=seed)
-        out.update({k: result[k] for k in _KEYS["encoder_decoder"]})
-        out.update(diagnosis_ratio=float(diagnosis_ratio),
-                   diagnosis_encoder_margin=float(diagnosis_encoder_margin),
-                   diagnosis_decoder_margin=float(diagnosis_decoder_margin))
+    # the held-out sample takes the NLL's stream where it left off
+    sample = Sample(model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood)
+    if config.dci_estimator != "none":
+        out.update(metric_n_train=int(len(sample.rows)), metric_n_test=int(len(sample.rows_check)))
+        for name in chosen:
+            metric = METRICS[name]
+            result = metric.compute(_Inputs(sample, name, metric.inputs))
+            undeclared = set(result) - {c.name for c in metric.columns} - set(metric.fills)
+            if undeclared:
+                raise ValueError(f"metric {name} returned {sorted(undeclared)}, which are not its columns; "
+                                 "declare them in its line of analysis.metrics.registry.METRICS")
+            out.update(result)
+    out.update(factor_readout(sample.space, dataset.classes[train], sample.rows, sample.rows_check,
+                              sample.codes, sample.factors, sample.codes_check, sample.factors_check,
+                              dci_result=sample.shared.get("dci"),
+                              dci_estimator=config.dci_estimator, random_state=seed))
     return out
+
+
+class Sample:
+    """What the metrics of one evaluation read, each part drawn and encoded once, when first asked
+    (``analysis.metrics.registry.INPUTS`` names the parts):
+
+    - ``codes``, ``factors``, ``rows``: ``n_metric`` training images drawn uniformly with
+      replacement (disentanglement_lib's first batch), with their posterior means and classes;
+    - ``codes_check``, ``factors_check``, ``rows_check``: ``n_metric_test`` more (default
+      ``n_metric // 2``), drawn independently (its second batch);
+    - ``held_out_codes``, ``held_out_factors``, ``held_out_rows``: at most ``n_metric`` held-out
+      images, without replacement;
+    - ``score_pool``: (source, factor sizes or None, record) of the BetaVAE and FactorVAE scores
+      (module docstring; source None where fewer than 2 training images);
+    - ``encode(rows)``, ``decode(codes)``, ``dataset``: the model's posterior means of dataset rows,
+      its pixel probabilities (float64) of codes, and the dataset.
+
+    Always there: ``config``, ``seed``, ``n_jobs``, ``space``, ``split``, ``train`` (the training
+    rows), ``likelihood``, ``factor_ranges`` (each factor's class range) and ``shared`` (results one
+    metric leaves for another: DCI's for the readout)."""
+
+    def __init__(self, model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood):
+        self.model, self.dataset, self.split, self.config = model, dataset, split, config
+        self.seed, self.n_jobs, self.train, self._test, self._rng = seed, n_jobs, train, test, rng
+        self.likelihood, self.space, self.shared = likelihood, dataset.factor_space, {}
+        sizes = np.asarray(self.space.sizes)
+        self.factor_ranges = np.stack([np.zeros(self.space.n_factors), sizes - 1.0], axis=1)
+        self._parts: dict = {}
+
+    def encode(self, rows: np.ndarray) -> np.ndarray:
+        return encode_means(self.model, self.dataset.images, rows)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        return decode_probabilities(self.model, codes).astype(np.float64)
+
+    def _part(self, name: str):
+        if name not in self._parts:
+            self._parts[name] = getattr(self, f"_draw_{name}")()
+        return self._parts[name]
+
+    def _draw_training(self):
+        # two independent draws from the training images, as disentanglement_lib draws its train
+        # and test batches (a stream of their own, so the NLL sample does not move with n_metric)
+        draws = np.random.default_rng([self.seed, 2])
+        n_metric, n_check = self.config.n_metric, self.config.n_metric_test
+        n_check = max(2, n_metric // 2) if n_check is None else n_check
+        rows, rows_check = _draw(self.train, n_metric, draws), _draw(self.train, n_check, draws)
+        return rows, rows_check
+
+    def _draw_codes(self):
+        rows = self._part("training")[0]
+        return self.encode(rows), self.dataset.classes[rows]
+
+    def _draw_check(self):
+        rows = self._part("training")[1]
+        return self.encode(rows), self.dataset.classes[rows]
+
+    def _draw_held_out(self):
+        rows = sample_without_replacement(self._test, self.config.n_metric, self._rng)
+        return rows, self.encode(rows), self.dataset.classes[rows]
+
+    rows = property(lambda self: self._part("training")[0])
+    rows_check = property(lambda self: self._part("training")[1])
+    codes = property(lambda self: self._part("codes")[0])
+    factors = property(lambda self: self._part("codes")[1])
+    codes_check = property(lambda self: self._part("check")[0])
+    factors_check = property(lambda self: self._part("check")[1])
+    held_out_rows = property(lambda self: self._part("held_out")[0])
+    held_out_codes = property(lambda self: self._part("held_out")[1])
+    held_out_factors = property(lambda self: self._part("held_out")[2])
+    score_pool = property(lambda self: self._part("score_pool"))
+
+    def _draw_score_pool(self):
+        """The BetaVAE/FactorVAE scores' source, their factor sizes (None for a pool) and record."""
+        config, dataset, space, train = self.config, self.dataset, self.space, self.train
+        sizes = grid_score_sizes(config.n_metric, config.n_grid)
+        record = {"score_batch_size": sizes["batch_size"], "score_n_train": sizes["n_train"],
+                  "score_n_eval": sizes["n_eval"], "score_n_variance": sizes["n_variance"],
+                  "score_pool_size": sizes["n_grid"]}
+        pool_seed = [self.seed, 1]  # a stream of its own for the pool, apart from the scores'
+        if config.score_sampling == "grid":
+            if dataset.observe is None:
+                raise ValueError(f"score_sampling: 'grid' renders grid points with dataset.observe, which "
+                                 f"{dataset.name} lacks; use 'training'")
+
+            def represent(classes):
+                images = dataset.observe(classes)
+                return encode_means(self.model, images, np.arange(len(images)))
+
+            if sizes["n_grid"]:
+                source = grid_pool(represent, space.sizes, sizes["n_grid"], random_state=pool_seed)
+            else:
+                source = represent
+            record["score_sample"] = "full grid (rendered), held-out combinations included"
+        else:
+            if len(train) < 2:
+                return None, None, {**record, "score_sample": "training images: fewer than 2"}
+            full = len(np.unique(dataset.classes[train], axis=0)) == int(np.prod(space.sizes, dtype=np.int64))
+            record["score_sample"] = ("training images (a full factorial grid)" if full else
+                                      "training images (not a full factorial grid: ill-defined, "
+                                      "Dittadi et al. 2021)")
+            if sizes["n_grid"]:
+                pool_rows = _draw(train, sizes["n_grid"], np.random.default_rng(pool_seed))
+                source = GridPool(dataset.classes[pool_rows], self.encode(pool_rows), space.sizes)
+            else:
+                source = RowSampler(dataset.classes[train], lambda r: self.encode(train[r]), space.sizes)
+        return source, None if isinstance(source, GridPool) else space.sizes, record
+
+
+class _Inputs:
+    """A metric's view of the :class:`Sample`: the parts of the inputs it declares, and what is
+    always there; reading another part is an error that says where to declare it."""
+
+    def __init__(self, sample: Sample, name: str, inputs: tuple[str, ...]):
+        self._sample, self._name = sample, name
+        self._allowed = {*ALWAYS, *(part for i in inputs for part in INPUTS[i])}
+
+    def __getattr__(self, attribute: str):
+        if attribute not in self._allowed:
+            needs = [i for i, parts in INPUTS.items() if attribute in parts]
+            hint = f"add {needs[0]!r} to its inputs" if needs else f"a sample has no {attribute!r}"
+            raise AttributeError(f"metric {self._name} reads {attribute!r}: {hint} "
+                                 "(analysis.metrics.registry.METRICS)")
+        return getattr(self._sample, attribute)
 
 
 def no_readout(space) -> dict:
@@ -333,61 +332,3 @@ def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_t
         name: {"accuracy": None if np.isnan(value) else float(value), "chance": float(level)}
         for name, value, level in zip(space.names, accuracy, chances)})
     return out
-
-
-def _grid_scores(model, dataset, train, metrics, n_metric, n_grid, score_sampling, seed):
-    """beta_vae_score and factor_vae_score with their sample sizes (see the module docstring)."""
-    sizes = grid_score_sizes(n_metric, n_grid)
-    batch = dict(batch_size=sizes["batch_size"], n_train=sizes["n_train"], n_eval=sizes["n_eval"])
-    space = dataset.factor_space
-    out = {"score_batch_size": sizes["batch_size"], "score_n_train": sizes["n_train"],
-           "score_n_eval": sizes["n_eval"], "score_n_variance": sizes["n_variance"],
-           "score_pool_size": sizes["n_grid"]}
-    # a stream of its own for the pool, apart from the scores' (seeded by ``seed``)
-    pool_seed = [seed, 1]
-    if score_sampling == "grid":
-        if dataset.observe is None:
-            raise ValueError(f"score_sampling: 'grid' renders grid points with dataset.observe, which "
-                             f"{dataset.name} lacks; use 'training'")
-
-        def represent(classes):
-            images = dataset.observe(classes)
-            return encode_means(model, images, np.arange(len(images)))
-
-        if sizes["n_grid"]:
-            source = grid_pool(represent, space.sizes, sizes["n_grid"], random_state=pool_seed)
-        else:
-            source = represent
-        out["score_sample"] = "full grid (rendered), held-out combinations included"
-    else:
-        if len(train) < 2:
-            out.update(beta_vae_score=float("nan"), factor_vae_score=float("nan"),
-                       score_sample="training images: fewer than 2")
-            return out
-        full = len(np.unique(dataset.classes[train], axis=0)) == int(np.prod(space.sizes, dtype=np.int64))
-        out["score_sample"] = ("training images (a full factorial grid)" if full else "training images "
-                               "(not a full factorial grid: ill-defined, Dittadi et al. 2021)")
-        if sizes["n_grid"]:
-            pool_rows = _draw(train, sizes["n_grid"], np.random.default_rng(pool_seed))
-            source = GridPool(dataset.classes[pool_rows], encode_means(model, dataset.images, pool_rows),
-                              space.sizes)
-        else:
-            source = RowSampler(dataset.classes[train],
-                                lambda r: encode_means(model, dataset.images, train[r]), space.sizes)
-    factor_sizes = None if isinstance(source, GridPool) else space.sizes
-    if "beta_vae" in metrics:
-        out["beta_vae_score"] = sampled_beta_vae_score(source, factor_sizes, **batch,
-                                                       random_state=seed)["beta_vae_eval"]
-    if "factor_vae" in metrics:
-        out["factor_vae_score"] = sampled_factor_vae_score(
-            source, factor_sizes, **batch, n_variance=sizes["n_variance"], random_state=seed,
-        )["factor_vae_eval"]
-    return out
-
-
-def _decoder(model):
-    """codes (numpy) → pixel probabilities (numpy, float64), in batches, without gradients."""
-    def decode(codes):
-        return decode_probabilities(model, codes).astype(np.float64)
-
-    return decode

@@ -26,6 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.metrics.registry import metric_columns
+from analysis.metrics.registry import setting_types as evaluation_setting_types
 from data_pipeline.config import DataConfig
 from data_pipeline.spaces import DATASETS, factor_space
 from models.config import SETTINGS as MODEL_DECLARATIONS
@@ -47,14 +49,11 @@ def schema_field(name: str, kind: pa.DataType, *, unit: str | None = None,
 
 # (name, declared type) of each setting: the run's own two (sweeps.trials' RUN_KEYS), every field of
 # data_pipeline.config's DataConfig and of models.ModelConfig (each model setting's declaration in
-# models/config.py gives its unit and what its null means), and sweeps.trials' EvaluationConfig
-# fields (analysis does not import sweeps; tests/test_results_rows.py checks that these are that
-# class's fields).
+# models/config.py gives its unit and what its null means), and the trial settings of analysis'
+# EvaluationConfig (analysis/metrics/registry.py).
 RUN_SETTINGS = {"preset": "str", "scale": "str"}
 DATA_SETTINGS = {f.name: f.type for f in fields(DataConfig)}
-EVALUATION_SETTINGS = {"report_every": "int", "n_nll": "int", "n_metric": "int", "dci_estimator": "str",
-                       "metrics": "tuple[str, ...] | None", "transfer_factor": "str | None",
-                       "transfer_regressors": "tuple[str, ...]"}
+EVALUATION_SETTINGS = evaluation_setting_types()
 MODEL_SETTINGS = {name: setting.type for name, setting in MODEL_DECLARATIONS.items()}
 
 # Where a finished model's setting may be null, what that means; every other setting is filled
@@ -126,50 +125,27 @@ PROVENANCE_FIELDS = [
 # every registered dataset (data_pipeline.spaces), in registry order.
 READOUT_FACTORS = tuple(dict.fromkeys(name for dataset in DATASETS for name in factor_space(dataset).names))
 
-# The final metrics of a trial: what came out.
+# A metric column's type, from its kind in the registry (analysis.metrics.registry.Column).
+METRIC_KINDS = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "group": GROUP,
+                "text": pa.string()}
+
+# The final metrics of a trial: what came out. NaN/null where a metric was not computed, and in
+# files written before its column.
 METRIC_FIELDS = [
-    pa.field("train_nll", pa.float64()),  # mean Bernoulli NLL per training image, nats
+    pa.field("train_nll", pa.float64()),  # mean NLL per training image under nll_likelihood, nats
     pa.field("test_nll", pa.float64()),  # the same on the held-out condition's test images
-    pa.field("dci_disentanglement", pa.float64()),  # Eastwood & Williams, standard GBT
-    pa.field("dci_completeness", pa.float64()),
-    pa.field("dci_informativeness", pa.float64()),  # GBT test accuracy, mean over factors
-    pa.field("d_score", pa.float64()),  # Montero et al. 2021's Lasso D-score
-    # Added by the analysis issue; all nullable, NaN/null where a metric was not computed.
-    pa.field("mig", pa.float64()),  # mutual information gap, 20 bins (Chen et al.)
-    pa.field("sap", pa.float64()),  # SAP, discrete factors, LinearSVC (Kumar et al.)
-    pa.field("modularity", pa.float64()),  # Ridgeway & Mozer, on the 20-bin MI matrix
-    pa.field("explicitness", pa.float64()),  # ROC-AUC of a logistic regression, test part
-    pa.field("beta_vae_score", pa.float64()),  # eval accuracy; null unless a full factorial grid
-    pa.field("factor_vae_score", pa.float64()),  # eval accuracy; null unless a full factorial grid
-    # Dittadi et al. 2021 transfer: MAE on factors in [0, 1], lower is better
-    *[pa.field(f"transfer_{regressor}_{scenario}", pa.float64())
-      for regressor in ("gbt", "mlp") for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")],
-    # Montero et al. 2022: encoder vs decoder on the held-out images
-    pa.field("encoder_error_train", pa.float64()),  # linear readout MAE, training images
-    pa.field("encoder_error_test", pa.float64()),  # the same on held-out images
-    pa.field("decoder_nll_train", pa.float64()),  # NLL decoding the codes images should have
-    pa.field("decoder_nll_test", pa.float64()),
     pa.field("n_train_images", pa.int64()),
     pa.field("n_test_images", pa.int64()),
-    # Added by issue 14 (fidelity); null in files written before.
     pa.field("nll_likelihood", GROUP),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
-    # (the OOD1 factor of the transfer scores is the setting transfer_factor, filled as evaluated)
-    pa.field("encoder_fails", pa.bool_()),  # encoder_error_test > ratio·train + margin (float in old files)
-    pa.field("decoder_fails", pa.bool_()),  # the same rule for decoder_nll
-    pa.field("diagnosis_ratio", pa.float64()),  # the rule's parameters (disgen's, not M22's)
-    pa.field("diagnosis_encoder_margin", pa.float64()),
-    pa.field("diagnosis_decoder_margin", pa.float64()),
+    # every registered metric's columns (analysis.metrics.registry.METRICS), its unit and what a
+    # null means in their metadata; the OOD1 factor of the transfer scores is the setting
+    # transfer_factor, filled as evaluated
+    *[schema_field(column.name, METRIC_KINDS[column.kind], unit=column.unit, null=column.null)
+      for column in metric_columns()],
     # the samples the metrics used: DCI/SAP/modularity fit on metric_n_train training images and
-    # test on metric_n_test drawn independently (MIG and D-score: the first); the BetaVAE/FactorVAE
-    # scores' batch, points, variance sample and pool (0: fresh draws), and what they were drawn from
+    # test on metric_n_test drawn independently (MIG and D-score: the first)
     pa.field("metric_n_train", pa.int64()),
     pa.field("metric_n_test", pa.int64()),
-    pa.field("score_batch_size", pa.int64()),
-    pa.field("score_n_train", pa.int64()),
-    pa.field("score_n_eval", pa.int64()),
-    pa.field("score_n_variance", pa.int64()),
-    pa.field("score_pool_size", pa.int64()),
-    pa.field("score_sample", GROUP),
     # Added by issue 26: the readout accuracy per factor on held-in training images (docs/analysis.md,
     # "Readout accuracy per factor"): accuracy_<factor> on training images the readout did not fit,
     # chance_<factor> = 1 / the factor's number of values on the training images; null where the

@@ -34,8 +34,8 @@ import logging
 import numpy as np
 import torch
 
-from analysis.evaluation import _KEYS as METRIC_KEYS
-from analysis.evaluation import METRICS, no_readout
+from analysis.evaluation import evaluate, no_readout, sample_without_replacement
+from analysis.metrics.registry import EvaluationConfig, nan_results
 from models.composition import CompositionNet, TripletSampler
 from models.engine import Trainer, to_float
 from models.evaluation import evaluating
@@ -43,13 +43,6 @@ from models.ground_truth import GroundTruthDecoder
 from models.objectives import bernoulli_nll
 
 _log = logging.getLogger(__name__)
-
-
-def _sample(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
-    """At most ``budget`` of ``indices`` without replacement, in order (as ``evaluate`` draws)."""
-    if len(indices) <= budget:
-        return indices
-    return np.sort(rng.choice(indices, size=budget, replace=False))
 
 
 def ground_truth_nll(decoder: GroundTruthDecoder, images: np.ndarray, values: np.ndarray, rows: np.ndarray,
@@ -85,22 +78,22 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if len(values) else float("nan")
 
 
-def evaluate_task(trainer_or_model, dataset, split, n_nll: int = 1000, seed: int = 0,
-                  **evaluate_options) -> dict[str, float]:
+def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
+                  n_jobs: int | None = 1) -> dict[str, float]:
     """``evaluate``'s metrics for a trained ground-truth decoder or composition network (see the
-    module docstring), or ``evaluate`` itself for a VAE (``evaluate_options`` go to it).
+    module docstring), or ``evaluate(model, dataset, split, config, seed=seed, n_jobs=n_jobs)``
+    itself for a VAE.
 
     ``trainer_or_model``: a trainer from ``models.build_trainer`` or its ``.model``. ``dataset``: a
     ``GroundTruthDataset`` (images, classes, factor_space); ``split``: the held-out split the
-    model was trained under. At most ``n_nll`` images (or triplets) per side, drawn with ``seed``.
+    model was trained under. At most ``config.n_nll`` images (or triplets) per side, drawn with
+    ``seed``.
     """
     model = trainer_or_model.model if isinstance(trainer_or_model, Trainer) else trainer_or_model
+    config = EvaluationConfig() if config is None else config
     if not isinstance(model, (GroundTruthDecoder, CompositionNet)):
-        from analysis.evaluation import evaluate
-
-        return evaluate(model, dataset, split, n_nll=n_nll, seed=seed, **evaluate_options)
-    if n_nll < 1:
-        raise ValueError(f"n_nll: must be at least 1; got {n_nll}")
+        return evaluate(model, dataset, split, config, seed=seed, n_jobs=n_jobs)
+    n_nll = config.n_nll
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     rng = np.random.default_rng(seed)
     # both tasks train with the Bernoulli likelihood, and are scored with it
@@ -108,20 +101,19 @@ def evaluate_task(trainer_or_model, dataset, split, n_nll: int = 1000, seed: int
                              "nll_likelihood": "bernoulli"}
     if isinstance(model, GroundTruthDecoder):
         values = dataset.factor_space.raw_values(dataset.classes)
-        out["train_nll"] = _mean(ground_truth_nll(model, dataset.images, values, _sample(train, n_nll, rng)))
-        out["test_nll"] = _mean(ground_truth_nll(model, dataset.images, values, _sample(test, n_nll, rng)))
+        for side, rows in (("train_nll", train), ("test_nll", test)):
+            out[side] = _mean(ground_truth_nll(model, dataset.images, values,
+                                               sample_without_replacement(rows, n_nll, rng)))
     else:
         train_triplets = TripletSampler(dataset.classes, train).sample(rng, n_nll)
         everything = np.union1d(train, test)
-        targets = _sample(test, n_nll, rng)
+        targets = sample_without_replacement(test, n_nll, rng)
         test_triplets = TripletSampler(dataset.classes, everything).sample_onto(targets, rng)
         if len(test_triplets[0]) == 0:
             _log.info("test_nll is NaN: no held-out image of split %s could be composed from the dataset's "
                       "images (the composition task needs a full factor grid)", split.name)
         out["train_nll"] = _mean(composition_nll(model, dataset.images, *train_triplets))
         out["test_nll"] = _mean(composition_nll(model, dataset.images, *test_triplets))
-    for name in METRICS:
-        for key in METRIC_KEYS[name]:
-            out[key] = float("nan")
+    out.update(nan_results())
     out.update(no_readout(dataset.factor_space))  # the same keys as a VAE's row, with no readout
     return out

@@ -18,7 +18,7 @@ import time
 import torch
 
 from analysis.checkpoints import load_checkpoint
-from analysis.evaluation import METRICS, evaluate
+from analysis.evaluation import METRICS, EvaluationConfig, evaluate
 from data_pipeline import get_split
 
 
@@ -35,9 +35,9 @@ def main(argv=None):
     split = get_split(config["dataset"], config["split"])
     print(f"{config['dataset']} {config['split']}, {len(data.images)} images, n_metric={args.n_metric}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    kwargs = dict(n_nll=args.n_nll, n_metric=args.n_metric, n_jobs=1)
+    sizes = dict(n_nll=args.n_nll, n_metric=args.n_metric)
     start, cpu = time.perf_counter(), time.process_time()
-    evaluate(model, data, split, metrics=(), **kwargs)
+    evaluate(model, data, split, EvaluationConfig(metrics=(), **sizes), n_jobs=1)
     base, base_cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"{'NLL + encoding only':28s} {base:6.1f} s wall {base_cpu:6.1f} s CPU")
     total, total_cpu = base, base_cpu
@@ -48,7 +48,8 @@ def main(argv=None):
         regressors = ("gbt", "mlp") if args.mlp and metric == "transfer" else ("gbt",)
         chosen = metric if isinstance(metric, tuple) else (metric,)
         start, cpu = time.perf_counter(), time.process_time()
-        evaluate(model, data, split, metrics=chosen, transfer_regressors=regressors, **kwargs)
+        config = EvaluationConfig(metrics=chosen, transfer_regressors=regressors, **sizes)
+        evaluate(model, data, split, config, n_jobs=1)
         extra, extra_cpu = time.perf_counter() - start - base, time.process_time() - cpu - base_cpu
         if metric == pair or metric not in pair or pair not in timed:
             total, total_cpu = total + extra, total_cpu + extra_cpu

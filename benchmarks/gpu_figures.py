@@ -205,7 +205,7 @@ def _evaluate_one(job: dict, results) -> None:
     processes of its own as in a trial."""
     began = time.time()
     torch.set_num_threads(1)
-    from analysis.evaluation import evaluate
+    from analysis.evaluation import EvaluationConfig, evaluate
     from data_pipeline import get_split, load_procedural
     from models import ModelConfig, build
 
@@ -213,9 +213,10 @@ def _evaluate_one(job: dict, results) -> None:
     split = get_split("dsprites", "blank_side")
     model = build(ModelConfig(**job["config"]))
     model.load_state_dict(job["weights"])
+    config = EvaluationConfig(n_nll=job["n_nll"], n_metric=job["n_metric"],
+                              dci_estimator=job["dci_estimator"])
     started = time.perf_counter()
-    metrics = evaluate(model, data, split, n_nll=job["n_nll"], n_metric=job["n_metric"], n_jobs=job["n_jobs"],
-                       seed=job["seed"], dci_estimator=job["dci_estimator"])
+    metrics = evaluate(model, data, split, config, seed=job["seed"], n_jobs=job["n_jobs"])
     seconds = time.perf_counter() - started
     # joblib's process workers (DCI's parallel fits) would otherwise keep this process alive until
     # their idle timeout (300 s), and the pool's shutdown with it

@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     evaluation = trial.evaluation
     with Phase("evaluation") as evaluating:
-        metrics = evaluate_task(trainer.members[0], data, split, n_nll=evaluation.n_nll,
-                                seed=trial.model.seed, n_metric=evaluation.n_metric, n_jobs=1,
-                                **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
+        metrics = evaluate_task(trainer.members[0], data, split, evaluation, seed=trial.model.seed, n_jobs=1)
     timings = {k: v for k, v in metrics.items() if k.endswith("_seconds")}
     if timings:
         print(f"{'':<28} " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(timings.items())), flush=True)

@@ -15,7 +15,7 @@ from data_pipeline.splits import get_split
 DATA_SOURCES = ("procedural", "real", "prepared")
 
 
-def _whole(value, name: str, least: int) -> int:
+def whole_number(value, name: str, least: int) -> int:
     """``value`` as a whole number >= ``least``, or a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name}: expected a whole number >= {least}; got {value!r}")
@@ -48,12 +48,12 @@ class DataConfig:
             raise ValueError(error.args[0]) from None
         n_images = settings["n_images"]
         if n_images is not None:
-            _whole(n_images, "n_images", 1)
+            whole_number(n_images, "n_images", 1)
         source = settings.get("data_source", "procedural")
         if source not in DATA_SOURCES:
             raise ValueError(f"data_source: unknown {source!r}; choose one of {', '.join(DATA_SOURCES)}")
         return cls(settings["dataset"], settings["split"], condition, n_images,
-                   _whole(settings["data_seed"], "data_seed", 0), source)
+                   whole_number(settings["data_seed"], "data_seed", 0), source)
 
     @property
     def key(self) -> tuple:

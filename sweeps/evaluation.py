@@ -115,14 +115,9 @@ _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float) -> dict:
     """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split, with the
     seconds they took (``eval_seconds``) and when they started and ended (epoch seconds)."""
-    evaluation = trial.evaluation
     began, started = time.time(), time.perf_counter()
-    metrics = evaluate_task(model, data, split, n_nll=evaluation.n_nll, seed=trial.model.seed,
-                            n_metric=evaluation.n_metric, n_jobs=max(1, int(cpus)),
-                            dci_estimator=None if evaluation.dci_estimator == "none"
-                            else evaluation.dci_estimator, transfer_factor=evaluation.transfer_factor,
-                            transfer_regressors=evaluation.transfer_regressors,
-                            **({"metrics": evaluation.metrics} if evaluation.metrics is not None else {}))
+    metrics = evaluate_task(model, data, split, trial.evaluation, seed=trial.model.seed,
+                            n_jobs=max(1, int(cpus)))
     metrics["eval_seconds"] = time.perf_counter() - started
     metrics.update(eval_started_at=began, eval_ended_at=time.time())
     return metrics

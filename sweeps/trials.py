@@ -11,7 +11,7 @@ A ``TrialConfig`` is a read-only mapping of its flat settings (what a grid file 
 
 - ``model``: a ``models.ModelConfig`` (architecture, objective and its hyperparameters, optimisation);
 - ``data``: a ``data_pipeline.config.DataConfig`` (dataset, split, images);
-- ``evaluation``: an ``EvaluationConfig`` (sample budgets, metrics, reporting).
+- ``evaluation``: an ``analysis.metrics.registry.EvaluationConfig`` (sample budgets, metrics, reporting).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 
+from analysis.metrics.registry import SETTING_DOCS, EvaluationConfig
 from data_pipeline import dataset_channels
 from data_pipeline.config import DataConfig
 from sweeps.errors import UsageError
@@ -29,7 +30,6 @@ from sweeps.errors import UsageError
 NOT_IN_KEY = ("report_every", "preset", "scale")
 # Settings that follow from the others: never given, always derived.
 DERIVED = ("condition", "trial_key", "channels")
-DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")
 RUN_KEYS = {"preset": "the study's name", "scale": "tiny, smoke, small or full"}
 DATA_KEYS = {
     "dataset": "dataset name",
@@ -40,93 +40,7 @@ DATA_KEYS = {
                    "real file from --data-dir or $DISGEN_DATA) or prepared (DIR/<dataset>/ as "
                    "python -m data_pipeline.prepare wrote it)",
 }
-EVALUATION_KEYS = {
-    "report_every": "steps between progress reports",
-    "n_nll": "images per side for the NLL",
-    "n_metric": "codes for the disentanglement metrics",
-    "dci_estimator": "gbt (standard), hist_gbt (faster) or none (skip disentanglement metrics)",
-    "metrics": "the metrics to compute (analysis.evaluation.METRICS; default: all)",
-    "transfer_factor": "the OOD1 factor of the transfer scores, a factor name of the dataset (default: its "
-                       "colour factor, else the factor with the fewest classes, at least 4)",
-    "transfer_regressors": "the transfer readouts, a list of gbt and/or mlp (default: [gbt])",
-}
-
-
-def _whole(value, name: str, least: int) -> int:
-    """``value`` as a whole number >= ``least``, or a UsageError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{name}: expected a whole number >= {least}; got {value!r}")
-    if value < least:
-        raise UsageError(f"{name}: must be at least {least}; got {value}")
-    return value
-
-
-@dataclass(frozen=True)
-class EvaluationConfig:
-    """How a trained model is evaluated and how often training reports."""
-
-    report_every: int
-    n_nll: int
-    n_metric: int
-    dci_estimator: str = "gbt"
-    metrics: tuple[str, ...] | None = None  # None: every metric
-    transfer_factor: str | None = None  # None: analysis.evaluation.transfer_factor_of
-    transfer_regressors: tuple[str, ...] = ("gbt",)
-
-    @classmethod
-    def parse(cls, settings: dict) -> EvaluationConfig:
-        from analysis.evaluation import METRICS
-
-        for key in ("report_every", "n_nll", "n_metric"):
-            if key not in settings:
-                raise UsageError(f"{key}: not set; set it under 'fixed' or a scale ({EVALUATION_KEYS[key]})")
-        estimator = settings.get("dci_estimator", "gbt")
-        if estimator not in DCI_ESTIMATORS:
-            raise UsageError(f"dci_estimator: unknown {estimator!r}; choose one of "
-                             f"{', '.join(DCI_ESTIMATORS)}")
-        metrics = settings.get("metrics")
-        if metrics is not None:
-            if not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics):
-                raise UsageError(f"metrics: expected a list of metric names, e.g. [dci, mig]; "
-                                 f"got {metrics!r}")
-            unknown = [m for m in metrics if m not in METRICS]
-            if unknown:
-                raise UsageError(f"metrics: unknown {unknown[0]!r}; choose from {', '.join(METRICS)}")
-            metrics = tuple(metrics)
-        return cls(_whole(settings["report_every"], "report_every", 1), _whole(settings["n_nll"], "n_nll", 1),
-                   _whole(settings["n_metric"], "n_metric", 2), estimator, metrics,
-                   _transfer_factor(settings), _transfer_regressors(settings))
-
-
-def _transfer_factor(settings: dict) -> str | None:
-    """The OOD1 factor's name, checked against the dataset's factor names where disgen knows them."""
-    name = settings.get("transfer_factor")
-    if name is None:
-        return None
-    if not isinstance(name, str):
-        raise UsageError(f"transfer_factor: expected a factor name; got {name!r}")
-    from data_pipeline.spaces import factor_space
-
-    try:
-        names = factor_space(settings.get("dataset", "")).names
-    except (KeyError, ValueError):  # a user's labelled dataset: evaluate checks it on load
-        return name
-    if name not in names:
-        raise UsageError(f"transfer_factor: {settings.get('dataset')} has no factor {name!r}; "
-                         f"choose one of {', '.join(names)}")
-    return name
-
-
-def _transfer_regressors(settings: dict) -> tuple[str, ...]:
-    from analysis.metrics.transfer_score import REGRESSORS
-
-    chosen = settings.get("transfer_regressors", ["gbt"])
-    if not isinstance(chosen, (list, tuple)) or not chosen or not all(isinstance(r, str) for r in chosen):
-        raise UsageError(f"transfer_regressors: expected a non-empty list such as [gbt, mlp]; got {chosen!r}")
-    unknown = [r for r in chosen if r not in REGRESSORS]
-    if unknown:
-        raise UsageError(f"transfer_regressors: unknown {unknown[0]!r}; choose from {', '.join(REGRESSORS)}")
-    return tuple(dict.fromkeys(chosen))
+EVALUATION_KEYS = SETTING_DOCS  # EvaluationConfig's trial settings (analysis.metrics.registry)
 
 
 def flatten(config: dict) -> dict:
@@ -211,9 +125,9 @@ class TrialConfig(Mapping):
             settings.setdefault("data_source", "procedural")
             try:
                 data = DataConfig.parse(settings)
+                EvaluationConfig.parse(settings)
             except ValueError as error:
                 raise UsageError(str(error)) from None
-            EvaluationConfig.parse(settings)
             settings["condition"] = data.condition
             settings["trial_key"] = trial_key(settings)
             settings["channels"] = dataset_channels(data.dataset)
@@ -261,7 +175,6 @@ class TrialConfig(Mapping):
         ``transfer_factor`` None: the evaluation's choice) and what None means (``grad_clip_norm``:
         no clipping; ``epochs``: the length is ``steps``). The trial key is not changed by any of
         this: it stays a hash of the settings as given."""
-        from analysis.evaluation import DEFAULT_METRICS
         from models.registry import objective_class
 
         model = self.model.to_dict()
@@ -269,9 +182,7 @@ class TrialConfig(Mapping):
                      and objective_class(self.model.objective).default_gamma is not None)
         model["gamma"] = self.model.resolved_gamma if has_gamma else None
         model["likelihood"] = self.model.resolved_likelihood
-        evaluation = asdict(self.evaluation)
-        chosen = self.evaluation.metrics
-        evaluation["metrics"] = list(DEFAULT_METRICS if chosen is None else chosen)
+        evaluation = self.evaluation.settings()
         settings = {**{key: self._settings.get(key) for key in RUN_KEYS}, **asdict(self.data), **model,
                     **evaluation, "trial_key": self.trial_key}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}

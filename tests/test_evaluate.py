@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from analysis.evaluation import evaluate
+from analysis.evaluation import EvaluationConfig, evaluate
 from data_pipeline import get_split, load_procedural
 from models import ModelConfig, Trainer, build, reconstruct
 
@@ -21,7 +21,7 @@ def trained():
 
 def test_nll_matches_an_independent_numpy_computation(trained):
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=10_000, n_metric=100, dci_estimator=None)
+    metrics = evaluate(model, data, split, EvaluationConfig(n_nll=10_000, n_metric=100, dci_estimator="none"))
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
     assert metrics["n_train_images"] == len(train_rows) and metrics["n_test_images"] == len(test_rows)
     for rows, key in [(train_rows, "train_nll"), (test_rows, "test_nll")]:
@@ -33,21 +33,22 @@ def test_nll_matches_an_independent_numpy_computation(trained):
 
 def test_disentanglement_scores_are_in_range_and_budgets_bound_the_work(trained):
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=50, n_metric=150, seed=3, metrics=("dci", "d_score"))
+    config = EvaluationConfig(n_nll=50, n_metric=150, metrics=("dci", "d_score"))
+    metrics = evaluate(model, data, split, config, seed=3)
     for key in ["dci_disentanglement", "dci_completeness", "dci_informativeness", "d_score"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     # the NLL budget draws the same seeded sample each time, and a different one for another seed
-    cheap = dict(n_nll=50, n_metric=100, dci_estimator=None)
-    assert evaluate(model, data, split, seed=3, **cheap)["train_nll"] == metrics["train_nll"]
-    assert evaluate(model, data, split, seed=4, **cheap)["train_nll"] != metrics["train_nll"]
+    cheap = EvaluationConfig(n_nll=50, n_metric=100, dci_estimator="none")
+    assert evaluate(model, data, split, cheap, seed=3)["train_nll"] == metrics["train_nll"]
+    assert evaluate(model, data, split, cheap, seed=4)["train_nll"] != metrics["train_nll"]
 
 
 def test_every_metric_is_computed_and_in_range(trained):
     model, data, split = trained
     # the GBT DCI is tested above; leaving it out here saves ~10 s
     from analysis.evaluation import METRICS
-    metrics = evaluate(model, data, split, n_nll=50, n_metric=150, seed=1,
-                       metrics=[m for m in METRICS if m != "dci"])
+    config = EvaluationConfig(n_nll=50, n_metric=150, metrics=[m for m in METRICS if m != "dci"])
+    metrics = evaluate(model, data, split, config, seed=1)
     for key in ["mig", "sap", "modularity", "explicitness", "transfer_gbt_ood1_a", "transfer_gbt_ood1_b",
                 "transfer_gbt_ood1_c", "transfer_gbt_ood2", "encoder_error_train", "encoder_error_test"]:
         assert 0.0 <= metrics[key] <= 1.0, key
@@ -64,10 +65,10 @@ def test_every_metric_is_computed_and_in_range(trained):
 
 def test_metrics_can_be_chosen(trained):
     model, data, split = trained
-    metrics = evaluate(model, data, split, n_nll=20, n_metric=100, metrics=("mig",))
+    metrics = evaluate(model, data, split, EvaluationConfig(n_nll=20, n_metric=100, metrics=("mig",)))
     assert 0.0 <= metrics["mig"] <= 1.0 and np.isnan(metrics["dci_disentanglement"])
-    with pytest.raises(ValueError, match="unknown metrics"):
-        evaluate(model, data, split, metrics=("nope",))
+    with pytest.raises(ValueError, match="metrics: unknown 'nope'; choose from d_score, dci, mig"):
+        evaluate(model, data, split, EvaluationConfig(metrics=("nope",)))
 
 
 def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_default_does_not(trained):
@@ -82,14 +83,14 @@ def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_defau
 
     recording = dataclasses.replace(data, observe=observe)
     scores = ("beta_vae", "factor_vae")
-    grid = evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores,
-                    score_sampling="grid")
+    grid = evaluate(model, recording, split,
+                    EvaluationConfig(n_nll=20, n_metric=120, metrics=scores, score_sampling="grid"), seed=2)
     assert grid["score_sample"].startswith("full grid") and grid["score_pool_size"] == 480
     # the pool is drawn from the whole grid, not from the 1,500 images the dataset holds
     held = {tuple(row) for row in data.classes}
     assert sum(tuple(row) not in held for row in np.concatenate(rendered)) > 400
     rendered.clear()
-    evaluate(model, recording, split, n_nll=20, n_metric=120, seed=2, metrics=scores)
+    evaluate(model, recording, split, EvaluationConfig(n_nll=20, n_metric=120, metrics=scores), seed=2)
     assert not rendered  # the default reads the training images
 
 
@@ -98,9 +99,10 @@ def test_without_observe_the_scores_read_the_training_images_and_grid_sampling_i
 
     model, data, split = trained
     no_renderer = dataclasses.replace(data, observe=None)
-    metrics = evaluate(model, no_renderer, split, n_nll=20, n_metric=100, metrics=("beta_vae", "factor_vae"))
+    scores = ("beta_vae", "factor_vae")
+    metrics = evaluate(model, no_renderer, split, EvaluationConfig(n_nll=20, n_metric=100, metrics=scores))
     assert 0 <= metrics["beta_vae_score"] <= 1 and 0 <= metrics["factor_vae_score"] <= 1
     assert "not a full factorial grid" in metrics["score_sample"]
     with pytest.raises(ValueError, match="score_sampling: 'grid'.*observe"):
-        evaluate(model, no_renderer, split, n_nll=20, n_metric=100, metrics=("beta_vae",),
-                 score_sampling="grid")
+        evaluate(model, no_renderer, split,
+                 EvaluationConfig(n_nll=20, n_metric=100, metrics=("beta_vae",), score_sampling="grid"))

@@ -13,7 +13,7 @@ import pandas as pd
 import planted
 import pytest
 
-from analysis.evaluation import evaluate
+from analysis.evaluation import EvaluationConfig, evaluate
 from analysis.metrics.dci import dci
 from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
 from data_pipeline.splits.rules import Split
@@ -71,14 +71,14 @@ def test_readout_accuracy_scores_only_unseen_samples_and_not_constant_factors():
 
 
 @pytest.mark.parametrize("options, estimator", [({"metrics": ()}, "random_forest"),
-                                                ({"dci_estimator": None}, "random_forest"),
+                                                ({"dci_estimator": "none"}, "random_forest"),
                                                 # DCI's fits, read in DCI's test order: about 2 s
                                                 pytest.param({"metrics": ("dci",), "dci_estimator": "gbt"},
                                                              "dci_gbt", marks=pytest.mark.slow)])
 def test_codes_equal_to_the_factors_read_at_accuracy_one(options, estimator):
     data, split = data_and_split()
-    out = evaluate(planted.PlantedModel(exact_factors, 3), data, split, n_nll=20, n_metric=300,
-                   **options)
+    out = evaluate(planted.PlantedModel(exact_factors, 3), data, split,
+                   EvaluationConfig(n_nll=20, n_metric=300, **options))
     assert out["readout_estimator"] == estimator
     for name in NAMES:
         assert out[f"accuracy_{name}"] == 1.0, name
@@ -91,8 +91,8 @@ def test_codes_equal_to_the_factors_read_at_accuracy_one(options, estimator):
 def test_codes_of_noise_read_at_chance_on_images_the_readout_did_not_fit():
     # DCI's fits go through the same scoring (factor_readout), and the test above checks their order
     data, split = data_and_split()
-    out = evaluate(planted.PlantedModel(image_noise, 4), data, split, n_nll=20, n_metric=300,
-                   n_metric_test=600, metrics=())
+    out = evaluate(planted.PlantedModel(image_noise, 4), data, split,
+                   EvaluationConfig(n_nll=20, n_metric=300, n_metric_test=600, metrics=()))
     # about 65% of the 600 test draws are of images among the 300 fitted draws (288 training images,
     # 1 - exp(-300/288)); scored, they would lift shape to 0.77, scale to 0.67 and posX to 0.63
     assert 180 < out["readout_n_test"] < 250
@@ -106,8 +106,8 @@ def test_readout_columns_survive_parquet_and_load_trials(tmp_path):
     from analysis.storage import write_results
 
     data, split = data_and_split()
-    out = evaluate(planted.PlantedModel(exact_factors, 3), data, split, n_nll=20, n_metric=200,
-                   dci_estimator=None)
+    out = evaluate(planted.PlantedModel(exact_factors, 3), data, split,
+                   EvaluationConfig(n_nll=20, n_metric=200, dci_estimator="none"))
     write_results(tmp_path, [{**out, "experiment": "e", "trial_key": "t0", "status": "finished"}])
     df = load_trials(tmp_path)
     assert df["accuracy_posX"].dtype == np.float64 and df.loc[0, "accuracy_posX"] == 1.0

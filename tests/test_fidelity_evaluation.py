@@ -2,12 +2,14 @@
 planted codes with known answers, and the evaluation points 1, 5, 6, 8 and 9 (transfer factor,
 FactorVAE pruning, disentanglement_lib's samples, the model's own likelihood, the diagnosis rule)."""
 
+import importlib
+
 import numpy as np
 import planted
 import pytest
 
 import analysis.evaluation as evaluation
-from analysis.evaluation import evaluate, transfer_factor_of
+from analysis.evaluation import EvaluationConfig, evaluate, transfer_factor_of
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis, fails
 from analysis.metrics.factor_vae_score import factor_vae_score
 from analysis.schema import TRIALS_SCHEMA
@@ -27,8 +29,9 @@ def scored(data):
     out = {}
     for name, code, k in [("factors", planted.factors_as_codes, 3), ("noise", planted.noise_codes, 3),
                           ("duplicated", planted.duplicated_first_factor, 4)]:
-        out[name] = evaluate(planted.PlantedModel(code, k), dataset, split, n_nll=200, n_metric=300,
-                             transfer_regressors=("gbt", "mlp") if name == "factors" else ("gbt",))
+        regressors = ("gbt", "mlp") if name == "factors" else ("gbt",)
+        out[name] = evaluate(planted.PlantedModel(code, k), dataset, split,
+                             EvaluationConfig(n_nll=200, n_metric=300, transfer_regressors=regressors))
     return out
 
 
@@ -87,7 +90,8 @@ def test_diagnosis_columns_by_name(scored):
 def test_nll_uses_the_training_likelihood(data, likelihood):
     dataset, split = data
     model = planted.PlantedModel(planted.factors_as_codes, 3, likelihood=likelihood, logit=0.7)
-    metrics = evaluate(model, dataset, split, n_nll=10_000, n_metric=100, dci_estimator=None)
+    config = EvaluationConfig(n_nll=10_000, n_metric=100, dci_estimator="none")
+    metrics = evaluate(model, dataset, split, config)
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     p = 1 / (1 + np.exp(-0.7))
     for rows, key in [(train, "train_nll"), (test, "test_nll")]:
@@ -114,9 +118,10 @@ def test_transfer_factor_is_validated_against_the_factor_names(data):
     dataset, split = data
     model = planted.PlantedModel(planted.factors_as_codes, 3)
     with pytest.raises(ValueError, match="transfer_factor: .* no factor 'hue'; its factors are a"):
-        evaluate(model, dataset, split, n_nll=10, n_metric=50, metrics=("transfer",), transfer_factor="hue")
-    metrics = evaluate(model, dataset, split, n_nll=10, n_metric=100, metrics=("transfer",),
-                       transfer_factor="b")
+        evaluate(model, dataset, split,
+                 EvaluationConfig(n_nll=10, n_metric=50, metrics=("transfer",), transfer_factor="hue"))
+    metrics = evaluate(model, dataset, split,
+                       EvaluationConfig(n_nll=10, n_metric=100, metrics=("transfer",), transfer_factor="b"))
     assert metrics["transfer_factor"] == "b"
 
 
@@ -141,7 +146,8 @@ def test_disentanglement_metrics_read_training_images_in_independent_draws(data,
     dataset, split = data
     train, _ = split.train_test_indices(dataset.classes, dataset.factor_space)
     encoded, dci_calls = [], []
-    real_encode, real_dci = evaluation.encode_means, evaluation.dci
+    dci_module = importlib.import_module("analysis.metrics.dci")  # the package's `dci` is the function
+    real_encode, real_dci = evaluation.encode_means, dci_module.dci
 
     def recording_encode(model, images, indices, *args, **kwargs):
         encoded.append((images is dataset.images, np.asarray(indices)))
@@ -153,9 +159,10 @@ def test_disentanglement_metrics_read_training_images_in_independent_draws(data,
         return real_dci(codes, factors, **kwargs)
 
     monkeypatch.setattr(evaluation, "encode_means", recording_encode)
-    monkeypatch.setattr(evaluation, "dci", recording_dci)
+    monkeypatch.setattr(dci_module, "dci", recording_dci)
     model = planted.PlantedModel(planted.factors_as_codes, 3)
-    metrics = evaluate(model, dataset, split, n_nll=10, n_metric=200, metrics=DISENTANGLEMENT)
+    metrics = evaluate(model, dataset, split,
+                       EvaluationConfig(n_nll=10, n_metric=200, metrics=DISENTANGLEMENT))
     # every image the metrics encoded is a training image of the dataset (no rendered grid point,
     # no held-out image)
     assert all(own for own, _ in encoded)
@@ -181,8 +188,8 @@ def test_fresh_score_draws_need_no_pool_and_say_so(data):
 
     everything = Everything()
     model = planted.PlantedModel(planted.factors_as_codes, 3)
-    metrics = evaluate(model, dataset, everything, n_nll=10, n_metric=100, n_grid=0,
-                       metrics=("beta_vae", "factor_vae"))
+    metrics = evaluate(model, dataset, everything,
+                       EvaluationConfig(n_nll=10, n_metric=100, n_grid=0, metrics=("beta_vae", "factor_vae")))
     assert metrics["score_pool_size"] == 0
     assert metrics["score_sample"] == "training images (a full factorial grid)"
     assert metrics["beta_vae_score"] == 1.0 and metrics["factor_vae_score"] == 1.0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.evaluation import evaluate
+from analysis.evaluation import EvaluationConfig, evaluate
 from analysis.task_evaluation import evaluate_task
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
 from data_pipeline.spaces import SIMPLE_NAMES, sprite_space
@@ -152,7 +152,7 @@ def _bernoulli_nll(logits, x):
 
 def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
     trainer, _, _ = trained["ground_truth_decoder"]
-    metrics = evaluate_task(trainer, data, SPLIT, n_nll=1000, seed=0)
+    metrics = evaluate_task(trainer, data, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
     assert metrics["n_train_images"] == len(TRAIN) and metrics["n_test_images"] == len(TEST)
     values = SPACE.raw_values(CLASSES)
     with torch.no_grad():
@@ -165,14 +165,15 @@ def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
     assert np.isfinite(metrics["train_nll"]) and metrics["train_nll"] != pytest.approx(metrics["test_nll"])
     # the code is the factors: no disentanglement metric; the budget bounds and seeds the sample
     assert np.isnan(metrics["d_score"]) and np.isnan(metrics["dci_disentanglement"])
-    small = evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=3)
-    assert small["train_nll"] == evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=3)["train_nll"]
-    assert small["train_nll"] != evaluate_task(trainer.model, data, SPLIT, n_nll=5, seed=4)["train_nll"]
+    five = EvaluationConfig(n_nll=5)
+    small = evaluate_task(trainer.model, data, SPLIT, five, seed=3)
+    assert small["train_nll"] == evaluate_task(trainer.model, data, SPLIT, five, seed=3)["train_nll"]
+    assert small["train_nll"] != evaluate_task(trainer.model, data, SPLIT, five, seed=4)["train_nll"]
 
 
 def test_composition_evaluation_scores_held_out_targets(data, trained):
     trainer, _, _ = trained["composition"]
-    metrics = evaluate_task(trainer, data, SPLIT, n_nll=200, seed=0)
+    metrics = evaluate_task(trainer, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
     assert np.isfinite(metrics["train_nll"]) and np.isfinite(metrics["test_nll"])
     # a decoder that ignores its code and says logit b for every pixel: an all-black target costs
     # exactly P·softplus(b); a training target with k pixels on costs k·softplus(-b) + (P-k)·softplus(b)
@@ -183,7 +184,7 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     with torch.no_grad():
         last.weight.zero_()
         last.bias.fill_(b)
-    constant = evaluate_task(net, data, SPLIT, n_nll=200, seed=0)
+    constant = evaluate_task(net, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
     pixels = 64 * 64
     assert constant["test_nll"] == pytest.approx(pixels * np.logaddexp(0, b), rel=1e-5)
     on = (data.images[TRAIN] > 0).reshape(len(TRAIN), -1).sum(1)
@@ -196,12 +197,13 @@ def test_evaluate_task_returns_evaluates_keys(data):
     config = ModelConfig(latent_dim=4, steps=1, batch_size=4)
     vae = build_trainer(config, data.images, data.classes, data.factor_space, TRAIN, device="cpu")
     assert type(vae) is Trainer
-    expected = evaluate(vae.model, data, SPLIT, n_nll=10, n_metric=100, dci_estimator=None)
-    got = evaluate_task(vae, data, SPLIT, n_nll=10, n_metric=100, dci_estimator=None)
+    config = EvaluationConfig(n_nll=10, n_metric=100, dci_estimator="none")
+    expected = evaluate(vae.model, data, SPLIT, config)
+    got = evaluate_task(vae, data, SPLIT, config)
     assert got == pytest.approx(expected, nan_ok=True)
     for task in CONFIGS:
         model = _trainer(data, task).model
-        assert set(evaluate_task(model, data, SPLIT, n_nll=10)) == set(expected)
+        assert set(evaluate_task(model, data, SPLIT, EvaluationConfig(n_nll=10))) == set(expected)
 
 
 def test_task_settings_are_checked_and_named():

@@ -18,12 +18,13 @@ import pytest
 
 import analysis
 from analysis import schema, storage
+from analysis.metrics.registry import METRICS, EvaluationConfig
 from analysis.schema import SETTINGS, TRIALS_SCHEMA
 from data_pipeline.config import DataConfig
 from models.config import SETTINGS as MODEL_DECLARATIONS
 from sweeps.grid import get_spec, trial_configs
 from sweeps.results import trial_row
-from sweeps.trials import RUN_KEYS, EvaluationConfig, TrialConfig
+from sweeps.trials import RUN_KEYS, TrialConfig
 
 
 def planned(**changes) -> TrialConfig:
@@ -39,7 +40,11 @@ def test_the_setting_columns_are_the_config_classes_fields():
         metadata = TRIALS_SCHEMA.field(name).metadata or {}
         assert metadata.get(b"unit", b"").decode() == (declared.unit or ""), name
         assert metadata.get(b"null", b"").decode() == (declared.null or ""), name
-    assert schema.EVALUATION_SETTINGS == {f.name: f.type for f in fields(EvaluationConfig)}
+    # the evaluation's trial settings are EvaluationConfig's fields but its finer options
+    assert schema.EVALUATION_SETTINGS == {f.name: f.type for f in fields(EvaluationConfig)
+                                          if f.metadata.get("setting", True)}
+    assert {"report_every", "n_metric", "metrics"} <= set(schema.EVALUATION_SETTINGS)
+    assert "score_sampling" not in schema.EVALUATION_SETTINGS
     assert list(schema.RUN_SETTINGS) == list(RUN_KEYS)
     assert set(planned().effective_settings()) == {*SETTINGS, "trial_key"}
     for name, declared in SETTINGS.items():
@@ -55,10 +60,8 @@ def test_effective_settings_fill_defaults_and_resolve_what_none_stands_for():
     # the defaults the grid never names (issue 25: task, image_size and lr_decay were null)
     assert (settings["task"], settings["image_size"], settings["lr_decay"]) == ("vae", 64, 0.5)
     assert settings["gamma"] is None and settings["likelihood"] == "bernoulli"  # β-VAE has no γ
-    from analysis.evaluation import DEFAULT_METRICS
-
     assert settings["lr_milestones"] == [] and settings["metrics"] == list(trial.evaluation.metrics)
-    assert planned(metrics=None).effective_settings()["metrics"] == list(DEFAULT_METRICS)  # None: all
+    assert planned(metrics=None).effective_settings()["metrics"] == list(METRICS)  # None: all
     assert planned(objective="factor_vae").effective_settings()["gamma"] == 35.0  # its default γ
     assert planned(objective="wae_mmd").effective_settings()["likelihood"] == "mse"
     assert planned(objective="factor_vae", gamma=6.0).effective_settings()["gamma"] == 6.0

@@ -5,10 +5,11 @@ here. Nothing here imports torch. The BetaVAE and FactorVAE scores also take a r
 function ``represent(classes) -> codes`` instead of arrays (``sampled_beta_vae_score``,
 ``sampled_factor_vae_score``), to sample the full factor grid as disentanglement_lib does, or
 a ``GridPool`` of grid points encoded once (``grid_pool``) to draw the same pairs and batches
-from far fewer encodings.
+from far fewer encodings. ``analysis.metrics.registry`` lists the metrics ``analysis.evaluate``
+computes, with their results columns.
 """
 
-from analysis.metrics._grid import GridPool, grid_pool
+from analysis.metrics._grid import GridPool, RowSampler, grid_pool
 from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
 from analysis.metrics.dci import dci
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
@@ -20,7 +21,7 @@ from analysis.metrics.reconstruction_nll import reconstruction_nll
 from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 
-__all__ = ["GridPool", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score",
+__all__ = ["GridPool", "RowSampler", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score",
            "forest_predictions", "grid_pool", "mig", "modularity_explicitness", "readout_accuracy",
            "reconstruction_nll", "sampled_beta_vae_score", "sampled_factor_vae_score", "sap",
            "transfer_score"]

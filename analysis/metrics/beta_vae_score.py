@@ -101,3 +101,14 @@ def _points(sampler, n_points, batch_size, rng):
     fixed = rng.choice(sampler.varying, size=n_points)
     first, second = sampler.pairs(np.repeat(fixed, batch_size), rng)
     return np.abs(first - second).reshape(n_points, batch_size, -1).mean(axis=1), fixed
+
+
+def score_beta_vae(sample) -> dict:
+    """The registry's BetaVAE score: eval accuracy on the evaluation's score pool
+    (``analysis.evaluation``, "BetaVAE and FactorVAE scores"), with the pool's record."""
+    source, factor_sizes, record = sample.score_pool
+    if source is None:
+        return {**record, "beta_vae_score": float("nan")}
+    return {**record, "beta_vae_score": sampled_beta_vae_score(
+        source, factor_sizes, batch_size=record["score_batch_size"], n_train=record["score_n_train"],
+        n_eval=record["score_n_eval"], random_state=sample.seed)["beta_vae_eval"]}

@@ -423,3 +423,22 @@ def _safe_std(array):
 def _mean_or_nan(values):
     values = [v for v in values if not np.isnan(v)]
     return float(np.mean(values)) if values else float("nan")
+
+
+def score_dci(sample) -> dict:
+    """The registry's DCI: the config's ``dci_estimator``, fitted on the training draws and tested
+    on the check draws. Its result is kept in ``sample.shared["dci"]``: a classifier's predictions
+    are the readout accuracy's (``analysis.evaluation.factor_readout``)."""
+    result = dci(sample.codes, sample.factors, codes_test=sample.codes_check,
+                 factors_test=sample.factors_check, estimator=sample.config.dci_estimator,
+                 random_state=sample.seed, n_jobs=sample.n_jobs)
+    sample.shared["dci"] = result
+    return {"dci_disentanglement": float(result["disentanglement"]),
+            "dci_completeness": float(result["completeness"]),
+            "dci_informativeness": float(result["informativeness_test"])}
+
+
+def score_d_score(sample) -> dict:
+    """The registry's D-score: Montero et al. 2021's Lasso DCI on the training draws (5-fold)."""
+    return {"d_score": float(dci(sample.codes, sample.factors, estimator="lasso_m21",
+                                 random_state=sample.seed)["disentanglement"])}

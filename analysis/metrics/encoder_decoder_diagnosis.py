@@ -35,7 +35,8 @@ from sklearn.model_selection import train_test_split
 from analysis.metrics._checks import check_pair, check_test_pair
 from analysis.metrics.reconstruction_nll import nll_per_image
 
-__all__ = ["encoder_decoder_diagnosis", "fails", "RATIO", "ENCODER_MARGIN", "DECODER_MARGIN"]
+__all__ = ["encoder_decoder_diagnosis", "fails", "score_encoder_decoder", "RATIO", "ENCODER_MARGIN",
+           "DECODER_MARGIN"]
 
 # disgen's thresholds (M22 gives none); see the module docstring
 RATIO = 1.5
@@ -147,3 +148,26 @@ def encoder_decoder_diagnosis(
         (False, False): "neither",
     }[(bool(encoder_fails), bool(decoder_fails))]
     return out
+
+
+DIAGNOSIS_KEYS = ("encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test",
+                  "encoder_fails", "decoder_fails")
+
+
+def score_encoder_decoder(sample) -> dict:
+    """The registry's diagnosis: the distinct training draws (two halves, no row on both sides)
+    against the held-out sample, under the model's own likelihood, with the rule's parameters;
+    nothing (NaN) where fewer than 8 training draws are distinct."""
+    unique = np.unique(sample.rows)
+    if len(unique) < 8:
+        return {}
+    config, dataset = sample.config, sample.dataset
+    result = encoder_decoder_diagnosis(
+        sample.encode(unique), dataset.classes[unique], sample.held_out_codes, sample.held_out_factors,
+        decode=sample.decode, images=dataset.images[unique], images_test=dataset.images[sample.held_out_rows],
+        factor_ranges=sample.factor_ranges, ratio=config.diagnosis_ratio,
+        encoder_margin=config.diagnosis_encoder_margin, decoder_margin=config.diagnosis_decoder_margin,
+        likelihood=sample.likelihood, random_state=sample.seed)
+    return {**{key: result[key] for key in DIAGNOSIS_KEYS}, "diagnosis_ratio": float(config.diagnosis_ratio),
+            "diagnosis_encoder_margin": float(config.diagnosis_encoder_margin),
+            "diagnosis_decoder_margin": float(config.diagnosis_decoder_margin)}

@@ -137,3 +137,14 @@ def _votes(sampler, active, global_variance, n_votes, batch_size, rng):
     ratio = batch[:, :, active].var(axis=1, ddof=1) / global_variance[active]
     np.add.at(votes, (active[ratio.argmin(axis=1)], fixed), 1)
     return votes
+
+
+def score_factor_vae(sample) -> dict:
+    """The registry's FactorVAE score: eval accuracy on the evaluation's score pool, with its record."""
+    source, factor_sizes, record = sample.score_pool
+    if source is None:
+        return {**record, "factor_vae_score": float("nan")}
+    return {**record, "factor_vae_score": sampled_factor_vae_score(
+        source, factor_sizes, batch_size=record["score_batch_size"], n_train=record["score_n_train"],
+        n_eval=record["score_n_eval"], n_variance=record["score_n_variance"],
+        random_state=sample.seed)["factor_vae_eval"]}

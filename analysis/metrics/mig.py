@@ -82,3 +82,8 @@ def mig(codes, factors, *, n_bins=N_BINS):
         "n_factors_scored": float(varying.size),
         "mutual_information": mutual_information,
     }
+
+
+def score_mig(sample) -> dict:
+    """The registry's MIG: on the evaluation's training draws (``analysis.metrics.registry``)."""
+    return {"mig": mig(sample.codes, sample.factors)["mig"]}

@@ -111,3 +111,11 @@ def modularity_explicitness(
         "n_factors_scored": float(varying.size),
         "mutual_information": mutual_information,
     }
+
+
+def score_modularity_explicitness(sample) -> dict:
+    """The registry's modularity and explicitness: fitted on the training draws, explicitness
+    tested on the check draws."""
+    result = modularity_explicitness(sample.codes, sample.factors, codes_test=sample.codes_check,
+                                     factors_test=sample.factors_check, random_state=sample.seed)
+    return {"modularity": result["modularity"], "explicitness": result["explicitness_test"]}

@@ -95,3 +95,9 @@ def _accuracy_matrix(codes, factors, codes_test, factors_test, random_state):
                 classifier.fit(codes[:, [i]], factors[:, j])
             score[i, j] = np.mean(classifier.predict(codes_test[:, [i]]) == factors_test[:, j])
     return score
+
+
+def score_sap(sample) -> dict:
+    """The registry's SAP: fitted on the training draws, tested on the check draws."""
+    return {"sap": sap(sample.codes, sample.factors, codes_test=sample.codes_check,
+                       factors_test=sample.factors_check, random_state=sample.seed)["sap"]}

@@ -189,3 +189,56 @@ def transfer_score(
             )
             out[key] = float(errors.mean())
     return out
+
+
+# The OOD1 factor by default: a colour factor where the dataset has one (D21 varies colour), in
+# this order of preference; otherwise the factor with the fewest classes, at least 4.
+COLOUR_FACTORS = ("object_hue", "object_color", "hue", "color", "colour")
+
+
+def transfer_factor_of(factor_space, split=None) -> int:
+    """The default OOD factor for OOD1: a colour factor (:data:`COLOUR_FACTORS`, D21 varies
+    colour) with at least 4 classes that the split does not hold out; otherwise the factor with
+    the fewest classes, at least 4, that the split does not hold out (on dSprites, scale)."""
+    held = set(getattr(split, "test_when", {}) or {})
+    for name in COLOUR_FACTORS:
+        if name in factor_space.names and name not in held and \
+                factor_space.sizes[factor_space.names.index(name)] >= 4:
+            return factor_space.names.index(name)
+    candidates = [(size, i) for i, (name, size) in enumerate(zip(factor_space.names, factor_space.sizes))
+                  if size >= 4 and name not in held]
+    if not candidates:
+        candidates = [(size, i) for i, size in enumerate(factor_space.sizes) if size >= 2]
+    return min(candidates)[1]
+
+
+def transfer_factor_position(factor_space, name: str | None, split=None) -> int:
+    """The column of the OOD1 factor ``name`` (None: :func:`transfer_factor_of`); a clear error
+    naming the dataset's factors if it has no such factor."""
+    if name is None:
+        return transfer_factor_of(factor_space, split)
+    if name not in factor_space.names:
+        raise ValueError(f"transfer_factor: the dataset has no factor {name!r}; its factors are "
+                         f"{', '.join(factor_space.names)}")
+    return factor_space.names.index(name)
+
+
+def check_transfer(config, dataset, split) -> None:
+    """The registry's check, before anything is encoded: the config's OOD1 factor is the dataset's."""
+    transfer_factor_position(dataset.factor_space, config.transfer_factor, split)
+
+
+def score_transfer(sample) -> dict:
+    """The registry's transfer scores: OOD1 on the training draws only (their values of the OOD
+    factor are those the encoder trained on; D21: OOD1-A/B/C are defined on the encoder's training
+    hues), OOD2 tested on the held-out sample; and the OOD1 factor used (``transfer_factor``)."""
+    space, split = sample.space, sample.split
+    ood = transfer_factor_position(space, sample.config.transfer_factor, split)
+    held = [space.position(name) for name in split.test_when]
+    result = transfer_score(sample.codes, sample.factors, ood_factor=ood, codes_ood2=sample.held_out_codes,
+                            factors_ood2=sample.held_out_factors,
+                            regressors=tuple(sample.config.transfer_regressors),
+                            factor_ranges=sample.factor_ranges, ood2_excluded=held if len(held) == 1 else [],
+                            random_state=sample.seed)
+    scores = {k: v for k, v in result.items() if k.startswith("transfer_")}
+    return {**scores, "transfer_factor": space.names[ood]}
