@@ -46,6 +46,8 @@ GROUPINGS = ["supervision", "architecture", "condition"]
 # columns that differ between the seeds of one configuration, or that are not settings at all
 NOT_SETTINGS = ("experiment", "trial_key", "seed", "config", "preset", "scale")
 WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
+# M21 reports, of each configuration's seeds, the one with the highest disentanglement.
+BEST_SEED_METRICS = ("d_score", "dci_disentanglement")
 
 
 def finished_models(df: pd.DataFrame) -> pd.DataFrame:
@@ -221,60 +223,72 @@ def configuration_columns(df: pd.DataFrame) -> list[str]:
     return [name for name in SETTINGS if name in df.columns and name not in NOT_SETTINGS]
 
 
+def configurations(df: pd.DataFrame, by=None) -> list[tuple[dict, pd.DataFrame]]:
+    """The configurations of ``df`` as [(key, rows)], sorted by key: the distinct combinations of
+    :func:`configuration_columns` (every setting but the seed), or of ``by`` if given (``by=[]``:
+    one group of every row). This is the one grouping rule for seeds."""
+    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
+    if not columns:
+        return [({}, df)]
+    return [(dict(zip(columns, key if isinstance(key, tuple) else (key,))), group)
+            for key, group in df.groupby(columns, dropna=False, sort=True, observed=True)]
+
+
+def best_seed_metric(df: pd.DataFrame) -> str | None:
+    """The metric the best seed is chosen by, by default: the first of :data:`BEST_SEED_METRICS` that
+    ``df`` has values of (D-score, or DCI disentanglement where there is none), or None."""
+    return next(iter(present(df, BEST_SEED_METRICS)), None)
+
+
 @finished_only
 def best_seeds(df: pd.DataFrame, best_seed_by: str = "d_score", *, by=None) -> pd.DataFrame:
-    """One row per configuration: the seed with the highest ``best_seed_by`` (Montero et al. 2021,
-    §3: "we report the seed with the highest disentanglement").
-
-    A configuration is a distinct combination of :func:`configuration_columns` (every setting but
-    the seed), or of ``by`` if given. Rows where the metric is NaN are never chosen unless every
-    seed's is; ties go to the first row. Raises KeyError if the column is missing."""
+    """One row per configuration (:func:`configurations`): the seed with the highest
+    ``best_seed_by`` (Montero et al. 2021, §3). Rows where the metric is NaN are never chosen unless
+    every seed's is; ties go to the first row. Raises KeyError if the column is missing."""
     if best_seed_by not in df.columns:
         choices = ", ".join(present(df, DISENTANGLEMENT_METRICS)) or "d_score"
         raise KeyError(f"best_seed_by: no column {best_seed_by!r} in the results; choose a metric such as "
                        f"{choices}")
-    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
-    if not columns:
-        return df.iloc[[int(np.nanargmax(_finite_or_minus_inf(df[best_seed_by])))]]
-    keep = []
-    for _, group in df.groupby(columns, dropna=False, sort=True, observed=True):
-        values = _finite_or_minus_inf(group[best_seed_by])
-        keep.append(group.index[int(np.argmax(values))])
-    return df.loc[keep]
+    return df.loc[[group.index[int(np.argmax(finite(group[best_seed_by]).fillna(-np.inf)))]
+                   for _, group in configurations(df, by)]]
 
 
-def _finite_or_minus_inf(values: pd.Series) -> np.ndarray:
-    values = pd.to_numeric(values, errors="coerce").astype(float).to_numpy()
-    return np.where(np.isfinite(values), values, -np.inf)
+def finite(values: pd.Series) -> pd.Series:
+    """``values`` as floats, with anything missing or not finite as NaN."""
+    return pd.to_numeric(values, errors="coerce").astype(float).replace([np.inf, -np.inf], np.nan)
+
+
+def _seed_text(value) -> str:
+    return "–" if pd.isna(value) else str(value)
 
 
 @finished_only
 def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "d_score",
                  by=None) -> pd.DataFrame:
-    """Per configuration (see :func:`best_seeds`), each metric's mean ± sd over seeds and, with
-    ``best_seed_by``, its value at the seed with the highest ``best_seed_by``.
+    """Per configuration (:func:`configurations`) and metric, over the seeds' finite values: the mean
+    ± sd and, with ``best_seed_by``, the value at the seed with the highest ``best_seed_by``.
 
-    Long format: the configuration columns, then ``metric``, ``n_seeds``, ``mean``, ``sd``
-    (ddof 1; NaN with one seed), ``best_seed`` (the chosen seed), ``best`` (its value) and
-    ``shown``, the one a table built from it shows by default: "best seed by <metric>" (as M21)
-    or "mean" (without ``best_seed_by``)."""
+    Long format: the configuration columns, then ``metric``, ``seeds`` (those that ran),
+    ``failed`` (those with no finite value of any of ``metrics``), ``n_seeds`` (with a value),
+    ``mean``, ``sd`` (ddof 1; NaN with one seed), ``best_seed``, ``best`` and ``shown``: "best seed
+    by <metric>" (as M21) or "mean" (without ``best_seed_by``)."""
     df = add_derived_columns(df)
     metrics = present(df, DISENTANGLEMENT_METRICS + GENERALISATION_SCORES + TRANSFER_SCORES) \
         if metrics is None else list(metrics)
-    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
     shown = f"best seed by {best_seed_by}" if best_seed_by else "mean"
-    rows = []
+    groups, rows = configurations(df, by), []
     for key, group in groups:
-        key = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
+        values = pd.DataFrame({m: finite(group[m]) for m in metrics}, index=group.index)
+        seeds = (group["seed"].astype(object).map(_seed_text) if "seed" in group
+                 else pd.Series("–", index=group.index))
+        failed = seeds[values.isna().all(axis=1)] if metrics else seeds.iloc[:0]
         best = best_seeds(group, best_seed_by, by=[]) if best_seed_by else None
-        best_seed = best["seed"].iloc[0] if best is not None and "seed" in best else None
         for metric in metrics:
-            values = pd.to_numeric(group[metric], errors="coerce").astype(float)
-            rows.append({**key, "metric": metric, "n_seeds": int(values.notna().sum()),
-                         "mean": float(values.mean()), "sd": float(values.std(ddof=1)),
-                         "best_seed": best_seed,
-                         "best": np.nan if best is None else float(best[metric].iloc[0]),
-                         "shown": shown})
-    return pd.DataFrame(rows, columns=[*columns, "metric", "n_seeds", "mean", "sd", "best_seed", "best",
-                                       "shown"])
+            rows.append({**key, "metric": metric, "seeds": ", ".join(seeds), "failed": ", ".join(failed),
+                         "n_seeds": int(values[metric].notna().sum()), "mean": float(values[metric].mean()),
+                         "sd": float(values[metric].std(ddof=1)),
+                         "best_seed": None if best is None or "seed" not in best else best["seed"].iloc[0],
+                         "best": np.nan if best is None else float(best[metric].iloc[0]), "shown": shown})
+    columns = list(groups[0][0]) if groups else []
+    return pd.DataFrame(rows, columns=[*columns, "metric", "seeds", "failed", "n_seeds", "mean", "sd",
+                                       "best_seed", "best", "shown"])

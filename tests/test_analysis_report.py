@@ -9,9 +9,9 @@ import pytest
 import torch
 from _chromium import CHROMIUM, open_page
 
-from analysis.checkpoints import find_checkpoints, load_checkpoint
 from analysis.report import main as report_main
 from analysis.storage import write_results
+from analysis.trained_models import find_checkpoints, load_checkpoint
 
 pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
 
