@@ -1,29 +1,12 @@
-"""Aggregation: experiment directories → pandas → Spearman correlations.
+"""Aggregation: the Spearman correlations of disentanglement against generalisation and transfer,
+and the one seed aggregation (docs/analysis.md, "Aggregation").
 
-The trials come from ``analysis.loading.load_trials`` (one or many experiments, folders or URIs).
-``correlation_table`` gives the Spearman ρ of every disentanglement metric against every
-generalisation and transfer score, with percentile-bootstrap 95% intervals, over all trials of a
-*cell* and within each group of supervision, architecture and held-out condition in the cell.
-
-**Cells.** A correlation never pools datasets or held-out splits: M21's ``leave1out`` exists on
-dSprites and on 3DShapes, and an NLL on one is not comparable with an NLL on the other. Every
-function here that correlates or summarises therefore groups by :data:`CELL` (dataset and split)
-first, and then by any columns the caller names with ``by=``. Pass ``within=()`` to pool on
-purpose.
-
-**Seeds.** Montero et al. 2021 (§3) report, for each model, the seed with the highest
-disentanglement, not the mean over seeds. :func:`best_seeds` keeps that seed of each
-configuration (``best_seed_by="d_score"``, or any metric), and :func:`seed_summary` gives both the
-mean ± sd over seeds and the best seed's value, saying in its ``shown`` column which is which.
-
-**Finished models only.** A trials table has a row for every model that ran, finished or not
-(its ``status``). Every function here, and every table, finding and figure of ``analysis``, takes
-the finished models only (:func:`finished_only`); a frame without a ``status`` column is taken
-whole.
-
-*Supervision* is a column of its own if the results have one; otherwise it is read off the
-objective: ``ada_gvae`` (trained on pairs that share factors) is "weak", every other objective
-"none" (unsupervised).
+Every function here groups by :data:`CELL` (dataset and split) first: a correlation never pools
+datasets or held-out splits (pass ``within=()`` to pool on purpose). A *configuration* is every
+setting but the seed (:func:`configurations`); Montero et al. 2021 (§3) report the seed with the
+highest disentanglement (:func:`best_seeds`). Every function takes the finished models only
+(:func:`finished_only`); a frame without a ``status`` column is taken whole. *Supervision* is read
+off the objective where the results have no such column: ``ada_gvae`` is "weak", others "none".
 """
 
 from __future__ import annotations
@@ -130,27 +113,14 @@ def cell_columns(df: pd.DataFrame, by=None, within=CELL) -> list[str]:
     return [c for c in within if c in df.columns and c not in by] + by
 
 
-@finished_only
 def correlations(df: pd.DataFrame, by=None, *, metrics=None, scores=None, n_bootstrap: int = 1000,
                  within=CELL) -> pd.DataFrame:
-    """Spearman ρ of every disentanglement metric against every generalisation score within each
-    group of the cell columns (dataset and split, see the module docstring) and of ``by``. By
-    default the metrics and scores of :data:`DISENTANGLEMENT_METRICS` and
-    :data:`GENERALISATION_SCORES` that ``df`` has. One row per (group, metric, score), with the
-    grouping columns first."""
-    df = add_derived_columns(df)
-    metrics = present(df, DISENTANGLEMENT_METRICS) if metrics is None else metrics
-    scores = present(df, GENERALISATION_SCORES) if scores is None else scores
-    columns = cell_columns(df, by, within)
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
-    rows = []
-    for key, group in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        for metric in metrics:
-            for score in scores:
-                row = spearman(group, metric, score, n_bootstrap=n_bootstrap)
-                rows.append({**dict(zip(columns, key)), **row})
-    return pd.DataFrame(rows, columns=[*columns, "x", "y", "n", "rho", "low", "high"])
+    """Spearman ρ of every disentanglement metric against every generalisation score (by default
+    those of :data:`DISENTANGLEMENT_METRICS` and :data:`GENERALISATION_SCORES` with values) within
+    each cell and group of ``by``: :func:`correlation_table` without its groupings."""
+    table = correlation_table(df, metrics=metrics, scores=GENERALISATION_SCORES if scores is None else scores,
+                              groupings=(), by=by, within=within, n_bootstrap=n_bootstrap)
+    return table.drop(columns=["group_by", "group"])
 
 
 def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:

@@ -303,7 +303,6 @@ def page(title: str, sections: list[str]) -> str:
 
 
 READOUTS = {"gbt": "GBT", "mlp": "MLP"}
-SCENARIOS = ["ood1_a", "ood1_b", "ood1_c", "ood2"]
 
 
 def _path(figures_dir: str, name: str) -> str:
@@ -402,7 +401,8 @@ def correlations_section(table, figures_dir, n_bootstrap) -> str:
         "n is the number of trials with both values. Lower NLL and lower transfer MAE are better, "
         "so a negative ρ means more disentangled models generalise better.</p>",
     ]
-    shown, dropped = tables.computable_correlations(table)
+    shown = table[table["rho"].notna()]
+    dropped = len(table) - len(shown)
     if shown.empty:
         body.append(note("No correlation can be computed: each needs at least 3 trials with both values, "
                          "and values that differ."))
@@ -415,7 +415,7 @@ def correlations_section(table, figures_dir, n_bootstrap) -> str:
         name += f" ({where})" if where else ""
         path = _path(figures_dir, f"spearman_{where}_{group_by}_{group}.png")
         body.append(html_image(figures.spearman_heatmap(part, path, title=f"Spearman ρ, {name}"),
-                                    f"Spearman ρ, {name} (D21 Figs 4–6, right)"))
+                               f"Spearman ρ, {name} (D21 Figs 4–6, right)"))
     if dropped:
         body.append(f"<p>{dropped} of {len(table)} metric-and-score rows are left out: they need at least "
                     "3 trials with both values, and values that differ.</p>")
@@ -432,8 +432,8 @@ def m21_nll_section(df, figures_dir) -> str:
         name = "nll_bars_best_seed.png" if best else "nll_bars_mean_sd.png"
         path = figures.nll_bars(table, _path(figures_dir, name), best_seed=best)
         which = "the best seed (highest disentanglement, as M21 reports)" if best else "mean ± sd over seeds"
-        body.append(html_image(path, "Per model and condition: NLL on training images against "
-                                    f"held-out images; {which}"))
+        body.append(html_image(path, f"Per model and condition: NLL on training images against held-out "
+                               f"images; {which}"))
     body.append(html_table(table))
     return "\n".join(body)
 
@@ -442,21 +442,20 @@ def d21_transfer_section(df, table, figures_dir) -> str:
     body = []
     overall = table[(table["group_by"] == "all") & table["rho"].notna()] if not table.empty else table
     for readout, name in READOUTS.items():
-        columns = [f"transfer_{readout}_{s}" for s in SCENARIOS]
-        part = overall[overall["y"].isin(columns)] if not overall.empty else overall
+        part = overall[overall["y"].str.startswith(f"transfer_{readout}_")] if not overall.empty else overall
         if part.empty:
             continue
         path = _path(figures_dir, f"d21_heatmap_{readout}.png")
         body.append(html_image(figures.spearman_heatmap(part, path, title=f"Spearman ρ, {name} readout"),
-                                    f"Every disentanglement metric against the {name} readout's transfer "
-                                    "error under each OOD scenario (D21 Figs 4–6)"))
+                               f"Every disentanglement metric against the {name} readout's transfer "
+                               "error under each OOD scenario (D21 Figs 4–6)"))
     for readout in READOUTS:
         error = f"transfer_{readout}_ood1_a"
         if {"dci_disentanglement", error} <= set(df.columns) and tables.numeric(df[error]).notna().any():
             colour = "supervision" if "supervision" in df.columns else "objective"
             path = figures.metric_vs_score(df, _path(figures_dir, f"dci_vs_{error}.png"),
-                                                 x="dci_disentanglement", y=error, colour_by=colour,
-                                                 title=f"DCI disentanglement against OOD1 error ({readout})")
+                                           x="dci_disentanglement", y=error, colour_by=colour,
+                                           title=f"DCI disentanglement against OOD1 error ({readout})")
             body.append(html_image(path, "DCI against OOD1-A transfer error (D21)"))
             break
     return "<h2>Transfer (D21)</h2>" + "\n".join(body) if body else ""
@@ -496,7 +495,7 @@ def groups_section(df, values, figures_dir) -> str:
         if by in df.columns and df[by].nunique(dropna=True) >= (1 if by == "supervision" else 2):
             path = figures.violins_by(df, metrics, _path(figures_dir, f"violins_{by}.png"), by=by)
             body.append(html_image(path, f"Every metric and score by {by} (violins where a group "
-                                        "has spread; dots are trials)"))
+                                   "has spread; dots are trials)"))
     if {"split", "train_nll", "test_nll"} <= set(df.columns):
         for metric in [m for m in ("d_score", "dci_disentanglement", "mig") if m in metrics]:
             path = figures.disentanglement_vs_nll(df, _path(figures_dir, f"{metric}_vs_nll.png"), metric)

@@ -38,13 +38,10 @@ def config_columns(df: pd.DataFrame) -> list[str]:
 def configuration_labels(df: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     """A short label per row naming its configuration, e.g. ``split=leave1out · objective=vae``."""
     columns = config_columns(df) if columns is None else columns
-    if not columns:
+    if not columns or df.empty:
         return pd.Series("all trials", index=df.index)
-    parts = [c + "=" + df[c].astype(object).map(_short) for c in columns]
-    label = parts[0]
-    for part in parts[1:]:
-        label = label + " · " + part
-    return label
+    parts = pd.DataFrame({c: c + "=" + df[c].astype(object).map(_short) for c in columns}, index=df.index)
+    return parts.agg(" · ".join, axis=1)
 
 
 def _short(value) -> str:
@@ -159,12 +156,6 @@ def diagnosis_table(df: pd.DataFrame) -> pd.DataFrame:
     out["verdict"] = np.where(dec_test.isna(), np.where(encoder_fails, "encoder (decoder not tested)",
                                                         "neither (decoder not tested)"), verdict)
     return out.reset_index()
-
-
-def computable_correlations(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """The correlation rows that have a ρ, and how many were dropped for having none."""
-    keep = table["rho"].notna()
-    return table[keep], int((~keep).sum())
 
 
 def correlation_rows(table: pd.DataFrame) -> pd.DataFrame:

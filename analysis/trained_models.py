@@ -9,7 +9,6 @@ training worker draws its :func:`reconstruction_grid` tiles without it.
 
 from __future__ import annotations
 
-import glob
 import os
 import struct
 import tempfile
@@ -84,16 +83,6 @@ def check_event_file(data: bytes, name: str = "event file") -> dict:
             tags.update(value.tag for value in event.summary.value)
         offset = end
     return {"events": events, "last_step": last_step, "tags": sorted(tags)}
-
-
-def find_checkpoints(experiment_dir: str) -> list[str]:
-    """The last checkpoint file of each trial folder under ``experiment_dir``."""
-    found = []
-    for trial in sorted(glob.glob(os.path.join(experiment_dir, "*", ""))):
-        files = sorted(glob.glob(os.path.join(trial, "checkpoint_*", CHECKPOINT_FILE)))
-        if files:
-            found.append(files[-1])
-    return found
 
 
 def _trained_weights(path: str) -> list[tuple[dict, dict]]:
