@@ -237,33 +237,42 @@ def traversal_figure(images: np.ndarray, path: str, *, values=None, title: str =
     return _save(fig, path, dpi=80)
 
 
+def _paired_bars(table: pd.DataFrame, path: str, bars, *, ylabel: str, title: str, height: float,
+                 top: float, lines=()) -> str:
+    """Per condition of ``table`` (a panel each) and model, two bars side by side: ``bars`` is two
+    (column, sd column or None, colour, label); ``lines`` are (y, colour, style) reference lines."""
+    conditions = list(dict.fromkeys(table["condition"]))
+    shown = conditions[:_MAX_PANELS]
+    fig, axes = _grid(len(shown), columns=3, size=(4.2, height))
+    for ax, condition in zip(axes, shown):
+        part = table[table["condition"] == condition]
+        positions = np.arange(len(part))
+        for offset, (column, sd, colour, label) in zip((-0.2, 0.2), bars):
+            ax.bar(positions + offset, part[column], width=0.4, color=colour, label=label, capsize=2,
+                   yerr=None if sd is None else part[sd].fillna(0).to_numpy(), error_kw={"linewidth": 0.8})
+        for y, colour, style in lines:
+            ax.axhline(y, color=colour, linewidth=0.6, linestyle=style)
+        ax.set_xticks(positions, part["model"], rotation=40, ha="right", fontsize=7)
+        ax.set_title(str(condition), fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    legend_outside(fig, *axes[0].get_legend_handles_labels())
+    more = f"; first {len(shown)} of {len(conditions)} conditions" if len(conditions) > len(shown) else ""
+    fig.suptitle(title + more, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.8, top))
+    return _save(fig, path, dpi=90)
+
+
 def nll_bars(table: pd.DataFrame, path: str, *, best_seed: bool = False) -> str:
     """M21's bar chart from :func:`analysis.tables.nll_table`: per condition (one panel each) and
     model, the NLL on training images and on held-out images; mean ± sd over seeds, or the best
     seed's values (``best_seed``)."""
-    conditions = list(dict.fromkeys(table["condition"]))
-    shown = conditions[:_MAX_PANELS]
-    fig, axes = _grid(len(shown), columns=3, size=(4.2, 3.0))
-    for ax, condition in zip(axes, shown):
-        part = table[table["condition"] == condition]
-        positions = np.arange(len(part))
-        for offset, side, colour, label in ((-0.2, "train", "#4c72b0", "training images"),
-                                            (0.2, "test", "#dd8452", "held-out images")):
-            values = part[f"{side}_best"] if best_seed else part[f"{side}_mean"]
-            errors = None if best_seed else part[f"{side}_sd"].fillna(0).to_numpy()
-            ax.bar(positions + offset, values, width=0.4, yerr=errors, color=colour, label=label,
-                   capsize=2, error_kw={"linewidth": 0.8})
-        ax.set_xticks(positions, part["model"], rotation=40, ha="right", fontsize=7)
-        ax.set_title(str(condition), fontsize=9)
-        ax.set_ylabel("NLL (nats)", fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    legend_outside(fig, handles, labels)
     which = "best seed (highest disentanglement)" if best_seed else "mean ± sd over seeds"
-    more = f"; first {len(shown)} of {len(conditions)} conditions" if len(conditions) > len(shown) else ""
-    fig.suptitle(f"NLL on training and held-out images, {which}{more}", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.8, 0.96))
-    return _save(fig, path, dpi=90)
+    bars = [(f"{side}_{'best' if best_seed else 'mean'}", None if best_seed else f"{side}_sd", colour, label)
+            for side, colour, label in (("train", "#4c72b0", "training images"),
+                                        ("test", "#dd8452", "held-out images"))]
+    return _paired_bars(table, path, bars, ylabel="NLL (nats)", height=3.0, top=0.96,
+                        title=f"NLL on training and held-out images, {which}")
 
 
 @finished_only
@@ -295,24 +304,11 @@ def diagnosis_figure(table: pd.DataFrame, path: str) -> str:
     """M22's diagnosis from :func:`analysis.tables.diagnosis_table`: per split (rows) and model,
     the held-out/training error ratio of the encoder and of the decoder; 1 means no loss on
     held-out combinations, and a ratio above 1.5 fails."""
-    conditions = list(dict.fromkeys(table["condition"]))[:_MAX_PANELS]
-    fig, axes = _grid(len(conditions), columns=3, size=(4.2, 2.8))
-    for ax, condition in zip(axes, conditions):
-        part = table[table["condition"] == condition]
-        positions = np.arange(len(part))
-        ax.bar(positions - 0.2, part["encoder ratio"], width=0.4, color="#55a868", label="encoder")
-        ax.bar(positions + 0.2, part["decoder ratio"], width=0.4, color="#c44e52", label="decoder")
-        ax.axhline(1.0, color="black", linewidth=0.6)
-        ax.axhline(1.5, color="grey", linewidth=0.6, linestyle="--")
-        ax.set_xticks(positions, part["model"], rotation=40, ha="right", fontsize=7)
-        ax.set_title(str(condition), fontsize=9)
-        ax.set_ylabel("held-out / training error", fontsize=7)
-    handles, labels = axes[0].get_legend_handles_labels()
-    legend_outside(fig, handles, labels)
-    fig.suptitle("Encoder versus decoder on held-out combinations (M22); dashed: the 1.5× threshold",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.8, 0.95))
-    return _save(fig, path, dpi=90)
+    bars = [("encoder ratio", None, "#55a868", "encoder"), ("decoder ratio", None, "#c44e52", "decoder")]
+    return _paired_bars(table, path, bars, ylabel="held-out / training error", height=2.8, top=0.95,
+                        lines=[(1.0, "black", "-"), (1.5, "grey", "--")],
+                        title="Encoder versus decoder on held-out combinations (M22); dashed: the 1.5× "
+                              "threshold")
 
 
 def training_curves(history: pd.DataFrame, labels: pd.Series, terms: list[str], path: str, *,
