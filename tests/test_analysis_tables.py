@@ -30,6 +30,8 @@ def test_seed_table_mean_sd_and_failed_seeds():
     assert table.loc["4", "train_nll"] == "21.000 ± 1.414"  # seed 2 has no value
     assert table.loc["1", "failed"] == "–" and table.loc["4", "failed"] == "seed 2 failed"
     assert table.loc["4", "seeds"] == "0, 1, 2" and (table["n"] == 3).all()
+    partial = frame().assign(d_score=[np.nan, 0.5, 0.3, 0.2, 0.9, np.nan])  # seed 0 of β 1 has one value
+    assert tables.seed_table(partial, ["train_nll", "d_score"]).set_index("beta").loc["1", "failed"] == "–"
     # with the best seed (M21's choice): its value first, then the mean ± sd, in one table
     table = tables.seed_table(frame(), ["train_nll"], best_seed_by="d_score").set_index("beta")
     assert table.loc["1", "best seed by d_score"] == "1" and table.loc["4", "best seed by d_score"] == "1"
