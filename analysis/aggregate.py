@@ -242,23 +242,23 @@ def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "
     ``failed`` (those with no finite value of any of ``metrics``), ``n_seeds`` (with a value),
     ``mean``, ``sd`` (ddof 1; NaN with one seed), ``best_seed``, ``best`` and ``shown``: "best seed
     by <metric>" (as M21) or "mean" (without ``best_seed_by``)."""
-    df = add_derived_columns(df)
+    df = add_derived_columns(df).reset_index(drop=True)
     metrics = present(df, DISENTANGLEMENT_METRICS + GENERALISATION_SCORES + TRANSFER_SCORES) \
         if metrics is None else list(metrics)
     shown = f"best seed by {best_seed_by}" if best_seed_by else "mean"
+    numbers = pd.DataFrame({m: finite(df[m]) for m in metrics}, index=df.index)
+    seeds = df["seed"].astype(object).map(_seed_text) if "seed" in df else pd.Series("–", index=df.index)
     groups, rows = configurations(df, by), []
-    for key, group in groups:
-        values = pd.DataFrame({m: finite(group[m]) for m in metrics}, index=group.index)
-        seeds = (group["seed"].astype(object).map(_seed_text) if "seed" in group
-                 else pd.Series("–", index=group.index))
-        failed = seeds[values.isna().all(axis=1)] if metrics else seeds.iloc[:0]
-        best = best_seeds(group, best_seed_by, by=[]) if best_seed_by else None
+    best = best_seeds(df, best_seed_by, by=by) if best_seed_by else None  # a row per group, in order
+    for k, (key, group) in enumerate(groups):
+        values, ran = numbers.loc[group.index], seeds.loc[group.index]
+        failed = ran[values.isna().all(axis=1)] if metrics else ran.iloc[:0]
+        count, mean, sd = values.count(), values.mean(), values.std(ddof=1)
         for metric in metrics:
-            rows.append({**key, "metric": metric, "seeds": ", ".join(seeds), "failed": ", ".join(failed),
-                         "n_seeds": int(values[metric].notna().sum()), "mean": float(values[metric].mean()),
-                         "sd": float(values[metric].std(ddof=1)),
-                         "best_seed": None if best is None or "seed" not in best else best["seed"].iloc[0],
-                         "best": np.nan if best is None else float(best[metric].iloc[0]), "shown": shown})
+            rows.append({**key, "metric": metric, "seeds": ", ".join(ran), "failed": ", ".join(failed),
+                         "n_seeds": int(count[metric]), "mean": float(mean[metric]), "sd": float(sd[metric]),
+                         "best_seed": None if best is None or "seed" not in best else best["seed"].iloc[k],
+                         "best": np.nan if best is None else float(best[metric].iloc[k]), "shown": shown})
     columns = list(groups[0][0]) if groups else []
     return pd.DataFrame(rows, columns=[*columns, "metric", "seeds", "failed", "n_seeds", "mean", "sd",
                                        "best_seed", "best", "shown"])

@@ -76,21 +76,22 @@ def seed_table(df: pd.DataFrame, values: list[str], best_seed_by: str | None = N
     """:func:`analysis.aggregate.seed_summary` as one row per configuration: the settings that vary,
     the seeds, those that failed (no finite value), and per value the mean ± sd over seeds (one
     value where one seed has it), after the best seed's value with ``best_seed_by``."""
-    summary = seed_summary(df, [v for v in values if v in df.columns], best_seed_by=best_seed_by)
-    keys, varying, rows = configuration_columns(df), config_columns(df), []
-    for _, part in summary.groupby(keys, dropna=False, sort=False, observed=True) if keys else [(0, summary)]:
-        first = part.iloc[0]
-        row = {c: _short(first[c]) for c in varying} or {"configuration": "all trials"}
-        row.update(seeds=first["seeds"], n=len(first["seeds"].split(", ")),
-                   failed=f"seed {first['failed']} failed" if first["failed"] else "–")
-        if best_seed_by:
-            row[f"best seed by {best_seed_by}"] = _short(first["best_seed"])
-        for r in part.itertuples():
-            text = "–" if r.n_seeds == 0 else f"{r.mean:.3f}" + (f" ± {r.sd:.3f}" if r.n_seeds > 1 else "")
-            best = "–" if np.isnan(r.best) else f"{r.best:.3f}"
-            row[r.metric] = f"{best} ({text})" if best_seed_by else text
-        rows.append(row)
-    return pd.DataFrame(rows)
+    values = [v for v in values if v in df.columns]
+    summary = seed_summary(df, values, best_seed_by=best_seed_by)  # len(values) rows per configuration
+    first = summary.iloc[::len(values) or 1]
+    out = pd.DataFrame({c: first[c].astype(object).map(_short) for c in config_columns(df)} or
+                       {"configuration": "all trials"}, index=first.index)
+    out["seeds"], out["n"] = first["seeds"], first["seeds"].str.count(", ") + 1
+    out["failed"] = np.where(first["failed"] == "", "–", "seed " + first["failed"] + " failed")
+    mean, sd = summary["mean"].map("{:.3f}".format), summary["sd"].map("{:.3f}".format)
+    text = pd.Series(np.where(summary["n_seeds"] > 1, mean + " ± " + sd, mean),
+                     index=summary.index).where(summary["n_seeds"] > 0, "–")
+    if best_seed_by:
+        out[f"best seed by {best_seed_by}"] = first["best_seed"].astype(object).map(_short)
+        text = summary["best"].map(lambda v: "–" if np.isnan(v) else f"{v:.3f}") + " (" + text + ")"
+    for j, value in enumerate(values):
+        out[value] = text.iloc[j::len(values)].to_numpy()
+    return out.reset_index(drop=True)
 
 
 def model_label(df: pd.DataFrame) -> pd.Series:
