@@ -98,10 +98,7 @@ def trained_models(results: Results, figures_dir: str, *, max_models: int, with_
     if any(is_remote(e) for e in results.experiments) and not with_checkpoints:
         return [], [], ("Checkpoint figures are not drawn for remote results unless asked "
                         "(--with-checkpoints): each checkpoint is downloaded.")
-    try:
-        from analysis.trained_models import draw_models
-    except ImportError as error:  # pragma: no cover - torch or models missing
-        return [], [], f"Model figures unavailable: {error}"
+    from analysis.trained_models import draw_models  # torch, only when models are drawn
     drawn, skipped = draw_models(results.trials, results.experiments, figures_dir, max_models=max_models,
                                  progress=progress)
     return drawn, skipped, None
