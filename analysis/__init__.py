@@ -9,6 +9,7 @@ import importlib
 _EXPORTS = {
     "add_derived_columns": "analysis.aggregate",
     "best_seeds": "analysis.aggregate",
+    "configurations": "analysis.aggregate",
     "seed_summary": "analysis.aggregate",
     "correlation_table": "analysis.aggregate",
     "correlations": "analysis.aggregate",
@@ -18,8 +19,8 @@ _EXPORTS = {
     "load_trials": "analysis.loading",
     "spearman": "analysis.aggregate",
     "evaluate": "analysis.evaluation",
-    "load_checkpoint": "analysis.checkpoints",
-    "model_figures": "analysis.checkpoints",
+    "load_checkpoint": "analysis.trained_models",
+    "model_figures": "analysis.trained_models",
     "write_html_report": "analysis.html_report",
 }
 

@@ -1,29 +1,12 @@
-"""Aggregation: experiment directories → pandas → Spearman correlations.
+"""Aggregation: the Spearman correlations of disentanglement against generalisation and transfer,
+and the one seed aggregation (docs/analysis.md, "Aggregation").
 
-The trials come from ``analysis.loading.load_trials`` (one or many experiments, folders or URIs).
-``correlation_table`` gives the Spearman ρ of every disentanglement metric against every
-generalisation and transfer score, with percentile-bootstrap 95% intervals, over all trials of a
-*cell* and within each group of supervision, architecture and held-out condition in the cell.
-
-**Cells.** A correlation never pools datasets or held-out splits: M21's ``leave1out`` exists on
-dSprites and on 3DShapes, and an NLL on one is not comparable with an NLL on the other. Every
-function here that correlates or summarises therefore groups by :data:`CELL` (dataset and split)
-first, and then by any columns the caller names with ``by=``. Pass ``within=()`` to pool on
-purpose.
-
-**Seeds.** Montero et al. 2021 (§3) report, for each model, the seed with the highest
-disentanglement, not the mean over seeds. :func:`best_seeds` keeps that seed of each
-configuration (``best_seed_by="d_score"``, or any metric), and :func:`seed_summary` gives both the
-mean ± sd over seeds and the best seed's value, saying in its ``shown`` column which is which.
-
-**Finished models only.** A trials table has a row for every model that ran, finished or not
-(its ``status``). Every function here, and every table, finding and figure of ``analysis``, takes
-the finished models only (:func:`finished_only`); a frame without a ``status`` column is taken
-whole.
-
-*Supervision* is a column of its own if the results have one; otherwise it is read off the
-objective: ``ada_gvae`` (trained on pairs that share factors) is "weak", every other objective
-"none" (unsupervised).
+Every function here groups by :data:`CELL` (dataset and split) first: a correlation never pools
+datasets or held-out splits (pass ``within=()`` to pool on purpose). A *configuration* is every
+setting but the seed (:func:`configurations`); Montero et al. 2021 (§3) report the seed with the
+highest disentanglement (:func:`best_seeds`). Every function takes the finished models only
+(:func:`finished_only`); a frame without a ``status`` column is taken whole. *Supervision* is read
+off the objective where the results have no such column: ``ada_gvae`` is "weak", others "none".
 """
 
 from __future__ import annotations
@@ -46,6 +29,8 @@ GROUPINGS = ["supervision", "architecture", "condition"]
 # columns that differ between the seeds of one configuration, or that are not settings at all
 NOT_SETTINGS = ("experiment", "trial_key", "seed", "config", "preset", "scale")
 WEAKLY_SUPERVISED_OBJECTIVES = ("ada_gvae",)
+# M21 reports, of each configuration's seeds, the one with the highest disentanglement.
+BEST_SEED_METRICS = ("d_score", "dci_disentanglement")
 
 
 def finished_models(df: pd.DataFrame) -> pd.DataFrame:
@@ -128,27 +113,14 @@ def cell_columns(df: pd.DataFrame, by=None, within=CELL) -> list[str]:
     return [c for c in within if c in df.columns and c not in by] + by
 
 
-@finished_only
 def correlations(df: pd.DataFrame, by=None, *, metrics=None, scores=None, n_bootstrap: int = 1000,
                  within=CELL) -> pd.DataFrame:
-    """Spearman ρ of every disentanglement metric against every generalisation score within each
-    group of the cell columns (dataset and split, see the module docstring) and of ``by``. By
-    default the metrics and scores of :data:`DISENTANGLEMENT_METRICS` and
-    :data:`GENERALISATION_SCORES` that ``df`` has. One row per (group, metric, score), with the
-    grouping columns first."""
-    df = add_derived_columns(df)
-    metrics = present(df, DISENTANGLEMENT_METRICS) if metrics is None else metrics
-    scores = present(df, GENERALISATION_SCORES) if scores is None else scores
-    columns = cell_columns(df, by, within)
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
-    rows = []
-    for key, group in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        for metric in metrics:
-            for score in scores:
-                row = spearman(group, metric, score, n_bootstrap=n_bootstrap)
-                rows.append({**dict(zip(columns, key)), **row})
-    return pd.DataFrame(rows, columns=[*columns, "x", "y", "n", "rho", "low", "high"])
+    """Spearman ρ of every disentanglement metric against every generalisation score (by default
+    those of :data:`DISENTANGLEMENT_METRICS` and :data:`GENERALISATION_SCORES` with values) within
+    each cell and group of ``by``: :func:`correlation_table` without its groupings."""
+    table = correlation_table(df, metrics=metrics, scores=GENERALISATION_SCORES if scores is None else scores,
+                              groupings=(), by=by, within=within, n_bootstrap=n_bootstrap)
+    return table.drop(columns=["group_by", "group"])
 
 
 def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -221,60 +193,72 @@ def configuration_columns(df: pd.DataFrame) -> list[str]:
     return [name for name in SETTINGS if name in df.columns and name not in NOT_SETTINGS]
 
 
+def configurations(df: pd.DataFrame, by=None) -> list[tuple[dict, pd.DataFrame]]:
+    """The configurations of ``df`` as [(key, rows)], sorted by key: the distinct combinations of
+    :func:`configuration_columns` (every setting but the seed), or of ``by`` if given (``by=[]``:
+    one group of every row). This is the one grouping rule for seeds."""
+    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
+    if not columns:
+        return [({}, df)]
+    return [(dict(zip(columns, key if isinstance(key, tuple) else (key,))), group)
+            for key, group in df.groupby(columns, dropna=False, sort=True, observed=True)]
+
+
+def best_seed_metric(df: pd.DataFrame) -> str | None:
+    """The metric the best seed is chosen by, by default: the first of :data:`BEST_SEED_METRICS` that
+    ``df`` has values of (D-score, or DCI disentanglement where there is none), or None."""
+    return next(iter(present(df, BEST_SEED_METRICS)), None)
+
+
 @finished_only
 def best_seeds(df: pd.DataFrame, best_seed_by: str = "d_score", *, by=None) -> pd.DataFrame:
-    """One row per configuration: the seed with the highest ``best_seed_by`` (Montero et al. 2021,
-    §3: "we report the seed with the highest disentanglement").
-
-    A configuration is a distinct combination of :func:`configuration_columns` (every setting but
-    the seed), or of ``by`` if given. Rows where the metric is NaN are never chosen unless every
-    seed's is; ties go to the first row. Raises KeyError if the column is missing."""
+    """One row per configuration (:func:`configurations`): the seed with the highest
+    ``best_seed_by`` (Montero et al. 2021, §3). Rows where the metric is NaN are never chosen unless
+    every seed's is; ties go to the first row. Raises KeyError if the column is missing."""
     if best_seed_by not in df.columns:
         choices = ", ".join(present(df, DISENTANGLEMENT_METRICS)) or "d_score"
         raise KeyError(f"best_seed_by: no column {best_seed_by!r} in the results; choose a metric such as "
                        f"{choices}")
-    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
-    if not columns:
-        return df.iloc[[int(np.nanargmax(_finite_or_minus_inf(df[best_seed_by])))]]
-    keep = []
-    for _, group in df.groupby(columns, dropna=False, sort=True, observed=True):
-        values = _finite_or_minus_inf(group[best_seed_by])
-        keep.append(group.index[int(np.argmax(values))])
-    return df.loc[keep]
+    return df.loc[[group.index[int(np.argmax(finite(group[best_seed_by]).fillna(-np.inf)))]
+                   for _, group in configurations(df, by)]]
 
 
-def _finite_or_minus_inf(values: pd.Series) -> np.ndarray:
-    values = pd.to_numeric(values, errors="coerce").astype(float).to_numpy()
-    return np.where(np.isfinite(values), values, -np.inf)
+def finite(values: pd.Series) -> pd.Series:
+    """``values`` as floats, with anything missing or not finite as NaN."""
+    return pd.to_numeric(values, errors="coerce").astype(float).replace([np.inf, -np.inf], np.nan)
+
+
+def _seed_text(value) -> str:
+    return "–" if pd.isna(value) else str(value)
 
 
 @finished_only
 def seed_summary(df: pd.DataFrame, metrics=None, *, best_seed_by: str | None = "d_score",
                  by=None) -> pd.DataFrame:
-    """Per configuration (see :func:`best_seeds`), each metric's mean ± sd over seeds and, with
-    ``best_seed_by``, its value at the seed with the highest ``best_seed_by``.
+    """Per configuration (:func:`configurations`) and metric, over the seeds' finite values: the mean
+    ± sd and, with ``best_seed_by``, the value at the seed with the highest ``best_seed_by``.
 
-    Long format: the configuration columns, then ``metric``, ``n_seeds``, ``mean``, ``sd``
-    (ddof 1; NaN with one seed), ``best_seed`` (the chosen seed), ``best`` (its value) and
-    ``shown``, the one a table built from it shows by default: "best seed by <metric>" (as M21)
-    or "mean" (without ``best_seed_by``)."""
-    df = add_derived_columns(df)
+    Long format: the configuration columns, then ``metric``, ``seeds`` (those that ran),
+    ``failed`` (those with no finite value of any of ``metrics``), ``n_seeds`` (with a value),
+    ``mean``, ``sd`` (ddof 1; NaN with one seed), ``best_seed``, ``best`` and ``shown``: "best seed
+    by <metric>" (as M21) or "mean" (without ``best_seed_by``)."""
+    df = add_derived_columns(df).reset_index(drop=True)
     metrics = present(df, DISENTANGLEMENT_METRICS + GENERALISATION_SCORES + TRANSFER_SCORES) \
         if metrics is None else list(metrics)
-    columns = configuration_columns(df) if by is None else ([by] if isinstance(by, str) else list(by))
-    groups = [((), df)] if not columns else list(df.groupby(columns, dropna=False, sort=True, observed=True))
     shown = f"best seed by {best_seed_by}" if best_seed_by else "mean"
-    rows = []
-    for key, group in groups:
-        key = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
-        best = best_seeds(group, best_seed_by, by=[]) if best_seed_by else None
-        best_seed = best["seed"].iloc[0] if best is not None and "seed" in best else None
+    numbers = pd.DataFrame({m: finite(df[m]) for m in metrics}, index=df.index)
+    seeds = df["seed"].astype(object).map(_seed_text) if "seed" in df else pd.Series("–", index=df.index)
+    groups, rows = configurations(df, by), []
+    best = best_seeds(df, best_seed_by, by=by) if best_seed_by else None  # a row per group, in order
+    for k, (key, group) in enumerate(groups):
+        values, ran = numbers.loc[group.index], seeds.loc[group.index]
+        failed = ran[values.isna().all(axis=1)] if metrics else ran.iloc[:0]
+        count, mean, sd = values.count(), values.mean(), values.std(ddof=1)
         for metric in metrics:
-            values = pd.to_numeric(group[metric], errors="coerce").astype(float)
-            rows.append({**key, "metric": metric, "n_seeds": int(values.notna().sum()),
-                         "mean": float(values.mean()), "sd": float(values.std(ddof=1)),
-                         "best_seed": best_seed,
-                         "best": np.nan if best is None else float(best[metric].iloc[0]),
-                         "shown": shown})
-    return pd.DataFrame(rows, columns=[*columns, "metric", "n_seeds", "mean", "sd", "best_seed", "best",
-                                       "shown"])
+            rows.append({**key, "metric": metric, "seeds": ", ".join(ran), "failed": ", ".join(failed),
+                         "n_seeds": int(count[metric]), "mean": float(mean[metric]), "sd": float(sd[metric]),
+                         "best_seed": None if best is None or "seed" not in best else best["seed"].iloc[k],
+                         "best": np.nan if best is None else float(best[metric].iloc[k]), "shown": shown})
+    columns = list(groups[0][0]) if groups else []
+    return pd.DataFrame(rows, columns=[*columns, "metric", "seeds", "failed", "n_seeds", "mean", "sd",
+                                       "best_seed", "best", "shown"])

@@ -1,4 +1,6 @@
-"""Figures, as PNG files or image arrays. matplotlib runs headless (Agg)."""
+"""Figures, as PNG files (matplotlib's Agg backend, headless): the papers' views from the results
+tables alone (M21's scatter and NLL bars, D21's heat-maps, violins and transfer scatter, M22's
+diagnosis, training curves), and a trained model's reconstructions, traversal and Hinton diagram."""
 
 from __future__ import annotations
 
@@ -10,7 +12,25 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.aggregate import cell_label, finished_only  # noqa: E402
-from analysis.tiles import reconstruction_grid  # noqa: E402
+
+MARKERS = "osD^v<>p*h"
+_MAX_PANELS = 24  # facets beyond this are summarised in the title
+
+
+def _save(fig, path: str, dpi: int = 100) -> str:
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def _grid(n: int, columns: int = 4, size=(3.6, 2.8)):
+    columns = max(1, min(columns, n))
+    rows = int(np.ceil(n / columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(size[0] * columns + 1.8, size[1] * rows + 0.6),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes.flat
 
 
 def palette(n: int) -> list:
@@ -32,9 +52,6 @@ def legend_outside(fig, handles, labels, *, max_entries: int = 16, title: str | 
     labels = [label if len(label) <= 60 else label[:57] + "…" for label in labels]
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.81, 0.5), fontsize=7,
                frameon=False, title=title, title_fontsize=8)
-
-
-MARKERS = "osD^v<>p*h"
 
 
 @finished_only
@@ -90,9 +107,7 @@ def disentanglement_vs_nll(df: pd.DataFrame, path: str, metric: str = "d_score")
         labels.append(f"β {betas[0]:g}–{betas[-1]:g}: size")
     legend_outside(fig, handles, labels, title="condition, β")
     fig.tight_layout(rect=(0, 0, 0.8, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def hinton(matrix: np.ndarray, path: str, *, row_labels=None, column_labels=None,
@@ -123,9 +138,7 @@ def hinton(matrix: np.ndarray, path: str, *, row_labels=None, column_labels=None
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 @finished_only
@@ -158,9 +171,7 @@ def violins_by(df: pd.DataFrame, metrics: list[str], path: str, by: str = "super
         ax.set_xlabel(by)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def spearman_heatmap(table: pd.DataFrame, path: str, *, title: str = "Spearman ρ") -> str:
@@ -185,33 +196,23 @@ def spearman_heatmap(table: pd.DataFrame, path: str, *, title: str = "Spearman �
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def _show_grid(ax, grid, title):
-    image = np.transpose(grid, (1, 2, 0))
-    if image.shape[2] == 1:
-        ax.imshow(image[:, :, 0], cmap="gray", vmin=0, vmax=1)
-    else:
-        ax.imshow(np.clip(image, 0, 1))
-    ax.set_title(title, fontsize=9)
-    ax.axis("off")
+    return _save(fig, path)
 
 
 def reconstruction_figure(panels: dict, path: str, title: str = "") -> str:
-    """One PNG of reconstruction grids: ``panels`` maps a name ("train", "held out") to a pair
-    (originals, reconstructions), each (N, C, H, W); originals are drawn above reconstructions."""
+    """One PNG of reconstruction grids: ``panels`` maps a name ("train", "held out") to a (C, H, W)
+    image in [0, 1], originals above reconstructions (``analysis.trained_models.reconstruction_grid``)."""
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.2 * len(panels)), squeeze=False)
-    for ax, (name, (originals, reconstructions)) in zip(axes[:, 0], panels.items()):
-        _show_grid(ax, reconstruction_grid(originals, reconstructions), name)
+    for ax, (name, grid) in zip(axes[:, 0], panels.items()):
+        image = np.transpose(grid, (1, 2, 0))
+        ax.imshow(image[:, :, 0] if image.shape[2] == 1 else np.clip(image, 0, 1), cmap="gray",
+                  vmin=0, vmax=1)
+        ax.set_title(name, fontsize=9)
+        ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def traversal_figure(images: np.ndarray, path: str, *, values=None, title: str = "Latent traversal") -> str:
@@ -233,6 +234,116 @@ def traversal_figure(images: np.ndarray, path: str, *, values=None, title: str =
             ax.set_xlabel(f"{values[column]:+.1f}", fontsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, path, dpi=80)
+
+
+def _paired_bars(table: pd.DataFrame, path: str, bars, *, ylabel: str, title: str, height: float,
+                 top: float, lines=()) -> str:
+    """Per condition of ``table`` (a panel each) and model, two bars side by side: ``bars`` is two
+    (column, sd column or None, colour, label); ``lines`` are (y, colour, style) reference lines."""
+    conditions = list(dict.fromkeys(table["condition"]))
+    shown = conditions[:_MAX_PANELS]
+    fig, axes = _grid(len(shown), columns=3, size=(4.2, height))
+    for ax, condition in zip(axes, shown):
+        part = table[table["condition"] == condition]
+        positions = np.arange(len(part))
+        for offset, (column, sd, colour, label) in zip((-0.2, 0.2), bars):
+            ax.bar(positions + offset, part[column], width=0.4, color=colour, label=label, capsize=2,
+                   yerr=None if sd is None else part[sd].fillna(0).to_numpy(), error_kw={"linewidth": 0.8})
+        for y, colour, style in lines:
+            ax.axhline(y, color=colour, linewidth=0.6, linestyle=style)
+        ax.set_xticks(positions, part["model"], rotation=40, ha="right", fontsize=7)
+        ax.set_title(str(condition), fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    legend_outside(fig, *axes[0].get_legend_handles_labels())
+    more = f"; first {len(shown)} of {len(conditions)} conditions" if len(conditions) > len(shown) else ""
+    fig.suptitle(title + more, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.8, top))
+    return _save(fig, path, dpi=90)
+
+
+def nll_bars(table: pd.DataFrame, path: str, *, best_seed: bool = False) -> str:
+    """M21's bar chart from :func:`analysis.tables.nll_table`: per condition (one panel each) and
+    model, the NLL on training images and on held-out images; mean ± sd over seeds, or the best
+    seed's values (``best_seed``)."""
+    which = "best seed (highest disentanglement)" if best_seed else "mean ± sd over seeds"
+    bars = [(f"{side}_{'best' if best_seed else 'mean'}", None if best_seed else f"{side}_sd", colour, label)
+            for side, colour, label in (("train", "#4c72b0", "training images"),
+                                        ("test", "#dd8452", "held-out images"))]
+    return _paired_bars(table, path, bars, ylabel="NLL (nats)", height=3.0, top=0.96,
+                        title=f"NLL on training and held-out images, {which}")
+
+
+@finished_only
+def metric_vs_score(df: pd.DataFrame, path: str, *, x: str, y: str, colour_by: str | None = None,
+                    title: str = "") -> str:
+    """A scatter of column ``x`` against column ``y`` (D21: DCI against OOD1 error), coloured by
+    ``colour_by``'s values (a colour map and a legend outside the axes for many)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    xs = pd.to_numeric(df[x], errors="coerce").astype(float)
+    ys = pd.to_numeric(df[y], errors="coerce").astype(float)
+    groups = (df[colour_by].astype(object).fillna("?").astype(str) if colour_by in df.columns
+              else pd.Series("all", index=df.index))
+    names = sorted(groups.unique())
+    for name, colour in zip(names, palette(len(names))):
+        rows = (groups == name).to_numpy()
+        ax.scatter(xs[rows], ys[rows], s=14, color=colour, label=name, alpha=0.75, edgecolor="none")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or f"{x} against {y}", fontsize=9)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if len(names) > 1:
+        legend_outside(fig, handles, labels, title=colour_by)
+    fig.tight_layout(rect=(0, 0, 0.8 if len(names) > 1 else 1, 1))
+    return _save(fig, path, dpi=90)
+
+
+def diagnosis_figure(table: pd.DataFrame, path: str) -> str:
+    """M22's diagnosis from :func:`analysis.tables.diagnosis_table`: per split (rows) and model,
+    the held-out/training error ratio of the encoder and of the decoder; 1 means no loss on
+    held-out combinations, and a ratio above 1.5 fails."""
+    bars = [("encoder ratio", None, "#55a868", "encoder"), ("decoder ratio", None, "#c44e52", "decoder")]
+    return _paired_bars(table, path, bars, ylabel="held-out / training error", height=2.8, top=0.95,
+                        lines=[(1.0, "black", "-"), (1.5, "grey", "--")],
+                        title="Encoder versus decoder on held-out combinations (M22); dashed: the 1.5× "
+                              "threshold")
+
+
+def training_curves(history: pd.DataFrame, labels: pd.Series, terms: list[str], path: str, *,
+                    max_configurations: int = 12) -> str:
+    """Loss terms (one panel each) against step for each configuration (a colour each): its seeds
+    as thin lines and their mean as a thick one. ``labels`` maps a trial key to its configuration;
+    the ``max_configurations`` with the most seeds are drawn, the rest counted in the title."""
+    history = history.assign(_configuration=history["trial_key"].astype(object).map(labels))
+    history = history.dropna(subset=["_configuration"])
+    counts = history.groupby("_configuration", observed=True)["trial_key"].nunique()
+    counts = counts.sort_values(ascending=False, kind="stable")
+    chosen = list(counts.index[:max_configurations])
+    colours = dict(zip(chosen, palette(len(chosen))))
+    fig, axes = _grid(len(terms), columns=3, size=(4.0, 2.8))
+    for ax, term in zip(axes, terms):
+        part = history[history["_configuration"].isin(chosen)]
+        values = pd.to_numeric(part[term], errors="coerce").astype(float)
+        wide = pd.DataFrame({"step": part["step"].astype(float), "value": values,
+                             "key": part["trial_key"].astype(object),
+                             "configuration": part["_configuration"]}).dropna(subset=["value"])
+        for configuration in chosen:
+            one = wide[wide["configuration"] == configuration]
+            if one.empty:
+                continue
+            table = one.pivot_table(index="step", columns="key", values="value", aggfunc="mean")
+            ax.plot(table.index, table.to_numpy(), color=colours[configuration], linewidth=0.5, alpha=0.5)
+            ax.plot(table.index, table.mean(axis=1), color=colours[configuration], linewidth=2,
+                    label=configuration)
+        ax.set_title(term, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=colours[c], linewidth=2) for c in chosen]
+    legend_outside(fig, handles, chosen, max_entries=max_configurations)
+    more = (f" ({len(chosen)} of {len(counts)} configurations, most seeds first)"
+            if len(counts) > len(chosen) else "")
+    fig.suptitle(f"Training curves: seeds thin, their mean thick{more}", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.8, 0.95))
+    return _save(fig, path, dpi=90)

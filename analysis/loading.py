@@ -1,19 +1,10 @@
-"""Results into pandas, wherever they live: a local folder, ``s3://bucket/prefix``, or any URI a
-pyarrow file system understands (``gs://``, ``hdfs://``, ``file://``, ...), one experiment or
-several at once.
+"""Results into pandas, wherever they live: a local folder, ``s3://bucket/prefix`` or any URI a pyarrow
+file system understands, one experiment or several at once (docs/analysis.md, "How results are stored").
 
-Where the files are and how a running sweep's parts merge with them is ``analysis/storage.py``'s
-business. The dtypes are fixed by the schema (``analysis/schema.py``), and are the ones
-``pd.read_parquet`` gives the files: integer columns come back as pandas' nullable ``Int64`` (a
-missing value is ``<NA>``, not a float NaN), flags as ``boolean``, floats as ``float64``, and the
-columns that name a group (:data:`CATEGORICAL_COLUMNS`) as categoricals.
-
-The trials table has a row for every planned model that ran, whatever became of it: its ``status``
-says finished, failed (``error`` says why) or stopped (by ASHA). ``analysis.finished_models``
-keeps the finished ones; every correlation, table, finding and figure of ``analysis`` uses only
-those.
-For S3-compatible servers other than AWS, set ``AWS_ENDPOINT_URL`` (and the usual ``AWS_*``
-variables), as for the sweep itself.
+The dtypes are the schema's (``analysis/schema.py``): integers as nullable ``Int64``, flags as
+``boolean``, the columns that name a group as categoricals. The trials table has a row for every
+model that ran; its ``status`` says finished, failed or stopped, and ``analysis`` counts the
+finished ones only. For S3-compatible servers other than AWS, set ``AWS_ENDPOINT_URL``.
 """
 
 from __future__ import annotations
@@ -24,26 +15,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from analysis.schema import GROUP_COLUMNS, HISTORY_FILE, SCHEMAS, TRIALS_FILE
+from analysis.schema import HISTORY_FILE, SCHEMAS, TRIALS_FILE
 from analysis.schema import to_pandas as schema_to_pandas
 from analysis.storage import experiment_name, join, read_bytes, read_table
 
 ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (sweeps/results.py)
 
-# Columns whose few distinct values name groups (the schema's dictionary columns): categoricals, so
-# that grouping and sorting are cheap and every value is listed once.
-CATEGORICAL_COLUMNS = GROUP_COLUMNS
-
 
 def load_trials(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.DataFrame:
-    """``trials.parquet`` of one or more experiments as one DataFrame: one row per planned model
-    that ran, **finished or not**. Its ``status`` column says which: ``finished``, ``failed`` (the
-    ``error`` column holds why) or ``stopped`` (early, by ASHA); a failed or stopped model has its
-    settings but no metrics. ``analysis.finished_models(df)`` keeps the trained models alone.
-
-    Each experiment is a folder or a URI such as ``s3://bucket/disgen/dittadi2021-full``. An
-    experiment without results is an error that names it.
-    """
+    """``trials.parquet`` of one or more experiments (folders or URIs) as one DataFrame: a row per
+    model that ran, **finished or not** (``status``; ``analysis.finished_models(df)`` keeps the
+    trained ones). An experiment without results is an error that names it."""
     return _load(experiments, TRIALS_FILE, filesystem)
 
 

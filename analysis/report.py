@@ -6,8 +6,7 @@ self-contained HTML report.
 
 Experiments are folders or URIs (``s3://…`` or any pyarrow file system's); the report is written
 locally. The report (``DIR/report.html``) embeds every figure as a PNG data URI and uses no
-network, so it opens offline and can be mailed as one file; ``analysis/html_report.py`` lists
-its sections.
+network, so it opens offline and can be mailed as one file; ``analysis/html_report.py`` builds it.
 """
 
 from __future__ import annotations
@@ -18,14 +17,13 @@ import sys
 
 import pandas as pd
 
-from analysis.aggregate import cell_label, correlations, finished_models, finished_only, seed_summary
+from analysis.aggregate import best_seed_metric, cell_label, correlations, finished_models, finished_only
 from analysis.figures import disentanglement_vs_nll
 from analysis.findings import findings, findings_text
 from analysis.html_report import write_html_report
 from analysis.loading import load_trials
 from analysis.storage import experiment_name, is_remote
-from analysis.tables import trials_text
-from analysis.trained_models import text_progress
+from analysis.tables import seed_table, trials_text
 from data_pipeline.cli import HelpFormatter
 
 
@@ -44,22 +42,37 @@ def correlation_text(df: pd.DataFrame) -> str:
 
 
 @finished_only
-def seed_text(df: pd.DataFrame, best_seed_by: str = "d_score") -> str:
-    """M21's table: per configuration, the seed with the highest ``best_seed_by`` (what M21
-    reports) next to the mean ± sd over seeds; says which one is shown."""
-    if "seed" not in df.columns or df["seed"].nunique() < 2 or best_seed_by not in df.columns:
+def seed_text(df: pd.DataFrame) -> str:
+    """The report's seed table (``analysis.tables.seed_table``) as text, where seeds vary."""
+    metric = best_seed_metric(df)
+    if "seed" not in df.columns or df["seed"].nunique() < 2 or metric is None:
         return ""
-    metrics = [m for m in ("train_nll", "test_nll", best_seed_by) if m in df.columns]
-    summary = seed_summary(df, metrics, best_seed_by=best_seed_by)
-    summary = summary.assign(**{"mean ± sd": [f"{m:.3f} ± {s:.3f}" for m, s in zip(summary["mean"],
-                                                                                    summary["sd"])]})
-    keep = [c for c in ("dataset", "split", "objective", "beta", "gamma") if c in summary.columns]
-    shown = summary[keep + ["metric", "best_seed", "best", "mean ± sd", "n_seeds"]]
-    with pd.option_context("display.width", 200, "display.max_columns", None,
-                           "display.float_format", "{:.3f}".format):
-        return (f"Per configuration: 'best' is the value at the seed with the highest {best_seed_by} "
-                f"(shown, as Montero et al. 2021 report), next to the mean ± sd over seeds:\n"
-                + shown.to_string(index=False))
+    values = [m for m in ("train_nll", "test_nll", metric) if m in df.columns]
+    table = seed_table(df, values, best_seed_by=metric)
+    return (f"Per configuration: the value at the seed with the highest {metric} (as Montero et al. 2021 "
+            f"report), then the mean ± sd over seeds:\n" + table.to_string(index=False))
+
+
+def text_progress(label: str, stream=sys.stderr):
+    """Progress over the models, as ``show(done, total)``: a tqdm bar on a terminal; elsewhere (a log
+    file, CI) one line when the last one is done, ``label: 4 of 4 done``."""
+    state = {}
+
+    def show(done: int, total: int) -> None:
+        isatty = getattr(stream, "isatty", None)
+        if isatty and isatty():
+            if "bar" not in state:
+                from tqdm import tqdm
+
+                state["bar"] = tqdm(total=total, desc=label, unit="model", file=stream, dynamic_ncols=True)
+            state["bar"].update(done - state["bar"].n)
+            if done >= total:
+                state["bar"].close()
+        elif done >= total:
+            stream.write(f"{label}: {done} of {total} done\n")
+            stream.flush()
+
+    return show
 
 
 def parser() -> argparse.ArgumentParser:

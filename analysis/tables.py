@@ -1,8 +1,6 @@
-"""The report's tables, as DataFrames: trials, seeds (mean ± sd), the papers' own tables, and the
-correlations with the rows that cannot be computed folded away. Plain pandas, no HTML.
-
-A *configuration* is every setting of a trial but its seed (and its identifiers): the seeds of one
-configuration are repeats of one experiment.
+"""The report's tables, as DataFrames: trials, seeds, the papers' own tables, and the correlations
+with the rows that cannot be computed folded away. Plain pandas, no HTML; the seeds and
+configurations come from ``analysis.aggregate``.
 """
 
 from __future__ import annotations
@@ -10,17 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import CELL, finished_only
-from analysis.schema import CONFIG_FIELDS
+from analysis.aggregate import (
+    CELL,
+    best_seed_metric,
+    best_seeds,
+    configuration_columns,
+    finished_only,
+    seed_summary,
+)
 
 # The columns of the printed trials table, in order; the HTML tables put them first too.
 TABLE_COLUMNS = ["trial_key", "split", "condition", "objective", "beta", "seed", "steps",
                  "train_nll", "test_nll", "d_score", "dci_disentanglement",
                  "dci_completeness", "dci_informativeness"]
-# Identify a run rather than describe it: left out of a configuration.
-IDENTIFIERS = ["trial_key", "status", "error", "trial_id", "tensorboard_dir", "seed", "config"]
-# M21 reports, of each configuration's seeds, the one with the highest disentanglement.
-BEST_SEED_METRICS = ("d_score", "dci_disentanglement")
 # M22's rule of thumb (analysis/metrics/encoder_decoder_diagnosis.py): a side fails when its
 # held-out error exceeds 1.5× its training error, and by at least 0.05 MAE (encoder) or 5% (NLL).
 DIAGNOSIS_TOLERANCE = 1.5
@@ -32,20 +32,16 @@ def numeric(series: pd.Series) -> pd.Series:
 
 def config_columns(df: pd.DataFrame) -> list[str]:
     """The configuration columns that tell ``df``'s configurations apart (those that vary)."""
-    names = [f.name for f in CONFIG_FIELDS if f.name in df.columns and f.name not in IDENTIFIERS]
-    return [c for c in names if df[c].nunique(dropna=False) > 1]
+    return [c for c in configuration_columns(df) if df[c].nunique(dropna=False) > 1]
 
 
 def configuration_labels(df: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     """A short label per row naming its configuration, e.g. ``split=leave1out · objective=vae``."""
     columns = config_columns(df) if columns is None else columns
-    if not columns:
+    if not columns or df.empty:
         return pd.Series("all trials", index=df.index)
-    parts = [c + "=" + df[c].astype(object).map(_short) for c in columns]
-    label = parts[0]
-    for part in parts[1:]:
-        label = label + " · " + part
-    return label
+    parts = pd.DataFrame({c: c + "=" + df[c].astype(object).map(_short) for c in columns}, index=df.index)
+    return parts.agg(" · ".join, axis=1)
 
 
 def _short(value) -> str:
@@ -76,46 +72,26 @@ def trials_frame(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
 
 
 @finished_only
-def seed_table(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
-    """Mean ± sd over seeds of each configuration and value, with the seeds that ran and those
-    that failed (a seed whose values are all missing or not finite)."""
-    columns = config_columns(df)
+def seed_table(df: pd.DataFrame, values: list[str], best_seed_by: str | None = None) -> pd.DataFrame:
+    """:func:`analysis.aggregate.seed_summary` as one row per configuration: the settings that vary,
+    the seeds, those that failed (no finite value), and per value the mean ± sd over seeds (one
+    value where one seed has it), after the best seed's value with ``best_seed_by``."""
     values = [v for v in values if v in df.columns]
-    numbers = pd.DataFrame({v: numeric(df[v]) for v in values}, index=df.index)
-    numbers = numbers.replace([np.inf, -np.inf], np.nan)
-    failed = numbers.isna().all(axis=1) if values else pd.Series(False, index=df.index)
-    keys = ([df[c].astype(object).map(_short).rename(c) for c in columns]
-            or [pd.Series("all trials", index=df.index, name="configuration")])
-    grouped = numbers.groupby(keys, sort=True, dropna=False, observed=True)
-    mean, sd, count = grouped.mean(), grouped.std(ddof=1), grouped.count()
-    seeds = df["seed"].astype(object).map(_short) if "seed" in df.columns else pd.Series("–", index=df.index)
-    meta = pd.DataFrame({"seeds": seeds, "failed": np.where(failed, seeds, None)}, index=df.index)
-    meta = meta.groupby(keys, sort=True, dropna=False, observed=True).agg(
-        seeds=("seeds", lambda s: ", ".join(s)), n=("seeds", "size"),
-        failed=("failed", lambda s: ", ".join(str(x) for x in s if pd.notna(x))))
-    out = meta.copy()
-    out["failed"] = np.where(out["failed"] == "", "–", "seed " + out["failed"] + " failed")
-    for v in values:
-        text = mean[v].map("{:.3f}".format) + " ± " + sd[v].map("{:.3f}".format)
-        text = text.where(count[v] > 1, mean[v].map("{:.3f}".format))
-        out[v] = text.where(count[v] > 0, "–")
-    return out.reset_index()
-
-
-@finished_only
-def best_seeds(df: pd.DataFrame) -> pd.DataFrame:
-    """Of each configuration's seeds, the one with the highest disentanglement (M21's choice):
-    D-score, or DCI disentanglement where there is no D-score. All rows if neither has values."""
-    metric = next((m for m in BEST_SEED_METRICS if m in df.columns and numeric(df[m]).notna().any()), None)
-    if metric is None:
-        return df
-    columns = config_columns(df)
-    if not columns:
-        return df.loc[[numeric(df[metric]).idxmax()]]
-    ranked = df.assign(_score=numeric(df[metric]).fillna(-np.inf))
-    keys = [df[c].astype(object).map(_short) for c in columns]
-    index = ranked.groupby(keys, sort=False, observed=True)["_score"].idxmax()
-    return df.loc[index.to_numpy()]
+    summary = seed_summary(df, values, best_seed_by=best_seed_by)  # len(values) rows per configuration
+    first = summary.iloc[::len(values) or 1]
+    out = pd.DataFrame({c: first[c].astype(object).map(_short) for c in config_columns(df)} or
+                       {"configuration": "all trials"}, index=first.index)
+    out["seeds"], out["n"] = first["seeds"], first["seeds"].str.count(", ") + 1
+    out["failed"] = np.where(first["failed"] == "", "–", "seed " + first["failed"] + " failed")
+    mean, sd = summary["mean"].map("{:.3f}".format), summary["sd"].map("{:.3f}".format)
+    text = pd.Series(np.where(summary["n_seeds"] > 1, mean + " ± " + sd, mean),
+                     index=summary.index).where(summary["n_seeds"] > 0, "–")
+    if best_seed_by:
+        out[f"best seed by {best_seed_by}"] = first["best_seed"].astype(object).map(_short)
+        text = summary["best"].map(lambda v: "–" if np.isnan(v) else f"{v:.3f}") + " (" + text + ")"
+    for j, value in enumerate(values):
+        out[value] = text.iloc[j::len(values)].to_numpy()
+    return out.reset_index(drop=True)
 
 
 def model_label(df: pd.DataFrame) -> pd.Series:
@@ -152,7 +128,8 @@ def nll_table(df: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(seeds=("train_nll", "size"), train_mean=("train_nll", "mean"),
                       train_sd=("train_nll", "std"), test_mean=("test_nll", "mean"),
                       test_sd=("test_nll", "std"))
-    best = best_seeds(df)
+    metric = best_seed_metric(df)
+    best = best_seeds(df, metric) if metric else df.iloc[:0]
     best_frame = pd.DataFrame({"condition": condition_label(best), "model": model_label(best),
                                "train_best": numeric(best["train_nll"]),
                                "test_best": numeric(best["test_nll"])})
@@ -180,12 +157,6 @@ def diagnosis_table(df: pd.DataFrame) -> pd.DataFrame:
     out["verdict"] = np.where(dec_test.isna(), np.where(encoder_fails, "encoder (decoder not tested)",
                                                         "neither (decoder not tested)"), verdict)
     return out.reset_index()
-
-
-def computable_correlations(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """The correlation rows that have a ρ, and how many were dropped for having none."""
-    keep = table["rho"].notna()
-    return table[keep], int((~keep).sum())
 
 
 def correlation_rows(table: pd.DataFrame) -> pd.DataFrame:

@@ -1,26 +1,189 @@
-"""The report's trained-model part: for a few trials, find the checkpoint and the TensorBoard event
-file, check both, and draw the model's figures. A model whose checkpoint or event file is missing,
-truncated or corrupt is skipped with the reason; the others are drawn.
+"""Trained models: their checkpoints and TensorBoard event files, checked, and their figures
+(reconstructions, latent traversals, the Hinton diagram of the importance matrix).
 
-A trial's folders are found from its row: ``tensorboard_dir`` (relative to the experiment) for
-the event files, and the trial folder named ``<split>-b<β>-s<seed>-<key[:6]>`` (or the pack folder
-whose checkpoint holds the trial's key) for ``checkpoint_*/trainer.pt``.
+Checkpoints are read through ``models.checkpoint.load`` only (data, never code). A model whose
+checkpoint or event file is missing, truncated, corrupt or needs pickle is skipped with the reason,
+and the report draws the rest. matplotlib is imported by :func:`model_figures` only, so that a
+training worker draws its :func:`reconstruction_grid` tiles without it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import struct
 import tempfile
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
-from analysis.event_files import EVENT_FILE_PREFIX, EventFileError, check_event_file
 from analysis.storage import experiment_name, is_remote, join, read_bytes, resolve
+from models.checkpoint import CHECKPOINT_FILE, CheckpointError, load
 
-CHECKPOINT_FILE = "trainer.pt"
+EVENT_FILE_PREFIX = "events.out.tfevents."
+
+
+class EventFileError(Exception):
+    """An event file that cannot be read; ``str(error)`` says why."""
+
+
+def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray) -> np.ndarray:
+    """Originals (top row) above their reconstructions (bottom row), as one (C, H, W) float image
+    in [0, 1] with a 2-pixel grey border between tiles. Inputs: (N, C, H, W), uint8 or float."""
+    def as_float(a):
+        a = np.asarray(a)
+        return a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
+
+    rows = [as_float(originals), as_float(reconstructions)]
+    n, c, h, w = rows[0].shape
+    pad = 2
+    grid = np.full((c, 2 * h + 3 * pad, n * w + (n + 1) * pad), 0.5, np.float32)
+    for r, images in enumerate(rows):
+        for i, image in enumerate(images):
+            top, left = pad + r * (h + pad), pad + i * (w + pad)
+            grid[:, top:top + h, left:left + w] = image
+    return grid
+
+
+def check_event_file(data: bytes, name: str = "event file") -> dict:
+    """Read every TFRecord of an event file's bytes (length, its masked CRC-32C, an ``Event``
+    protocol buffer, its masked CRC-32C); {"events": n, "last_step": s, "tags": [...]} of its
+    scalars, or an :class:`EventFileError` that says where and why it is truncated or corrupt."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    if not data:
+        raise EventFileError(f"truncated: {name} is empty")
+    offset, events, last_step, tags = 0, 0, None, set()
+    while offset < len(data):
+        if offset + 12 > len(data):
+            raise EventFileError(f"truncated: {name} ends inside a record header at byte {offset}")
+        header = data[offset:offset + 8]
+        (length,) = struct.unpack("<Q", header)
+        (length_crc,) = struct.unpack("<I", data[offset + 8:offset + 12])
+        if masked_crc32c(header) != length_crc:
+            raise EventFileError(f"corrupt: {name}: bad length checksum at byte {offset}")
+        end = offset + 12 + length + 4
+        if end > len(data):
+            raise EventFileError(
+                f"truncated: {name} ends inside record {events + 1} (byte {len(data)} of {end})")
+        payload = data[offset + 12:offset + 12 + length]
+        (payload_crc,) = struct.unpack("<I", data[end - 4:end])
+        if masked_crc32c(payload) != payload_crc:
+            raise EventFileError(f"corrupt: {name}: bad data checksum in record {events + 1}")
+        event = Event()
+        try:
+            event.ParseFromString(payload)
+        except Exception as error:  # google.protobuf's DecodeError
+            raise EventFileError(f"corrupt: {name}: record {events + 1} is not an event ({error})") from error
+        events += 1
+        if event.HasField("summary"):
+            last_step = event.step
+            tags.update(value.tag for value in event.summary.value)
+        offset = end
+    return {"events": events, "last_step": last_step, "tags": sorted(tags)}
+
+
+def _trained_weights(path: str) -> list[tuple[dict, dict]]:
+    """(member config, weights) of each model with an encoder in a final checkpoint: failed members,
+    the ground-truth decoder and the composition tasks are left out."""
+    state = load(path)
+    if not state.get("final"):
+        raise CheckpointError(f"{path}: not a final trial checkpoint (the trial had not finished)")
+    errors = {int(k) for k in state.get("errors", {})}
+    return [(c, w) for k, (c, w) in enumerate(zip(state["config"]["members"], state["models"]))
+            if k not in errors and c.get("task", "vae") == "vae"]
+
+
+def count_models(path: str) -> int:
+    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint)."""
+    try:
+        return len(_trained_weights(path))
+    except CheckpointError as error:
+        if "not a final trial checkpoint" in str(error):
+            return 0
+        raise
+
+
+def load_checkpoints(path: str) -> list[tuple]:
+    """[(model, config, dataset)] of every trained model in a ``trainer.pt`` (one, or one per member
+    of a pack); the dataset is rebuilt procedurally from the config (dataset, n_images, data_seed)."""
+    from data_pipeline import load_procedural
+    from models import ModelConfig, build
+
+    loaded, datasets = [], {}
+    for config, weights in _trained_weights(path):
+        key = (config["dataset"], config.get("n_images"), config.get("data_seed", 0))
+        if key not in datasets:
+            datasets[key] = load_procedural(key[0], key[1], seed=key[2])
+        data = datasets[key]
+        model = build(ModelConfig.from_dict({**config, "channels": data.channels}))
+        try:
+            model.load_state_dict(weights)
+        except (RuntimeError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"{path}: corrupt, the weights do not fit the model its config "
+                                  f"describes ({str(error).splitlines()[0]})") from error
+        model.eval()
+        loaded.append((model, config, data))
+    return loaded
+
+
+def load_checkpoint(path: str, member: int = 0):
+    """(model, config, dataset) of one model of a ``trainer.pt`` (``member``: which, in a pack)."""
+    loaded = load_checkpoints(path)
+    if not 0 <= member < len(loaded):
+        raise CheckpointError(f"missing: {path} holds {len(loaded)} trained model(s), not member {member}")
+    return loaded[member]
+
+
+def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 9, span: float = 2.0,
+                  n_codes: int = 1000, seed: int = 0, member: int = 0) -> dict[str, str]:
+    """Write ``<trial_key>_reconstructions.png`` (training and held-out images above their
+    reconstructions), ``<trial_key>_traversal.png`` (each code swept over ±``span`` around one
+    training image's code) and ``<trial_key>_hinton.png`` (the Lasso D-score's importance matrix on
+    at most ``n_codes`` training images: a second, where the GBT takes ten). Returns {kind: path}."""
+    import torch
+
+    from analysis.figures import hinton, reconstruction_figure, traversal_figure
+    from analysis.metrics.dci import dci
+    from data_pipeline import get_split
+    from models import encode_means, reconstruct
+
+    model, config, data = load_checkpoint(path, member)
+    train, test = get_split(config["dataset"], config["split"]).train_test_indices(data.classes,
+                                                                                  data.factor_space)
+    rng = np.random.default_rng(seed)
+    panels = {}
+    for name, rows in (("train", train), ("held out", test)):
+        originals = data.images[np.sort(rng.choice(rows, min(n_images, len(rows)), replace=False))]
+        panels[f"{name} images (top) and reconstructions (bottom)"] = reconstruction_grid(
+            originals, reconstruct(model, originals))
+    key = config.get("trial_key", os.path.basename(os.path.dirname(os.path.dirname(path))))
+    os.makedirs(out_dir, exist_ok=True)
+    label = (f"{config.get('split')} · {config.get('objective')} β={config.get('beta')} "
+             f"· seed {config.get('seed')}")
+    out = {"reconstructions": reconstruction_figure(
+        panels, os.path.join(out_dir, f"{key}_reconstructions.png"), title=label)}
+
+    code = encode_means(model, data.images, train[:1])[0]
+    values = np.linspace(-span, span, n_steps)
+    latents = np.repeat(code[None, None, :], code.size, axis=0).repeat(n_steps, axis=1)
+    for i in range(code.size):
+        latents[i, :, i] = code[i] + values
+    with torch.no_grad():
+        decoded = torch.sigmoid(model.decode(torch.as_tensor(latents.reshape(-1, code.size),
+                                                             dtype=torch.float32)))
+    images = decoded.numpy().reshape(code.size, n_steps, *decoded.shape[1:])
+    out["traversal"] = traversal_figure(images, os.path.join(out_dir, f"{key}_traversal.png"), values=values,
+                                        title=f"Latent traversal, {label}")
+    rows = np.sort(rng.choice(train, min(n_codes, len(train)), replace=False))
+    result = dci(encode_means(model, data.images, rows), data.classes[rows], estimator="lasso_m21",
+                 random_state=seed)
+    out["hinton"] = hinton(result["importance_matrix"], os.path.join(out_dir, f"{key}_hinton.png"),
+                           column_labels=list(data.factor_space.names),
+                           title=f"Lasso importance (D = {result['disentanglement']:.2f})\n{label}")
+    return out
 
 
 @dataclass
@@ -39,54 +202,68 @@ class SkippedModel:
     reason: str
 
 
+def _folders(location: str) -> list[str]:
+    fs, inner = resolve(location)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    return sorted(os.path.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
+
+
 class _Experiment:
-    """One experiment's folder listing, and its pack checkpoints' members, read once."""
+    """One experiment's folder listing, and its pack checkpoints' members, read once. A trial's
+    checkpoint is the last ``checkpoint_*/trainer.pt`` of the folder ``<split>-b<β>-s<seed>-<key[:6]>``,
+    or of the pack folder whose checkpoint holds the trial's key."""
 
     def __init__(self, location: str, local_copies: str):
         self.location, self.local_copies = location, local_copies
-        fs, inner = resolve(location)
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-        self.folders = sorted(os.path.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
+        self.folders = _folders(location)
         self._packs: dict[str, list] | None = None
 
     def trial_folder(self, key: str) -> str | None:
         return next((f for f in self.folders if f.endswith("-" + key[:6])), None)
 
     def last_checkpoint(self, folder: str) -> str | None:
-        fs, inner = resolve(join(self.location, folder))
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-        names = sorted(os.path.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
-        names = [n for n in names if n.startswith("checkpoint_")]
+        names = [n for n in _folders(join(self.location, folder)) if n.startswith("checkpoint_")]
         return join(self.location, folder, names[-1], CHECKPOINT_FILE) if names else None
 
     def local(self, location: str) -> str:
         """A local path for ``location``: itself, or a downloaded copy of a remote file."""
         if not is_remote(location):
             return location
-        data = read_bytes(location)
         fd, path = tempfile.mkstemp(dir=self.local_copies, suffix=".pt")
         with os.fdopen(fd, "wb") as f:
-            f.write(data or b"")
+            f.write(read_bytes(location) or b"")
         return path
 
     def in_pack(self, key: str) -> tuple[str, int] | None:
-        from analysis.checkpoints import CheckpointError, member_keys
-
         if self._packs is None:
             self._packs = {}
             for folder in (f for f in self.folders if f.startswith("pack")):
                 checkpoint = self.last_checkpoint(folder)
-                if checkpoint is None:
-                    continue
-                path = self.local(checkpoint)
-                try:
-                    self._packs[path] = member_keys(path)
-                except CheckpointError:
-                    continue
-        for path, keys in self._packs.items():
-            if key in keys:
-                return path, keys.index(key)
-        return None
+                if checkpoint is not None:
+                    path = self.local(checkpoint)
+                    try:
+                        self._packs[path] = [c.get("trial_key") for c, _ in _trained_weights(path)]
+                    except CheckpointError:
+                        continue
+        return next(((path, keys.index(key)) for path, keys in self._packs.items() if key in keys), None)
+
+    def check_events(self, folder: str | None) -> dict:
+        """The summary of a trial's TensorBoard event files, or an :class:`EventFileError`."""
+        if folder is None:
+            raise EventFileError("missing: no TensorBoard folder for this trial")
+        fs, inner = resolve(join(self.location, folder))
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+        files = sorted(i.path for i in infos if os.path.basename(i.path).startswith(EVENT_FILE_PREFIX))
+        if not files:
+            raise EventFileError(f"missing: no TensorBoard event file in {folder}/")
+        summary = {"events": 0, "last_step": None, "tags": []}
+        for path in files:
+            with fs.open_input_stream(path) as stream:
+                found = check_event_file(stream.read(), f"{folder}/{os.path.basename(path)}")
+            summary["events"] += found["events"]
+            summary["last_step"] = summary["last_step"] if found["last_step"] is None else found["last_step"]
+            summary["tags"] = sorted(set(summary["tags"]) | set(found["tags"]))
+        return summary
 
 
 def label_of(row) -> str:
@@ -98,35 +275,13 @@ def label_of(row) -> str:
     return " · ".join(parts)
 
 
-def check_events(experiment: _Experiment, folder: str | None) -> dict:
-    """The event files' summary of a trial's TensorBoard folder, or an EventFileError."""
-    if folder is None:
-        raise EventFileError("missing: no TensorBoard folder for this trial")
-    fs, inner = resolve(join(experiment.location, folder))
-    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-    files = sorted(i.path for i in infos if os.path.basename(i.path).startswith(EVENT_FILE_PREFIX))
-    if not files:
-        raise EventFileError(f"missing: no TensorBoard event file in {folder}/")
-    summary = {"events": 0, "last_step": None, "tags": []}
-    for path in files:
-        with fs.open_input_stream(path) as stream:
-            found = check_event_file(stream.read(), f"{folder}/{os.path.basename(path)}")
-        summary["events"] += found["events"]
-        summary["last_step"] = found["last_step"] if found["last_step"] is not None else summary["last_step"]
-        summary["tags"] = sorted(set(summary["tags"]) | set(found["tags"]))
-    return summary
-
-
 def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: int,
                 progress=None) -> tuple[list[DrawnModel], list[SkippedModel]]:
     """Figures of up to ``max_models`` trained models (the first rows of ``df``), and the models
     skipped with their reasons. ``progress(done, total)`` is called after each model."""
-    from analysis.checkpoints import CheckpointError, count_models, model_figures
-
-    by_name, drawn, skipped = {}, [], []
     copies = tempfile.mkdtemp(prefix="disgen-checkpoints-")
-    for location in experiments:
-        by_name[experiment_name(location)] = _Experiment(location, copies)
+    by_name = {experiment_name(location): _Experiment(location, copies) for location in experiments}
+    drawn, skipped = [], []
     rows = df.head(max_models).to_dict("records")
     for done, row in enumerate(rows, start=1):
         key, label = str(row["trial_key"]), label_of(row)
@@ -142,12 +297,12 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
                 if found is None:
                     raise CheckpointError(f"missing: no checkpoint_*/{CHECKPOINT_FILE} for trial {key}")
                 checkpoint, member = found
-            events = check_events(experiment, tensorboard)
+            events = experiment.check_events(tensorboard)
             checkpoint = experiment.local(checkpoint)
             if count_models(checkpoint) == 0:
                 raise CheckpointError("no encoder to draw (a ground-truth decoder or composition task)")
-            figures = model_figures(checkpoint, figures_dir, member=member)
-            drawn.append(DrawnModel(key, label, tensorboard, figures, events))
+            drawn.append(DrawnModel(key, label, tensorboard, model_figures(checkpoint, figures_dir,
+                                                                           member=member), events))
         except (CheckpointError, EventFileError) as error:
             skipped.append(SkippedModel(key, label, str(error)))
         except Exception as error:  # one broken model must not lose the whole report
@@ -155,25 +310,3 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
         if progress:
             progress(done, len(rows))
     return drawn, skipped
-
-
-def text_progress(label: str, stream=sys.stderr):
-    """Progress over the models, as ``show(done, total)``: a tqdm bar on a terminal; elsewhere (a log
-    file, CI) one line when the last one is done, ``label: 4 of 4 done``."""
-    state = {}
-
-    def show(done: int, total: int) -> None:
-        isatty = getattr(stream, "isatty", None)
-        if isatty and isatty():
-            if "bar" not in state:
-                from tqdm import tqdm
-
-                state["bar"] = tqdm(total=total, desc=label, unit="model", file=stream, dynamic_ncols=True)
-            state["bar"].update(done - state["bar"].n)
-            if done >= total:
-                state["bar"].close()
-        elif done >= total:
-            stream.write(f"{label}: {done} of {total} done\n")
-            stream.flush()
-
-    return show

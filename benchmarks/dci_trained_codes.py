@@ -95,7 +95,7 @@ def main(argv=None):
         model, data, train_rows = trained_model(spec, args.n_images, args.seed)
         rows.append((spec, *compare(model, data, train_rows, args)))
     for path in args.checkpoint:
-        from analysis.checkpoints import load_checkpoint
+        from analysis.trained_models import load_checkpoint
 
         print(f"{path}:")
         model, config, data = load_checkpoint(path)

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from analysis.checkpoints import load_checkpoint
 from analysis.evaluation import METRICS, EvaluationConfig, evaluate
+from analysis.trained_models import load_checkpoint
 from data_pipeline import get_split
 
 

@@ -71,8 +71,9 @@ def main() -> int:
     parser.add_argument("--keep", help="write the results and the report here")
     args = parser.parse_args()
 
-    from analysis import html_report, study_figures, tables
-    from analysis.figures import disentanglement_vs_nll
+    from analysis import figures as plots
+    from analysis import html_report, tables
+    from analysis.aggregate import correlation_table
 
     folder = args.keep or tempfile.mkdtemp(prefix="disgen-report-bench-")
     n = d21_results(folder, seeds=args.seeds)
@@ -87,12 +88,13 @@ def main() -> int:
     df, values = results.trials, results.metrics + results.scores
     timed("tables (trials, seeds, M21 NLL)", lambda: (tables.trials_frame(df, values),
                                                       tables.seed_table(df, values), tables.nll_table(df)))
-    table = timed("correlations (analysis.aggregate)", html_report.correlations, results, args.n_bootstrap)
-    timed("M21 bars (mean ± sd, best seed)", lambda: [study_figures.nll_bars(
+    table = timed("correlations (analysis.aggregate)", correlation_table, results.trials,
+                  metrics=results.metrics, scores=results.scores, n_bootstrap=args.n_bootstrap)
+    timed("M21 bars (mean ± sd, best seed)", lambda: [plots.nll_bars(
         tables.nll_table(df), os.path.join(figures, f"b{b}.png"), best_seed=b) for b in (False, True)])
-    timed("M21 Fig. 3 scatter", disentanglement_vs_nll, df, os.path.join(figures, "s.png"))
-    timed("training curves", html_report.sections.training_curves, df, results.history, figures)
-    timed("D21 heat-maps and DCI scatter", html_report.sections.d21_transfer, df, table, figures)
+    timed("M21 Fig. 3 scatter", plots.disentanglement_vs_nll, df, os.path.join(figures, "s.png"))
+    timed("training curves", html_report.training_curves_section, df, results.history, figures)
+    timed("D21 heat-maps and DCI scatter", html_report.d21_transfer_section, df, table, figures)
 
     print("whole report (python -m analysis.report ... --max-models 0):")
     start = time.perf_counter()

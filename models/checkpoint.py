@@ -66,12 +66,15 @@ def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as error:
-        raise CheckpointError(
-            f"{path}: refused, it needs pickle to load ({_first_line(error)}). disgen reads "
-            "checkpoints as data only. If the file was written by an older disgen, convert "
-            f"it once: python -m models.checkpoint --convert {path}") from None
+        if "global" in str(error):  # torch names the global a weights-only load refused
+            raise CheckpointError(
+                f"{path}: refused, it needs pickle to load ({_first_line(error, 'global')}). disgen reads "
+                "checkpoints as data only. If the file was written by an older disgen, convert "
+                f"it once: python -m models.checkpoint --convert {path}") from None
+        raise CheckpointError(f"{path}: corrupt, not a readable checkpoint ({_first_line(error)})") from None
     except Exception as error:  # a truncated or foreign file: torch raises several kinds
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: "
+        kind = "truncated" if isinstance(error, EOFError) or "central directory" in str(error) else "corrupt"
+        raise CheckpointError(f"{path}: {kind}, not a readable checkpoint ({type(error).__name__}: "
                               f"{_first_line(error)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a disgen trainer.pt of format {FORMAT}; if an older disgen "
@@ -82,10 +85,13 @@ def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
     return state
 
 
-def _first_line(error: BaseException) -> str:
-    """An exception's first line, without terminal colour codes, at most 200 characters."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
+def _first_line(error: BaseException, containing: str = "") -> str:
+    """An exception's first line (with ``containing``, if one has it), without terminal colour codes,
+    at most 200 characters."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
+    if not lines:
+        return type(error).__name__
+    return next((line.strip() for line in lines if containing in line), lines[0])[:200]
 
 
 def _plain(value):

@@ -29,7 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from analysis import storage
 from analysis.task_evaluation import evaluate_task
-from analysis.tiles import reconstruction_grid
+from analysis.trained_models import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import reconstruct
 from sweeps.packing import tensorboard_folder

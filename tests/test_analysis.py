@@ -9,7 +9,7 @@ from analysis.loading import load_trials
 from analysis.report import main as report_main
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
 from analysis.storage import compact, read_results, write_results
-from analysis.tiles import reconstruction_grid
+from analysis.trained_models import reconstruction_grid
 
 
 def trial(key, beta, split, d, test_nll):

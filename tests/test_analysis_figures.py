@@ -6,6 +6,7 @@ import pytest
 
 from analysis.aggregate import correlation_table
 from analysis.figures import hinton, reconstruction_figure, spearman_heatmap, traversal_figure, violins_by
+from analysis.trained_models import reconstruction_grid
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +39,8 @@ def test_spearman_heatmap(tmp_path):
 
 def test_reconstruction_and_traversal_figures(tmp_path):
     images = np.random.default_rng(0).integers(0, 256, (4, 1, 8, 8)).astype(np.uint8)
-    panels = {"train": (images, images / 255.0), "held out": (images[:2], images[:2] / 255.0)}
+    panels = {"train": reconstruction_grid(images, images / 255.0),
+              "held out": reconstruction_grid(images[:2], images[:2] / 255.0)}
     assert is_png(reconstruction_figure(panels, str(tmp_path / "r.png"), title="t"))
     rgb = np.random.default_rng(1).random((3, 5, 3, 8, 8))
     assert is_png(traversal_figure(rgb, str(tmp_path / "t.png"), values=np.linspace(-2, 2, 5)))

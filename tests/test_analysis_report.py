@@ -9,9 +9,9 @@ import pytest
 import torch
 from _chromium import CHROMIUM, open_page
 
-from analysis.checkpoints import find_checkpoints, load_checkpoint
 from analysis.report import main as report_main
 from analysis.storage import write_results
+from analysis.trained_models import load_checkpoint
 
 pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
 
@@ -97,8 +97,8 @@ def report(tmp_path_factory):
 
 def test_checkpoint_round_trip(report):
     experiment, _, model = report
-    (checkpoint,) = find_checkpoints(str(experiment))
-    loaded, config, data = load_checkpoint(checkpoint)
+    (checkpoint,) = experiment.glob("*/checkpoint_*/trainer.pt")
+    loaded, config, data = load_checkpoint(str(checkpoint))
     assert config["trial_key"] == "k0" and len(data.images) == 400
     for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
         assert torch.equal(a, b)

@@ -82,10 +82,12 @@ def test_the_good_model_is_drawn(report):
 
 
 @pytest.mark.parametrize("key,reason", [
-    ("k1", "truncated: "), ("k2", "corrupt: "), ("k3", "missing: no checkpoint_*/trainer.pt for trial k3"),
+    ("k1", "trainer.pt: truncated, "), ("k2", "trainer.pt: corrupt, "),
+    ("k3", "missing: no checkpoint_*/trainer.pt for trial k3"),
     ("k4", "truncated: blank_side-k4/events.out.tfevents"),
     ("k5", "corrupt: blank_side-k5/events.out.tfevents"),
-    ("k6", "missing: no TensorBoard event file in blank_side-k6/"), ("k7", "needs pickle: "),
+    ("k6", "missing: no TensorBoard event file in blank_side-k6/"),
+    ("k7", "needs pickle to load (WeightsUnpickler error: Unsupported global"),
 ])
 def test_each_broken_model_is_skipped_with_its_reason(report, key, reason):
     page = report.read_text()

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis import tables
-from analysis.report import parser
-from analysis.trained_models import text_progress
+from analysis.aggregate import best_seeds
+from analysis.report import parser, text_progress
 
 
 def frame():
@@ -30,11 +30,22 @@ def test_seed_table_mean_sd_and_failed_seeds():
     assert table.loc["4", "train_nll"] == "21.000 ± 1.414"  # seed 2 has no value
     assert table.loc["1", "failed"] == "–" and table.loc["4", "failed"] == "seed 2 failed"
     assert table.loc["4", "seeds"] == "0, 1, 2" and (table["n"] == 3).all()
+    partial = frame().assign(d_score=[np.nan, 0.5, 0.3, 0.2, 0.9, np.nan])  # seed 0 of β 1 has one value
+    assert tables.seed_table(partial, ["train_nll", "d_score"]).set_index("beta").loc["1", "failed"] == "–"
+    # with the best seed (M21's choice): its value first, then the mean ± sd, in one table
+    table = tables.seed_table(frame(), ["train_nll"], best_seed_by="d_score").set_index("beta")
+    assert table.loc["1", "best seed by d_score"] == "1" and table.loc["4", "best seed by d_score"] == "1"
+    assert table.loc["1", "train_nll"] == "12.000 (12.000 ± 2.000)"
+    assert table.loc["4", "train_nll"] == "22.000 (21.000 ± 1.414)"
 
 
 def test_best_seed_is_the_most_disentangled_as_m21_reports():
-    best = tables.best_seeds(frame())
+    best = best_seeds(frame())
     assert sorted(best["trial_key"]) == ["k1", "k4"]  # d_score 0.5 of β 1, 0.9 of β 4
+    # without a D-score, DCI disentanglement chooses (the tables' default)
+    dci = frame().drop(columns="d_score").assign(dci_disentanglement=[0.3, 0.1, 0.2, 0.1, 0.0, 0.05])
+    nll = tables.nll_table(dci).set_index("model")
+    assert nll.loc["beta_vae β=1", "train_best"] == 10.0 and nll.loc["beta_vae β=4", "test_best"] == 40.0
     nll = tables.nll_table(frame()).set_index("model")
     assert nll.loc["beta_vae β=1", "train_best"] == 12.0 and nll.loc["beta_vae β=4", "test_best"] == 44.0
     assert nll.loc["beta_vae β=1", "train_mean"] == 12.0 and nll.loc["beta_vae β=1", "train_sd"] == 2.0

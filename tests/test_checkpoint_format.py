@@ -37,7 +37,7 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
         load(str(path))
     assert not marker.exists()
 
-    from analysis.checkpoints import count_models
+    from analysis.trained_models import count_models
 
     with pytest.raises(CheckpointError, match="needs pickle"):
         count_models(str(path))

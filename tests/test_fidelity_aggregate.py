@@ -75,8 +75,9 @@ def test_seed_summary_gives_best_and_mean_and_says_which_is_shown():
     assert summary.loc[8.0, "sd"] == pytest.approx(10.0)
     assert set(summary["shown"]) == {"best seed by d_score"}
     assert set(seed_summary(seeds(), ["test_nll"], best_seed_by=None)["shown"]) == {"mean"}
+    assert summary.loc[8.0, "seeds"] == "0, 1, 2" and summary.loc[8.0, "best_seed"] == 0
     text = seed_text(seeds())
-    assert "highest d_score" in text and "mean ± sd" in text and "50.000 ± 10.000" in text
+    assert "highest d_score" in text and "mean ± sd" in text and "40.000 (50.000 ± 10.000)" in text
 
 
 def test_the_html_report_shows_the_best_seed_and_says_so(tmp_path):
@@ -85,3 +86,4 @@ def test_the_html_report_shows_the_best_seed_and_says_so(tmp_path):
     df = seeds().assign(train_nll=1.0, trial_key=[str(i) for i in range(6)])
     text = open(write_html_report([str(tmp_path)], str(tmp_path), df=df, max_models=0, n_bootstrap=10)).read()
     assert "<h2>Seeds</h2>" in text and "best seed by d_score" in text and "highest d_score" in text
+    assert text.count("<h2>Seeds") == 1 and "<td>40.000 (50.000 ± 10.000)</td>" in text  # one table

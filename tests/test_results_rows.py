@@ -220,9 +220,9 @@ def test_correlations_tables_findings_and_figures_use_finished_models_only(tmp_p
 
     assert set(reconstruction_ratios(df)["split"]) == {"leave1out"}
     # the figures: each takes the finished models (the decorator that filters them)
-    from analysis import figures, study_figures
+    from analysis import figures
 
-    for function in (figures.disentanglement_vs_nll, figures.violins_by, study_figures.metric_vs_score):
+    for function in (figures.disentanglement_vs_nll, figures.violins_by, figures.metric_vs_score):
         assert function.__wrapped__ and function.__name__ != "on_finished", function
 
 
