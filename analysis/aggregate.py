@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-DISENTANGLEMENT_METRICS = ["d_score", "dci_disentanglement", "dci_completeness", "mig", "sap",
-                           "modularity", "explicitness", "beta_vae_score", "factor_vae_score"]
+from analysis.metrics.registry import DISENTANGLEMENT_SCORES
+
+# the disentanglement scores, as the metric registry marks them
+DISENTANGLEMENT_METRICS = DISENTANGLEMENT_SCORES
 GENERALISATION_SCORES = ["test_nll", "train_nll", "nll_gap"]
 TRANSFER_SCORES = [f"transfer_{regressor}_{scenario}" for regressor in ("gbt", "mlp")
                    for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")]
