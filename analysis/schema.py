@@ -65,8 +65,7 @@ SETTING_NULLS = {
 UNITS = {
     **{name: setting.unit for name, setting in MODEL_DECLARATIONS.items() if setting.unit},
     "report_every": "steps", "n_images": "images", "n_nll": "images", "n_metric": "images",
-    "trained_steps": "steps", "train_nll": "nats", "test_nll": "nats", "decoder_nll_train": "nats",
-    "decoder_nll_test": "nats", "diagnosis_decoder_margin": "nats", "train_seconds": "s",
+    "trained_steps": "steps", "train_nll": "nats", "test_nll": "nats", "train_seconds": "s",
     "eval_seconds": "s", "images_per_second": "images/s",
 }
 
