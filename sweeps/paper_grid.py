@@ -312,10 +312,10 @@ def plan_trials(args) -> dict:
     the data they read (by reference, validated from labels and manifests, never images), with
     nothing written: what ``--dry-run`` shows."""
     check_options(args)
+    scale = args.scale
     if getattr(args, "trials", None) is not None:  # trials given one by one (sweeps.run)
-        spec, preset, seeds = {}, None, None
-        trials = given_trials(args)
-        preset = trials[0].get("preset") or "trials"
+        spec, seeds, trials = {}, None, given_trials(args)
+        preset, scale = trials[0].get("preset") or "trials", trials[0].get("scale") or scale
     else:
         spec, preset = load_spec(args)
         seeds = seed_list(args.seeds) if args.seeds not in (None, "") else list(
@@ -325,7 +325,7 @@ def plan_trials(args) -> dict:
     data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
     if args.search == "optuna":
         check_search_bounds(spec, preset, trials[0])
-    name = args.name or default_experiment_name(preset, args.scale)
+    name = args.name or default_experiment_name(preset, scale)
     from sweeps.data import plan_data
 
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
