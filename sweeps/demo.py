@@ -18,6 +18,7 @@ import sys
 import time
 import webbrowser
 
+import sweeps
 from analysis import storage
 from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid
@@ -68,7 +69,7 @@ def run_study(preset: str, storage_path: str) -> tuple[int, float]:
                + (" --resume" if resume else ""))
     print(f"\n=== {preset}, demo scale: {command}", flush=True)
     try:
-        trials = paper_grid.run(preset, scale="demo", storage_path=storage_path, resume=resume)
+        trials = sweeps.run(preset, scale="demo", storage_path=storage_path, resume=resume)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2, time.perf_counter() - started

@@ -71,3 +71,27 @@ def test_bad_input_raises_the_command_lines_one_line_error(call, message):
 
 def two_trials() -> list[TrialConfig]:
     return plan_trials(options(grid=yaml.safe_load(TWO_TRIAL_GRID), scale="tiny"))["trials"]
+
+
+def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c(monkeypatch, tmp_path, capsys):
+    import sweeps.paper_grid
+    from sweeps import demo
+
+    calls = []
+
+    def run(grid, **options):  # the sweep itself is the Ray test's above: here, what the demo asks
+        calls.append((grid, options))
+        if grid == "montero2022":
+            raise sweeps.SweepInterrupted(str(tmp_path / "montero2022-demo"), 8, 3)
+        return pd.DataFrame({"status": ["finished", "failed"]})
+
+    monkeypatch.setattr(sweeps.paper_grid, "run", run)
+    argv = ["--studies", "montero2021,montero2022,dittadi2021", "--storage-path", str(tmp_path), "--no-open"]
+    assert demo.main(argv) == 130
+    assert calls == [(preset, {"scale": "demo", "storage_path": str(tmp_path), "resume": False})
+                     for preset in ("montero2021", "montero2022")]
+    out = capsys.readouterr().out
+    assert "montero2021: 1 of 2 models finished in" in out
+    stopped = tmp_path / "montero2022-demo"
+    assert f"Interrupted (Ctrl-C): 3 of 8 models finished and stored in {stopped}" in out
+    assert "run the same python -m sweeps.demo command again" in out
