@@ -178,24 +178,30 @@ def new_part() -> str:
     return f"{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}-{uuid.uuid4().hex[:8]}"
 
 
-def _put(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
-    """Write one file whole. Local: a temporary file beside ``path``, renamed over it. An object
-    store: one PUT, which readers see whole or not at all. Group columns are written with sorted
-    dictionaries (``sorted_groups``), so that pandas' categories read from it sort as their values."""
-    table = sorted_groups(table)
+def write_whole(fs: pafs.FileSystem, path: str, content) -> None:
+    """Write the file ``path`` of ``fs`` whole: a reader sees the old file or the new one, never a
+    part. ``content``: bytes, or a function that writes to a binary stream. Local: a temporary
+    file beside ``path``, renamed over it. An object store: one PUT, seen whole or not at all."""
+    write = content if callable(content) else (lambda stream: stream.write(content))
     if not isinstance(fs, pafs.LocalFileSystem):
         with fs.open_output_stream(path) as stream:
-            pq.write_table(table, stream)
+            write(stream)
         return
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        pq.write_table(table, tmp)
+        with os.fdopen(fd, "wb") as stream:
+            write(stream)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _put(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
+    """Write one table whole (``write_whole``). Group columns are written with sorted dictionaries
+    (``sorted_groups``), so that pandas' categories read from it sort as their values."""
+    table = sorted_groups(table)
+    write_whole(fs, path, lambda stream: pq.write_table(table, stream))
 
 
 def _part_path(inner: str, part: str, filename: str) -> str:

@@ -89,12 +89,6 @@ def by_filename(filename: str) -> Source | None:
     return next((s for s in SOURCES.values() if s.filename == filename), None)
 
 
-def download_command(filename: str, folder) -> str | None:
-    """The exact command that downloads ``filename`` into ``folder``, if the table knows it."""
-    row = by_filename(filename)
-    return None if row is None else f"python -m data_pipeline.download {row.name} --to {folder}"
-
-
 # The file ``python -m data_pipeline.download`` fetches for each dataset of data_source real.
 DEFAULT_FILE = {"dsprites": "dsprites", "shapes3d": "3dshapes", "mpi3d": "mpi3d_toy"}
 

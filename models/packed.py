@@ -67,7 +67,7 @@ from models.objectives import Schedule
 from models.registry import build, build_objective, objective_class
 
 __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
-           "pack_key", "pack_memory_bytes", "resident_images", "split_into_packs"]
+           "pack_memory_bytes", "resident_images", "split_into_packs", "vmap_group_key"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
 # no code path, those declared ``packable`` in models/config.py. Everything else (architecture,
@@ -77,8 +77,9 @@ SCALAR_FIELDS = tuple(name for name, setting in SETTINGS.items() if setting.pack
 MODES = ("auto", "vmap", "loop")
 
 
-def pack_key(config: ModelConfig) -> tuple:
-    """Configs with equal keys can share one vmapped group."""
+def vmap_group_key(config: ModelConfig) -> tuple:
+    """What a config's members must share to train in one vmapped group: every setting but
+    ``SCALAR_FIELDS``, and the resolved likelihood. Configs with equal keys can share one group."""
     values = config.to_dict()
     return tuple((name, values[name]) for name in sorted(values) if name not in SCALAR_FIELDS) + (
         ("likelihood", config.resolved_likelihood),)
@@ -86,14 +87,14 @@ def pack_key(config: ModelConfig) -> tuple:
 
 def split_into_packs(configs: Sequence[ModelConfig], pack_size: int | None = None,
                      train_sizes: Sequence[int] | None = None) -> list[list[int]]:
-    """Indices of ``configs`` grouped by ``pack_key`` (first-seen order), each group cut into
+    """Indices of ``configs`` grouped by ``vmap_group_key`` (first-seen order), each group cut into
     chunks of at most ``pack_size`` (no limit when None). With ``train_sizes`` (each member's
     number of training rows), members of an objective whose loss reads it (β-TCVAE) group by it
     too."""
     groups: dict[tuple, list[int]] = {}
     for index, config in enumerate(configs):
         reads_size = train_sizes is not None and objective_class(config.objective).reads_dataset_size
-        key = pack_key(config) + ((("train_size", train_sizes[index]),) if reads_size else ())
+        key = vmap_group_key(config) + ((("train_size", train_sizes[index]),) if reads_size else ())
         groups.setdefault(key, []).append(index)
     packs = []
     for members in groups.values():

@@ -18,9 +18,11 @@ import sys
 import time
 import webbrowser
 
+import sweeps
 from analysis import storage
 from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid
+from sweeps.errors import UsageError
 from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
@@ -52,16 +54,32 @@ def _studies(text: str) -> list[str]:
     return chosen
 
 
+def experiment(preset: str, storage_path: str) -> str:
+    """Where a study's demo runs: ``<storage path>/<preset>-demo``."""
+    return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo"))
+
+
 def run_study(preset: str, storage_path: str) -> tuple[int, float]:
-    """One study at demo scale, resumed if its experiment exists; (exit code, wall seconds)."""
-    experiment = storage.join(storage_path, f"{preset}-demo")
-    argv = ["--preset", preset, "--scale", "demo", "--storage-path", storage_path]
-    if PLAN_FILE in storage.list_names(experiment):
-        argv.append("--resume")
+    """One study at demo scale (``sweeps.run``), resumed if its experiment exists; (exit code as
+    ``python -m sweeps.paper_grid`` gives it: 0, 1 if some trials failed, 2 on bad input, 130 on
+    Ctrl-C; wall seconds)."""
+    resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path))
     started = time.perf_counter()
-    print(f"\n=== {preset}, demo scale: python -m sweeps.paper_grid {' '.join(argv)}", flush=True)
-    code = paper_grid.main(argv)
-    return code, time.perf_counter() - started
+    command = (f"python -m sweeps.paper_grid --preset {preset} --scale demo --storage-path {storage_path}"
+               + (" --resume" if resume else ""))
+    print(f"\n=== {preset}, demo scale: {command}", flush=True)
+    try:
+        trials = sweeps.run(preset, scale="demo", storage_path=storage_path, resume=resume)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2, time.perf_counter() - started
+    except KeyboardInterrupt as stop:  # paper_grid.SweepInterrupted, or a Ctrl-C before it started
+        print(f"\nInterrupted (Ctrl-C): {stop or 'before the study started; nothing ran'}", flush=True)
+        return paper_grid.INTERRUPTED, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    finished = int((trials["status"] == "finished").sum())
+    print(f"{preset}: {finished} of {len(trials)} models finished in {seconds:.0f} s", flush=True)
+    return (0 if finished == len(trials) else 1), seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 return code
             if code != 0:
                 failed.append(preset)
-    experiments = [storage.join(args.storage_path, f"{p}-demo") for p in studies]
+    experiments = [experiment(p, args.storage_path) for p in studies]
     present = [e for e in experiments if storage.has_results(e)]
     if not present:
         print("error: no demo results to report; run without --report-only first", file=sys.stderr)

@@ -131,25 +131,6 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 # -- evaluation off the GPU ------------------------------------------------------------------------
 
 
-def _signal_evaluation(trial_key: str) -> None:
-    """A test hook, like ``sweeps.trainable``'s checkpoint signal (tests/conftest.py,
-    ``CheckpointSignals``): where the folder named by ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists, write
-    this process's pid to ``<folder>/evaluation-<trial key>`` and wait (at most 60 s) until the file
-    is deleted, so that a test can kill the driver while an evaluation is known to be running."""
-    folder = os.environ.get("DISGEN_CHECKPOINT_SIGNAL_DIR")
-    if not folder or not os.path.isdir(folder):
-        return
-    path = os.path.join(folder, f"evaluation-{trial_key}")
-    with open(path + ".tmp", "w") as signal:
-        signal.write(str(os.getpid()))
-    os.replace(path + ".tmp", path)
-    deadline = time.monotonic() + 60
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if os.path.exists(path):
-        os.remove(path)
-
-
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
     """(weights, loss history, step) of member ``position`` of the final ``trainer.pt`` in the
     checkpoint folder ``location`` (a path or URI), read as data. The file is memory-mapped, so a
@@ -178,7 +159,6 @@ def evaluate_saved(job: dict) -> dict:
 
     began = time.time()
     trial = TrialConfig(job["config"])
-    _signal_evaluation(trial.trial_key)
     torch.set_num_threads(max(1, int(job["cpus"])))
     weights, history, step = _final_member(job["checkpoint"], job["position"])
     data = open_reference(DatasetReference(**job["reference"]), trial.data.n_images, trial.data.data_seed)

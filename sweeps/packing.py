@@ -8,7 +8,7 @@ process holds once and what one vmap needs: the dataset and its data settings (n
 each member trains on its own split's rows), the evaluation settings, and the model's
 architecture, objective, task, latent size, batch size, image size, channels and run length
 (``steps``/``epochs``). Members may differ in everything else, every scalar hyperparameter
-included; members that cannot share one vmap (``models.packed.pack_key``) step as separate groups
+included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
 inside the pack. Trials that differ in a shared setting are put in different packs, never refused.
 """
 
@@ -71,7 +71,7 @@ def make_packs(trials: Sequence[TrialConfig], pack_size: int) -> list[list[Trial
             for start in range(0, len(members), pack_size)]
 
 
-def pack_key(members: Sequence[TrialConfig]) -> str:
+def pack_id(members: Sequence[TrialConfig]) -> str:
     """A pack's stable identifier: a hash of its members' trial keys."""
     keys = sorted(m.trial_key for m in members)
     return hashlib.sha1(",".join(keys).encode()).hexdigest()[:10]
@@ -84,7 +84,7 @@ def dirname(members: Sequence[TrialConfig]) -> str:
         return members[0].dirname
     splits = {m.data.split for m in members}
     where = members[0].data.split if len(splits) == 1 else members[0].data.dataset
-    return f"pack{len(members)}-{where}-{pack_key(members)[:6]}"
+    return f"pack{len(members)}-{where}-{pack_id(members)[:6]}"
 
 
 def tensorboard_folder(result: dict, config: dict, remote: bool) -> str:

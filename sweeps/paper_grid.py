@@ -1,21 +1,27 @@
-"""Run a study: ``python -m sweeps.paper_grid`` runs the default study on an embedded local Ray.
+"""Run a study: ``python -m sweeps.paper_grid`` runs the default study on an embedded local Ray;
+from Python, ``sweeps.run`` (``run`` here) runs one and returns its trials as a DataFrame.
 
 With ``--address`` (or ``RAY_ADDRESS``) it joins an existing Ray cluster instead. Results go to
 ``<storage-path>/<name>/``: ``trials.parquet``, ``history.parquet`` and one TensorBoard folder
-per trial.
+per trial. The command line and ``run`` share one path (``execute``): the options of one are the
+keyword arguments of the other, and bad input is the same one-line ``UsageError``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import os
 import shlex
 import socket
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 
 from analysis import storage
+from analysis.loading import ERRORS_FILE
+from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
 from sweeps import plan_record
 from sweeps.errors import UsageError
@@ -33,8 +39,16 @@ from sweeps.grid import (
 from sweeps.lock import ExperimentLock
 from sweeps.plan_record import PLAN_FILE
 from sweeps.presets import PRESETS, SCALES
+from sweeps.trials import TrialConfig
 
 DEFAULT_STORAGE = "./disgen_results"
+GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
+
+
+def default_experiment_name(preset: str, scale: str) -> str:
+    """An experiment's folder name when none is given: the study's name, plus the scale unless it
+    is smoke (``dittadi2021-demo``)."""
+    return preset if scale == "smoke" else f"{preset}-{scale}"
 
 
 def _presets_epilog() -> str:
@@ -236,7 +250,9 @@ def check_mlflow(uri: str) -> None:
 def load_spec(args) -> tuple[dict, str]:
     """The study's spec and name: a preset or a grid file, with the command line's data settings pinned
     and, for --search optuna, the searched settings taken off the axes."""
-    if args.grid:
+    if isinstance(args.grid, Mapping):  # a grid given as data (sweeps.run)
+        spec, preset = dict(args.grid), args.name or "grid"
+    elif args.grid:
         spec, preset = load_grid_file(args.grid), os.path.splitext(os.path.basename(args.grid))[0]
     else:
         spec, preset = get_spec(args.preset), args.preset
@@ -249,19 +265,67 @@ def load_spec(args) -> tuple[dict, str]:
     return spec, preset
 
 
+def seed_list(seeds) -> list[int]:
+    """The seeds per configuration: a count (3 → 0, 1, 2) or a list, given as the command line's
+    text (``"3"``, ``"0,5,7"``), a whole number or a sequence of them."""
+    if isinstance(seeds, str):
+        return parse_seeds(seeds)
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        return parse_seeds(str(seeds))
+    if isinstance(seeds, Sequence) and all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                                           for s in seeds):
+        return parse_seeds(",".join(str(s) for s in seeds) + ",")
+    raise UsageError(f"--seeds {seeds!r}: give a count (3) or a list of seeds ([0, 5, 7])")
+
+
+def given_trials(args) -> list[TrialConfig]:
+    """The trials given one by one (``sweeps.run``'s list): each a ``TrialConfig`` or a mapping of
+    its settings (completed and validated as a grid point is), none twice. They carry their own
+    seeds and scale, so --seeds and --search optuna, which make trials from a grid, are refused."""
+    given = args.trials
+    if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence) or not given:
+        raise UsageError("trials: give a non-empty list of trial configs (TrialConfig, or mappings of "
+                         "settings), or a grid instead")
+    if args.seeds is not None:
+        raise UsageError("--seeds makes trials from a grid; the trials given carry their own seed")
+    if args.search != "grid":
+        raise UsageError("--search optuna samples a grid's search space; pass a grid, not a list of trials")
+    trials = []
+    for index, trial in enumerate(given):
+        if not isinstance(trial, Mapping):
+            raise UsageError(f"trials[{index}]: expected a TrialConfig or a mapping of settings; "
+                             f"got {type(trial).__name__}")
+        settings = dict(trial)
+        if args.data_source or args.data_dir:  # as for a grid, the options win over the settings
+            settings["data_source"] = args.data_source or "real"
+        trials.append(TrialConfig.complete(settings, f"trials[{index}]"))
+    keys = [t.trial_key for t in trials]
+    if len(set(keys)) < len(keys):
+        twin = next(t for t in trials if keys.count(t.trial_key) > 1)
+        raise UsageError(f"trials: {len(keys) - len(set(keys))} trial(s) repeat another "
+                         f"(e.g. {twin.dirname}); give each trial once")
+    return trials
+
+
 def plan_trials(args) -> dict:
     """The study's trials (each complete, validated and frozen: ``sweeps.trials.TrialConfig``) and
     the data they read (by reference, validated from labels and manifests, never images), with
     nothing written: what ``--dry-run`` shows."""
     check_options(args)
-    spec, preset = load_spec(args)
+    scale = args.scale
+    if getattr(args, "trials", None) is not None:  # trials given one by one (sweeps.run)
+        spec, seeds, trials = {}, None, given_trials(args)
+        preset, scale = trials[0].get("preset") or "trials", trials[0].get("scale") or scale
+    else:
+        spec, preset = load_spec(args)
+        seeds = seed_list(args.seeds) if args.seeds not in (None, "") else list(
+            range(default_seeds(spec, args.scale)))
+        trials = trial_configs(spec, preset, args.scale, seeds)
     check_data_dir(args)
     data_dir = args.data_dir or os.environ.get("DISGEN_DATA") or None
-    seeds = parse_seeds(args.seeds) if args.seeds else list(range(default_seeds(spec, args.scale)))
-    trials = trial_configs(spec, preset, args.scale, seeds)
     if args.search == "optuna":
         check_search_bounds(spec, preset, trials[0])
-    name = args.name or (preset if args.scale == "smoke" else f"{preset}-{args.scale}")
+    name = args.name or default_experiment_name(preset, scale)
     from sweeps.data import plan_data
 
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
@@ -279,7 +343,7 @@ def plan(args) -> dict:
     check_address(args.address)
     experiment_dir = storage.join(storage_path, name)
     ExperimentLock(experiment_dir).check_free()  # a second driver on the folder: refused
-    exists = any(f.startswith("experiment_state") or f in ("trials.parquet", PLAN_FILE)
+    exists = any(f.startswith("experiment_state") or f in (TRIALS_FILE, PLAN_FILE)
                  for f in storage.list_names(experiment_dir))
     if exists and not args.resume:
         raise UsageError(f"experiment {experiment_dir} already exists; pass --resume to continue "
@@ -302,11 +366,11 @@ def resume_command(argv: list[str]) -> str:
 
 def print_commands(experiment_dir: str, argv: list[str]) -> None:
     resume = resume_command(argv)
-    trials = storage.join(experiment_dir, "trials.parquet")
+    trials = storage.join(experiment_dir, TRIALS_FILE)
     print("\nNext:")
     print(f"  resume or extend:  {resume}   (extend: the same with more --seeds or axis values)")
     if storage.is_remote(experiment_dir):
-        local = os.path.basename(experiment_dir.rstrip("/"))
+        local = storage.experiment_name(experiment_dir)
         print(f"  TensorBoard:       aws s3 sync {experiment_dir} ./{local} && "
               f"tensorboard --logdir ./{local}")
         print(f"  report + figure:   python -m analysis.report ./{local}   (after the sync)")
@@ -322,13 +386,119 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
 INTERRUPTED = 130
 
 
-def print_interrupted(run_plan: dict, argv: list[str], planned: int, finished: int | None) -> None:
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C once it had started: the finished models are stored in
+    ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
+    ``resume=True`` (``--resume``) goes on from there. A Ctrl-C before the sweep starts, when
+    nothing ran, is a plain ``KeyboardInterrupt``."""
+
+    def __init__(self, experiment_dir: str, planned: int, finished: int | None):
+        self.experiment_dir, self.planned, self.finished = experiment_dir, planned, finished
+        super().__init__(f"{self.kept()} in {experiment_dir}; run it again with resume=True to go on")
+
+    def kept(self) -> str:
+        return (f"{self.finished} of {self.planned} models finished and stored" if self.finished is not None
+                else "the finished models are stored")
+
+
+def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
     """What a Ctrl-C left, and the command that goes on from there."""
-    kept = f"{finished} of {planned} models finished and stored" if finished is not None else (
-        "the finished models are stored")
-    print(f"\nInterrupted (Ctrl-C): {kept} in {run_plan['experiment_dir']}; the others stopped at "
+    print(f"\nInterrupted (Ctrl-C): {stop.kept()} in {stop.experiment_dir}; the others stopped at "
           "their last checkpoint, or had not started.", flush=True)
     print(f"Resume with:  {resume_command(argv)}", flush=True)
+
+
+def execute(args) -> tuple[dict, dict]:
+    """Plan, lock and run the sweep that ``args`` describe (the command line's options, or
+    ``run``'s keyword arguments): (its plan, ``sweeps.tuner.run_sweep``'s summary, with the
+    ``planned`` count). Bad input raises a ``UsageError`` before Ray starts; a Ctrl-C raises
+    ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted`` after."""
+    run_plan = plan(args)
+    lock = ExperimentLock(run_plan["experiment_dir"])
+    lock.acquire()
+    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
+    try:
+        from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
+
+        summary = run_sweep(args, run_plan)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's run: parts are whole
+        raise SweepInterrupted(run_plan["experiment_dir"], planned, None) from None
+    finally:
+        lock.release()
+    if summary.get("interrupted"):
+        raise SweepInterrupted(run_plan["experiment_dir"], planned, summary["finished"])
+    return run_plan, {**summary, "planned": planned}
+
+
+def options(**values) -> argparse.Namespace:
+    """The command line's options as a namespace: its defaults (``--address``: ``$RAY_ADDRESS``),
+    with ``values`` (option names with underscores) in their place."""
+    args = build_parser().parse_args([])
+    unknown = sorted(set(values) - set(vars(args)) - {"trials"})
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}")
+    for name, value in values.items():
+        setattr(args, name, value)
+    return args
+
+
+# run()'s keyword arguments that are numbers, and the choices of those that are names.
+_NUMBERS = ("cpus_per_trial", "gpus_per_trial", "max_concurrent_trials", "num_cpus", "checkpoint_every",
+            "checkpoint_minutes", "num_samples", "max_failures")
+_WHOLE = ("max_concurrent_trials", "num_cpus", "checkpoint_every", "num_samples", "max_failures")
+_CHOICES = {"search": ("grid", "optuna"), "scheduler": ("none", "asha"),
+            "data_source": (None, "procedural", "real", "prepared")}
+
+
+def run(grid_or_trials="default", *, scale: str = "smoke", storage_path: str = DEFAULT_STORAGE,
+        name: str | None = None, seeds=None, resume: bool = False, address: str | None = None,
+        cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None,
+        max_concurrent_trials: int | None = None, num_cpus: int | None = None,
+        checkpoint_every: int | None = None, checkpoint_minutes: float = 5.0, search: str = "grid",
+        num_samples: int = 8, scheduler: str = "none", data_source: str | None = None,
+        data_dir: str | None = None, max_failures: int = 2, verbose: bool = False,
+        mlflow: str | None = None, pack_size: int | str = "auto"):
+    """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every
+    model's row of ``trials.parquet``, finished or not (its ``status`` says which), as
+    ``analysis.load_trials`` gives them.
+
+    ``grid_or_trials``: a preset's name (``"montero2021"``); a grid file's path (``.yaml``,
+    ``.yml`` or a ``.py`` defining ``GRID``); a grid as a dict (keys ``description``, ``fixed``,
+    ``axes``, ``scales``, ``search``; named ``name``, else ``grid``); or a list of trials
+    (``sweeps.trials.TrialConfig``, or mappings of their settings), run as they are (``scale``
+    and ``seeds`` do not apply). Every keyword is the command-line option of the same name
+    (``storage_path`` is ``--storage-path``) with the same default, but ``address``: None joins
+    the Ray this process has already started, else ``$RAY_ADDRESS``, else starts a local one.
+
+    Bad input raises ``sweeps.errors.UsageError`` (the command line's one-line message) before
+    Ray starts; an experiment that exists needs ``resume=True``. A Ctrl-C once the sweep started
+    raises ``SweepInterrupted``: the finished models are stored, and ``resume=True`` goes on."""
+    values = {k: v for k, v in locals().items() if k != "grid_or_trials"}
+    if address is None:
+        values["address"] = os.environ.get("RAY_ADDRESS")
+    for option in _NUMBERS:
+        value = values[option]
+        whole = option in _WHOLE
+        kind = numbers.Integral if whole else numbers.Real
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            what = "whole number" if whole else "number"
+            raise UsageError(f"--{option.replace('_', '-')} must be a {what}; got {value!r}")
+    for option, choices in _CHOICES.items():
+        if values[option] not in choices:
+            raise UsageError(f"--{option.replace('_', '-')}: unknown {values[option]!r}; choose one of "
+                             f"{', '.join(c for c in choices if c)}")
+    source = grid_or_trials
+    if isinstance(source, (str, os.PathLike)) and not isinstance(source, Mapping):
+        path = os.fspath(source)
+        if isinstance(source, os.PathLike) or path.endswith(GRID_FILE_SUFFIXES) or os.path.isfile(path):
+            values["grid"] = path
+        else:
+            values["preset"] = path
+    elif isinstance(source, Mapping):
+        values["grid"] = source
+    else:
+        values["trials"] = source
+    return execute(options(**values))[1]["trials"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,41 +518,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0
-    lock = None
     try:
-        run_plan = plan(args)
-        lock = ExperimentLock(run_plan["experiment_dir"])
-        lock.acquire()
+        run_plan, summary = execute(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SweepInterrupted as stop:
+        print_interrupted(stop, argv)
+        return INTERRUPTED
     except KeyboardInterrupt:
         print("\nInterrupted (Ctrl-C) before the sweep started; nothing ran. Run the same command "
               "again to start it.", flush=True)
         return INTERRUPTED
-    planned = args.num_samples if args.search == "optuna" else len(run_plan["trials"])
-    try:
-        from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
-
-        summary = run_sweep(args, run_plan)
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's run: parts are whole
-        print_interrupted(run_plan, argv, planned, None)
-        return INTERRUPTED
-    finally:
-        lock.release()
-    if summary.get("interrupted"):
-        print_interrupted(run_plan, argv, planned, summary["finished"])
-        return INTERRUPTED
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
+    planned = summary["planned"]
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {run_plan['experiment_dir']}")
     if summary["failed"]:
-        print(f"{summary['failed']} trials failed; see {run_plan['experiment_dir']}/errors.jsonl "
+        print(f"{summary['failed']} trials failed; see {run_plan['experiment_dir']}/{ERRORS_FILE} "
               "and rerun with --resume")
     if summary["trials"] is not None and len(summary["trials"]):
         print()

@@ -39,21 +39,11 @@ def make_record(trials: Sequence[TrialConfig], search: str, scheduler: str) -> d
 
 
 def write(experiment_dir: str, record: dict) -> None:
-    """Write plan.json whole (a temporary file renamed; on an object store one PUT)."""
+    """Write plan.json whole (``analysis.storage.write_whole``: a temporary file renamed; on an
+    object store one PUT)."""
     fs, inner = storage.resolve(storage.join(experiment_dir, PLAN_FILE))
     fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
-    text = json.dumps(record, sort_keys=True, indent=1).encode()
-    if storage.is_remote(experiment_dir):
-        with fs.open_output_stream(inner) as stream:
-            stream.write(text)
-        return
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(inner), prefix=".plan.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(text)
-    os.replace(tmp, inner)
+    storage.write_whole(fs, inner, json.dumps(record, sort_keys=True, indent=1).encode())
 
 
 def read(experiment_dir: str) -> dict | None:

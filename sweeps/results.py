@@ -29,14 +29,13 @@ import tempfile
 from ray import tune
 
 from analysis import storage
+from analysis.loading import ERRORS_FILE
 from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, PROVENANCE_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
 from sweeps.evaluation import DeferredEvaluations
 from sweeps.packing import members_of, tensorboard_folder
 from sweeps.trials import TrialConfig
-
-ERRORS_FILE = "errors.jsonl"
 
 _STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
 

@@ -165,26 +165,6 @@ def _restore(trainer, logs: list[ModelLog]) -> dict | None:
     return state.get("config", {}).get("training", {})
 
 
-def _signal_checkpoint(step: int) -> None:
-    """A test hook (tests/conftest.py, ``CheckpointSignals``), off unless the folder named by
-    ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists: once the checkpoint of ``step`` is reported, so that Tune
-    holds it, write this worker's pid to ``<folder>/<trial dir name>-<step>`` and wait (at most 60 s)
-    until the file is deleted. A test kills the worker, its node or the driver while it waits: at a
-    known checkpoint, without racing the files Tune writes."""
-    folder = os.environ.get("DISGEN_CHECKPOINT_SIGNAL_DIR")
-    if not folder or not os.path.isdir(folder):
-        return
-    path = os.path.join(folder, f"{os.path.basename(tune.get_context().get_trial_dir().rstrip('/'))}-{step}")
-    with open(path + ".tmp", "w") as signal:
-        signal.write(str(os.getpid()))
-    os.replace(path + ".tmp", path)
-    deadline = time.monotonic() + 60
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if os.path.exists(path):  # nobody acted: leave no stale signal behind
-        os.remove(path)
-
-
 def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds: float,
                    seconds_since: float) -> bool:
     """Whether the report at ``step`` carries a checkpoint: every ``every_steps`` steps, or once
@@ -218,7 +198,6 @@ def _train(trainer, logs: list[ModelLog], report_every: int, checkpoint_every: i
                 trainer_file.save_training(folder, _state(trainer), [log.history for log in logs])
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
             last_checkpoint = time.monotonic()
-            _signal_checkpoint(step)
         else:
             tune.report(progress)
 

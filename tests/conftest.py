@@ -1,22 +1,27 @@
 """Shared fixtures. One local Ray instance serves every test that needs Ray (ray.init costs ~6 s)."""
 
-import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ray.init would otherwise write a token to ~/.ray
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-# Set before any Ray starts, so that every worker inherits it; the hook in sweeps.trainable acts only
-# while the folder exists, i.e. inside a test that uses the ``checkpoint_signals`` fixture. One folder
-# per test process: pytest-xdist's workers inherit the controller's environment, so the name is set
-# here, in each process, never inherited (two workers' fault tests would release each other's trials).
+# Checkpoint signals (tests/checkpoint_signals.py): every ray.init of this process and of the
+# drivers it starts (which inherit this environment) gives its workers the signals' setup hook; they
+# act only while the folder exists, i.e. inside a test that uses the ``checkpoint_signals`` fixture.
+# One folder per test process: pytest-xdist's workers inherit the controller's environment, so the
+# name is set here, in each process, never inherited (two workers' fault tests would release each
+# other's trials). The repository's root is on every subprocess's path, for ``tests.*``.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["RAY_RUNTIME_ENV_HOOK"] = "tests.checkpoint_signals.runtime_env_hook"
 os.environ["DISGEN_CHECKPOINT_SIGNAL_DIR"] = os.path.join(
     tempfile.gettempdir(), f"disgen-checkpoint-signals-{os.getpid()}")
 
@@ -95,60 +100,12 @@ def s3_server(monkeypatch):
         server.wait()
 
 
-class CheckpointSignals:
-    """The files that ``sweeps.trainable`` writes, where ``DISGEN_CHECKPOINT_SIGNAL_DIR`` is set, once a
-    trial's checkpoint is reported: ``<trial dir name>-<step>``, holding the worker's pid. The worker
-    waits until its file is deleted, so a test can act (kill the worker, its node or the driver) at
-    a known checkpoint; ``hold`` keeps the one it wants and releases every other."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        folder.mkdir()
-
-    def current(self) -> dict[str, int]:
-        """The signals now waiting: file name -> pid."""
-        return {p.name: int(p.read_text()) for p in self.folder.iterdir() if not p.name.endswith(".tmp")}
-
-    def hold(self, wanted, timeout: float, alive=lambda: True, keep=()) -> tuple[str, int]:
-        """Release every signal (but those named in ``keep``) until one whose name ``wanted(name)``
-        accepts arrives; return its (name, pid) with that worker still waiting."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for name, pid in self.current().items():
-                if wanted(name):
-                    return name, pid
-                if name not in keep:
-                    (self.folder / name).unlink(missing_ok=True)
-            assert time.monotonic() < deadline and alive(), "no checkpoint signal arrived"
-            time.sleep(0.05)
-
-    def release_all(self) -> None:
-        for path in self.folder.iterdir():
-            path.unlink(missing_ok=True)
-
-    @contextlib.contextmanager
-    def releasing(self):
-        """Release every signal as it arrives, for as long as the block runs."""
-        stop = threading.Event()
-
-        def release():
-            while not stop.is_set():
-                self.release_all()
-                stop.wait(0.05)
-
-        thread = threading.Thread(target=release, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-
-
 @pytest.fixture
 def checkpoint_signals():
     """The checkpoint signals of this test's trials; outside it the folder is gone and none wait."""
     import pathlib
+
+    from tests.checkpoint_signals import CheckpointSignals
 
     folder = pathlib.Path(os.environ["DISGEN_CHECKPOINT_SIGNAL_DIR"])
     shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Fault tolerance at known points, each checked against an uninterrupted run with the same seeds:
 a driver killed after K trials finished resumes with ``--resume``; a trial's worker (or a pack's)
 killed after checkpoint N resumes from that checkpoint. The kill points come from the checkpoint
-signals of ``sweeps.trainable`` (tests/conftest.py, ``CheckpointSignals``): the worker waits at its
+signals (tests/checkpoint_signals.py, installed in the tests' Ray workers): the worker waits at its
 checkpoint until the test has acted, so nothing races."""
 
 import json

@@ -6,7 +6,7 @@ import pytest
 
 from sweeps.errors import UsageError
 from sweeps.grid import default_seeds, trial_configs
-from sweeps.packing import dirname, make_packs, pack_key, resolve_pack_size
+from sweeps.packing import dirname, make_packs, pack_id, resolve_pack_size
 from sweeps.presets import PRESETS
 
 
@@ -28,7 +28,7 @@ def test_trials_of_different_splits_share_a_pack_and_different_shapes_do_not():
     assert [len(p) for p in packs] == [8]  # two splits × (2 β × 2 seeds): each member has its own rows
     assert len({m.data.split for m in packs[0]}) == 2
     assert dirname(packs[0]).startswith("pack8-dsprites-")  # named by the dataset, not one split
-    assert pack_key(packs[0]) == pack_key(list(reversed(packs[0])))
+    assert pack_id(packs[0]) == pack_id(list(reversed(packs[0])))
     other = trial_configs(PRESETS["default"], "default", "tiny", [0])[0].replace("search", latent_dim=4)
     assert len(make_packs([*configs, other], 64)) == 2
 
