@@ -1,8 +1,8 @@
-"""Every command that cluster.yaml's header and the README's cluster section tell a user to type works
-as printed: bash expands it as the user's shell would (with only ``DISGEN_BUCKET`` set, as the README
-says), Ray's own command line accepts its options, nothing meant for the user's shell reaches the
+"""Every command that cluster.yaml's header, the README's cluster section and docs/cluster.md tell a
+user to type works as printed: bash expands it as the user's shell would (with only
+``DISGEN_BUCKET`` set, as the README says), Ray's own command line accepts its options, nothing meant for the user's shell reaches the
 cluster unexpanded, and every sweep it starts parses with disgen's own parser and joins the cluster
-(``--address auto``)."""
+(``--address auto``), but for a ``--dry-run``, which runs no Ray."""
 
 from __future__ import annotations
 
@@ -43,12 +43,14 @@ def header_commands() -> list[str]:
 
 
 def readme_cluster_commands() -> list[str]:
-    """The commands in the README's 'Running on a cluster' section's bash blocks."""
+    """The commands in the README's 'On a cluster' section's bash blocks and in docs/cluster.md's."""
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
+    sections = [text.split("### On a cluster", 1)[1].split("\n### ", 1)[0],
+                (ROOT / "docs" / "cluster.md").read_text()]
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
-        lines += [line.strip() for line in block.splitlines()]
+    for section in sections:
+        for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
+            lines += [line.strip() for line in block.splitlines()]
     return _joined(lines)
 
 
@@ -86,6 +88,8 @@ def check_sweep(arguments: list[str], where: str) -> None:
     from sweeps.paper_grid import build_parser
 
     args = build_parser().parse_args(arguments)  # exits 2 on an unknown option
+    if args.dry_run:  # the plan, printed on the laptop before the cluster starts: no Ray at all
+        return
     assert args.address == "auto", f"{where}: a sweep on the cluster needs --address auto"
     if args.storage_path.startswith("s3://"):
         assert args.storage_path.startswith(f"s3://{BUCKET}/"), f"{where}: the bucket was not filled in"
