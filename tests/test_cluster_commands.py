@@ -1,8 +1,9 @@
 """Every command that cluster.yaml's header, the README's cluster section and docs/cluster.md tell a
 user to type works as printed: bash expands it as the user's shell would (with only
-``DISGEN_BUCKET`` set, as the README says), Ray's own command line accepts its options, nothing meant for the user's shell reaches the
-cluster unexpanded, and every sweep it starts parses with disgen's own parser and joins the cluster
-(``--address auto``), but for a ``--dry-run``, which runs no Ray."""
+``DISGEN_BUCKET`` set, as the README says), Ray's own command line accepts its options, nothing
+meant for the user's shell reaches the cluster unexpanded, and every sweep it starts parses with
+disgen's own parser and joins the cluster (``--address auto``), but for a ``--dry-run``, which runs
+no Ray."""
 
 from __future__ import annotations
 
