@@ -8,33 +8,13 @@ import numpy as np
 import pytest
 import torch
 from _chromium import CHROMIUM, open_page
+from report_rows import trial, write_events
 
 from analysis.report import main as report_main
 from analysis.storage import write_results
 from analysis.trained_models import load_checkpoint
 
 pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
-
-
-def trial(key, split, objective, d, nll):
-    return {
-        "experiment": "e",
-        "trial_key": key,
-        "dataset": "dsprites",
-        "split": split,
-        "condition": "extrapolation" if split == "blank_side" else "recombination_to_element",
-        "architecture": "burgess",
-        "objective": objective,
-        "beta": 1.0 + d,
-        "seed": 0,
-        "steps": 2,
-        "train_nll": 50.0 + d,
-        "test_nll": nll,
-        "d_score": d,
-        "dci_disentanglement": d / 2,
-        "mig": d / 3,
-        "transfer_gbt_ood2": 1 - d,
-    }
 
 
 def write_checkpoint(experiment):
@@ -60,16 +40,6 @@ def write_checkpoint(experiment):
     save_final(str(folder), [model.state_dict()], [0], {}, [[]], {"members": [config]})
     write_events(folder.parent)
     return model
-
-
-def write_events(folder):
-    """A TensorBoard event file with two scalars, as the trainable writes them."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(folder))
-    for step in (1, 2):
-        writer.add_scalar("train/loss", 10.0 / step, step)
-    writer.close()
 
 
 @pytest.fixture(scope="module")

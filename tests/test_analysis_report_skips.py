@@ -6,7 +6,7 @@ import glob
 
 import pytest
 import torch
-from test_analysis_report import trial, write_events
+from report_rows import trial, write_events
 
 from analysis.html_report import write_html_report
 from analysis.storage import write_results
