@@ -11,22 +11,6 @@ def dsprites_grid():
     return space, classes, space.raw_values(classes)
 
 
-# The authors' value-based definitions (Montero et al. 2021 code), on raw factor values.
-VALUE_RULES = {
-    "blank_side": lambda v: v[:, 3] > 0.5,
-    "shape2tx": lambda v: (v[:, 0] == 1) & (v[:, 3] > 0.5),
-    "leave1out": lambda v: ((v[:, 0] == 2) & (v[:, 1] > 0.6) & (v[:, 2] > 2 * np.pi / 3)
-                            & (v[:, 2] < 4 * np.pi / 3) & (v[:, 3] > 0.66) & (v[:, 4] > 0.66)),
-}
-
-
-@pytest.mark.parametrize("name", sorted(VALUE_RULES))
-def test_class_rule_equals_the_value_rule_on_the_full_grid(dsprites_grid, name):
-    space, classes, values = dsprites_grid
-    mask = get_split("dsprites", name).test_mask(classes, space)
-    assert (mask == VALUE_RULES[name](values)).all()
-
-
 def test_leave1out_holds_out_one_combination_of_the_expected_size(dsprites_grid):
     space, classes, _ = dsprites_grid
     train, test = get_split("dsprites", "leave1out").train_test_indices(classes, space)
@@ -35,7 +19,7 @@ def test_leave1out_holds_out_one_combination_of_the_expected_size(dsprites_grid)
     assert not set(train.tolist()) & set(test.tolist())
 
 
-def test_a_split_that_empties_a_side_names_the_split():
+def test_a_dsprites_split_that_empties_a_side_names_the_split():
     space = factor_space("dsprites")
     only_left = np.array([[0, 0, 0, 0, 0], [1, 2, 3, 4, 5]])  # posX classes < 16: nothing held out
     with pytest.raises(ValueError, match="blank_side.*test set empty"):
