@@ -273,7 +273,7 @@ def step_evaluation(device, sizes, seconds_left: float) -> dict:
 def gpu_test_files() -> list[str]:
     """The test files that hold ``gpu``-marked tests: pytest collects only these (every test of the
     others would be deselected by ``-m gpu``, after importing them all)."""
-    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").glob("test_*.py")
+    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
                   if "mark.gpu" in path.read_text())
 
 

@@ -2,8 +2,9 @@
 weight moved to another term, a term dropped) in a temporary copy of the repository, run the loss
 value tests against it, and count the mutants they kill.
 
-    python benchmarks/loss_mutants.py                       # every mutant, tests/test_objective_values.py
-    python benchmarks/loss_mutants.py --tests tests/test_objective_values.py tests/test_models.py
+    python benchmarks/loss_mutants.py          # every mutant, tests/models/test_objective_losses_by_value.py
+    python benchmarks/loss_mutants.py --tests tests/models/test_objective_losses_by_value.py \
+        tests/models/test_vae_training_and_evaluation.py
     python benchmarks/loss_mutants.py --list
 
 Each mutant is a literal text replacement in one file. If the text is not found (the code moved or
@@ -379,7 +380,7 @@ def run_tests(folder: str, tests: list[str]) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests", nargs="+", default=["tests/test_objective_values.py"])
+    parser.add_argument("--tests", nargs="+", default=["tests/models/test_objective_losses_by_value.py"])
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", help="run the mutants whose label contains this text")
     args = parser.parse_args(argv)

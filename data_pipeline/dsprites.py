@@ -61,8 +61,9 @@ ELLIPSE_VERTICES = 512
 # of the heart at angles -90, -85, ..., +90 degrees (0 = right, +90 = straight up, measured in
 # the usual counter-clockwise sense with y pointing up). The left half is its mirror image.
 # Fitted outside this repository to all 84 real heart frames: a linear programme on pixel-centre
-# labels, then a small coordinate search on the frames' IoU. tests/test_dsprites_render.py fits the
-# radii again from two thirds of the frames alone and scores the held-out third (mean IoU 0.9946).
+# labels, then a small coordinate search on the frames' IoU.
+# tests/data_pipeline/test_dsprites_renderer_matches_real_frames.py fits the radii again from two
+# thirds of the frames alone and scores the held-out third (mean IoU 0.9946).
 HEART_ANGLE_STEP_DEG = 5.0
 # fmt: off
 HEART_RADII = (

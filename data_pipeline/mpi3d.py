@@ -16,7 +16,7 @@ the axis pair (4,800 cases), so its pixels are listed once and painted with one 
 object, at most 6.5 × 1.15 px from its centre, is shaded in float64 and rounded only inside a
 17×17 window around it, for all images of one shape at once. Each pixel still gets exactly the
 float64 arithmetic and the rounding of a whole-image render, so the images did not change
-(``tests/test_mpi3d_render.py`` pins them by sha256).
+(``tests/data_pipeline/test_mpi3d_renderer.py`` pins them by sha256).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import sys
 import tempfile
 import time
 
+# the support modules (planted, sweep_runs, dataset_files...) live here, beside the package folders
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ray.init would otherwise write a token to ~/.ray
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -116,7 +118,7 @@ def checkpoint_signals():
 
 # Two short trials (β 1 and 4, one split) with one cheap metric: for the tests of faults and storage,
 # whose subject is where results land, not the metrics (the default preset's full evaluation is
-# tested end to end in tests/test_paper_grid.py).
+# tested end to end in tests/end_to_end/test_paper_grid_command.py).
 TWO_TRIAL_GRID = """
 description: two tiny trials (β 1 and 4) with one cheap metric
 fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,

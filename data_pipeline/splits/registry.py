@@ -1,7 +1,7 @@
 """The split registry: every held-out split of M21, M22 and D21 as data.
 
 Each rule is written on factor classes. The comment beside it gives the authors' value-based
-definition it reproduces; ``tests/test_data_splits.py`` checks every one against that definition
+definition it reproduces; ``tests/data_pipeline/test_splits.py`` checks every one against that definition
 on the full grid. Names follow the papers (docs/data.md lists them); where an M22 name misleads,
 disgen's name says what the split holds out and the authors' name stays as an alias.
 """

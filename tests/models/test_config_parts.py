@@ -13,7 +13,7 @@ import pytest
 from models import LossConfig, ModelConfig, NetworkConfig, OptimisationConfig, build, build_objective
 from models.config import PARTS, SETTINGS, at_least, setting, validate, with_settings_table
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_parts_hold_every_field_once_as_declared():

@@ -16,7 +16,7 @@ from data_pipeline import dsprites
 from data_pipeline.dsprites import FACTOR_NAMES, FACTOR_SIZES, factor_values, render
 
 _FRAMES_NAME = Path("reference/dsprites/dsprites_real_frames_open.npz")
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _frames_path() -> Path | None:

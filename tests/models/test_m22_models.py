@@ -1,6 +1,6 @@
 """mpcnn, WAE-GAN, CascadeVAE and LieGroupVAE: closed forms, configs, resume, evaluation hooks.
 
-(That each objective lowers its loss on a tiny dataset is tests/test_models.py's
+(That each objective lowers its loss on a tiny dataset is tests/models/test_vae_training_and_evaluation.py's
 test_every_objective_lowers_its_loss_on_a_tiny_dataset, which covers every registered objective.)
 """
 
@@ -238,7 +238,7 @@ def test_group_penalties_closed_form():
 
 def test_lie_model_encodes_to_its_latent_size():
     # the loss itself is checked by value, for both groups the decoder may read, in
-    # tests/test_objective_values.py
+    # tests/models/test_objective_losses_by_value.py
     config = ModelConfig(objective="lie_group_vae", latent_dim=3, lie_matrix_size=3)
     assert build(config).encode(torch.rand(2, 1, 64, 64))[0].shape == (2, 3)
 

@@ -1,6 +1,7 @@
 """The live view's console (sweeps/console.py) fed Tune's events by hand, without Ray: the table names
 each model as disgen does, shows a pack's seeds and β as ranges, the ETA follows the measured rate,
-and each finished model gets one line. A real run's console is checked in tests/test_paper_grid.py."""
+and each finished model gets one line. A real run's console is checked in
+tests/end_to_end/test_paper_grid_command.py."""
 
 import io
 import logging

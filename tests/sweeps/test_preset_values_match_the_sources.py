@@ -52,7 +52,7 @@ def test_every_preset_value_has_a_source_in_the_docs():
 
     from sweeps.presets import PRESETS
 
-    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "presets.md")).read()
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "presets.md")).read()
     for name, preset in PRESETS.items():
         assert f"## {name}" in text, name
         section = text.split(f"## {name}")[1].split("\n## ")[0]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-CLUSTER_YAML = pathlib.Path(__file__).resolve().parents[1] / "cluster.yaml"
+CLUSTER_YAML = pathlib.Path(__file__).resolve().parents[2] / "cluster.yaml"
 _spec = importlib.util.spec_from_file_location("create_profiles",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_profiles.py")
 create_profiles = importlib.util.module_from_spec(_spec)

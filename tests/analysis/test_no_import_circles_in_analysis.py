@@ -3,7 +3,7 @@
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def analysis_imports() -> dict[str, set[str]]:

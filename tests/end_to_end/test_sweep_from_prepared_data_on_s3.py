@@ -1,7 +1,8 @@
 """Prepared data in an object store: ``python -m data_pipeline.prepare dsprites --out s3://…`` (Ray Data
 blocks), then ``python -m sweeps.paper_grid --data-source prepared --data-dir s3://…``, against a real
 S3-compatible server (moto's server mode) on loopback. The node caches the data once and each row
-names the prepared dataset it read (tests/test_sweeps_real_data.py resumes from a prepared folder)."""
+names the prepared dataset it read
+(tests/end_to_end/test_sweep_on_real_files.py resumes from a prepared folder)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from data_pipeline import load_procedural, prepared  # noqa: E402
 from data_pipeline.node_cache import materialisations, open_reference, prepared_reference  # noqa: E402
 
 BUCKET = "disgen-test"  # conftest's s3_server creates it
-ROOT = str(Path(__file__).resolve().parents[1])
+ROOT = str(Path(__file__).resolve().parents[2])
 ONE_TRIAL = """
 description: one tiny dSprites trial
 fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,

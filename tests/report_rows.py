@@ -1,0 +1,33 @@
+"""Rows and TensorBoard files the report tests build their experiments from."""
+
+
+def trial(key, split, objective, d, nll):
+    """One finished model's row, its metrics a function of its D-score ``d``."""
+    return {
+        "experiment": "e",
+        "trial_key": key,
+        "dataset": "dsprites",
+        "split": split,
+        "condition": "extrapolation" if split == "blank_side" else "recombination_to_element",
+        "architecture": "burgess",
+        "objective": objective,
+        "beta": 1.0 + d,
+        "seed": 0,
+        "steps": 2,
+        "train_nll": 50.0 + d,
+        "test_nll": nll,
+        "d_score": d,
+        "dci_disentanglement": d / 2,
+        "mig": d / 3,
+        "transfer_gbt_ood2": 1 - d,
+    }
+
+
+def write_events(folder):
+    """A TensorBoard event file with two scalars, as the trainable writes them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step in (1, 2):
+        writer.add_scalar("train/loss", 10.0 / step, step)
+    writer.close()
