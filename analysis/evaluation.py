@@ -1,57 +1,13 @@
 """Evaluation of a trained model: reconstruction on train and held-out images, disentanglement,
 transfer, and M22's encoder-or-decoder diagnosis.
 
-``evaluate(model, dataset, split, config)`` computes the NLLs and the readout, then runs each
-metric of ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
-:class:`Sample` of codes, drawn and encoded once; the registry's line of each metric names the
-columns it writes (NaN where a metric is not configured or not defined). ``dci_estimator`` "none"
-skips every registered metric.
-
-``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images``, ``n_test_images`` and the
-readout accuracy per factor (below) are always computed, and every row records the sample sizes it
-used (``metric_n_train``, ``metric_n_test``, ``score_batch_size``, ``score_n_train``,
-``score_n_eval``, ``score_n_variance``, ``score_pool_size``, ``score_sample``).
-
-**Likelihood.** Each model is scored with the likelihood it was trained with (its config's
-``resolved_likelihood``): Bernoulli for "bernoulli", the Gaussian of variance ½ for "mse" (whose NLL
-is the squared error plus a constant; see ``analysis.metrics.reconstruction_nll``). The row names
-it in ``nll_likelihood``; NLLs under different likelihoods are not comparable.
-
-**Samples of the disentanglement metrics** (disentanglement_lib's study's, on the training images
-only, as M21's appendix A computes the D-score "given the latent representations of the training
-images"): DCI, SAP and modularity/explicitness fit on ``n_metric`` training images and test on
-``n_metric_test`` (default ``n_metric // 2``), the two drawn independently, uniformly with
-replacement, as disentanglement_lib's ``generate_batch_factor_code`` draws two batches (10,000 and
-5,000 in its study); MIG and the D-score use the ``n_metric`` sample, the D-score with its own
-5-fold split.
-
-**Readout accuracy per factor** (``accuracy_<factor>``, ``chance_<factor>``, ``readout_estimator``,
-``readout_n_train``, ``readout_n_test``, ``factor_readout``): how well each factor can be read from
-the codes of held-in training images, the evidence ``analysis.findings`` needs before a held-out
-split counts (a model that cannot tell a square from an ellipse on training images cannot fail to
-generalise a square). One classifier per factor, codes → class, fitted on the ``n_metric``
-training draws above and scored on the ``n_metric_test`` draws, counting only draws of images that
-are not among the fitted ones (``readout_n_test`` of them), so the accuracy is never a training
-accuracy. Where DCI runs with a classifier (``dci_estimator`` "gbt" or "hist_gbt") its fits are
-the readout (``readout_estimator`` "dci_gbt"/"dci_hist_gbt"; no second fit); otherwise a random
-forest of 20 trees per factor ("random_forest", ``analysis.metrics.factor_readout``), also when
-``dci_estimator`` is None. Chance is 1 / the number of values the factor takes on the split's
-training images; a factor with one value there has nothing to read (accuracy NaN).
-
-**BetaVAE and FactorVAE scores** need pairs or batches of images that share one factor's value.
-disentanglement_lib samples them fresh from the whole dataset; here they are drawn from the
-model's training images: a first image uniformly, its partners uniformly among the training images
-that share the fixed factor's value (``analysis.metrics._grid.RowSampler``). Where the training
-images are not a full factorial grid (a held-out split, a random subset), Dittadi et al. 2021 call
-the scores ill-defined; ``score_sample`` says which case a row is. Batch 64; ``min(10_000,
-n_metric)`` training points or votes, ``min(5_000, n_metric // 2)`` evaluation ones, and
-``min(10_000, n_metric)`` images for the FactorVAE variances. To bound the cost (a fresh draw
-encodes 64 × 2 images per BetaVAE point), the images are by default drawn from a pool of
-``score_pool`` = ``min(10_000, 4 * n_metric)`` training images encoded once: each pair and batch
-then has the distribution above, but they are not independent of each other. ``score_pool=0``
-encodes every draw afresh, as disentanglement_lib does. ``score_sampling="grid"`` instead samples
-the full factor grid through ``dataset.observe`` (held-out combinations included), the previous
-behaviour.
+``evaluate(model, dataset, split, config)`` computes the NLLs (under the likelihood the model was
+trained with) and the readout accuracy per factor, then runs each metric of
+``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
+:class:`Sample` of codes of training images, drawn and encoded once; the registry's line of each
+metric names the columns it writes (NaN where a metric is not configured or not defined). Every
+row records the sample sizes it used. docs/analysis.md, "Evaluating a trained model", gives the
+samples, the likelihoods and the readout in full.
 """
 
 from __future__ import annotations
