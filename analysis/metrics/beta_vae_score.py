@@ -1,25 +1,15 @@
 """The BetaVAE score (Higgins et al., 2017), as disentanglement_lib computes it.
 
-One training point: pick a factor ``k`` at random, draw ``batch_size`` pairs of grid points that
-share the value of factor ``k`` and differ at random in the others, and average ``|z_1 − z_2|`` over
-the pairs. A logistic regression (scikit-learn's defaults) learns to tell ``k`` from that vector.
-The score is its accuracy on ``n_train`` training points and on ``n_eval`` fresh points.
-disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
-batch 64, 10,000 / 5,000 points.
+One training point: pick a factor ``k`` (one that takes more than one value) at random, draw
+``batch_size`` pairs of grid points that share the value of factor ``k``, and average
+``|z_1 − z_2|`` over the pairs. A logistic regression (scikit-learn's defaults) learns to tell
+``k`` from that vector; the score is its accuracy on ``n_train`` training points and on ``n_eval``
+fresh points (defaults: disentanglement_lib's study's batch 64, 10,000 / 5,000 points).
 
-Two entry points:
-
-:func:`sampled_beta_vae_score`
-    takes a representation function ``represent(classes) -> codes`` and the factor sizes, and
-    draws the pairs anywhere on the full grid, as disentanglement_lib does. Evaluating a model
-    this way uses grid points outside its training split too: the score describes the encoder
-    on the whole grid.
-:func:`beta_vae_score`
-    takes arrays of codes and factors and draws the pairs from those samples, so they must form
-    a full factorial grid (see ``analysis.metrics._grid``); otherwise the score is NaN and
-    ``"reason"`` says why.
-
-Only factors that take more than one value are picked as ``k``.
+:func:`sampled_beta_vae_score` draws the pairs anywhere on the full grid through a representation
+function ``represent(classes) -> codes``, as disentanglement_lib does; :func:`beta_vae_score`
+draws them from arrays of codes and factors, which must form a full factorial grid (see
+``analysis.metrics._grid``), else the score is NaN and ``"reason"`` says why.
 """
 
 from __future__ import annotations

@@ -1,59 +1,25 @@
 """DCI: disentanglement, completeness and informativeness (Eastwood & Williams, 2018).
 
-One regressor or classifier is trained per ground-truth factor to predict that factor from the
-codes. How much each code matters to each factor gives an importance matrix ``R`` of shape
-``(n_codes, n_factors)``. From it:
+One regressor or classifier per ground-truth factor predicts that factor from the codes; how much
+each code matters to each factor gives an importance matrix ``R`` of shape ``(n_codes,
+n_factors)``. Disentanglement: how much each code is devoted to a single factor (row entropies);
+completeness: how much each factor is captured by a single code (column entropies);
+informativeness: how well the factors can be predicted (a classifier's accuracy, a lasso's R²,
+averaged over the factors that are not constant on the training set; a constant factor gets a zero
+column).
 
-- disentanglement: how much each code is devoted to a single factor (row entropies),
-- completeness: how much each factor is captured by a single code (column entropies),
-- informativeness: how well the factors can be predicted from the codes.
+Four estimators, whose numbers should not be mixed in one study (docs/analysis.md, "Metrics"):
+``"gbt"`` (disentanglement_lib's ``GradientBoostingClassifier``), ``"hist_gbt"`` (a faster
+``HistGradientBoostingClassifier``, early stopping off, importance = the total split gain on each
+code; it always picks the lower-indexed of two equally good codes, so a duplicated code does not
+lower completeness), ``"lasso_m21"`` (Montero et al. 2021's D-score) and ``"lasso_m22"`` (Montero
+et al. 2022's variant: codes z-scored, targets padded with noise to the number of codes, codes
+reordered by an optimal assignment, entropy base the number of codes). ``LassoCV``'s convergence
+warnings are silenced: the settings are fixed by the papers.
 
-Four estimators are offered; they give different numbers and should not be mixed in one study:
-
-``"gbt"``
-    disentanglement_lib's standard. A default ``GradientBoostingClassifier`` per factor,
-    importance = ``|feature_importances_|``, informativeness = classification accuracy.
-``"hist_gbt"``
-    A faster stand-in for ``"gbt"``: ``HistGradientBoostingClassifier`` (default settings,
-    early stopping off so that the number of trees does not depend on the sample size).
-    That estimator has no ``feature_importances_``, so the importance of a code is the total
-    split gain of the splits made on it, summed over all trees and normalised to sum to 1 per
-    factor. This is the same idea as the impurity-based importance of ``"gbt"`` (a total
-    decrease of the training loss) and costs nothing beyond the fit; permutation importance
-    was not used because it needs many extra predictions and gives redundant codes almost no
-    credit. One difference remains: when two codes split the data equally well, ``"gbt"``
-    picks one at random at each node, so duplicated codes share the credit, while
-    ``"hist_gbt"`` always picks the lower-indexed code, so a duplicated code does not lower
-    completeness. The factors, not the trees, are what is spread over the cores: a serial fit
-    uses one OpenMP thread.
-    Informativeness = classification accuracy.
-``"lasso_m21"``
-    Montero et al. (2021)'s D-score. Per factor ``LassoCV(cv=5, alphas=[0.02],
-    selection="random")``; the codes are centred but not scaled and the factor is z-scored
-    (with training statistics); ``R = |coef_|``. Disentanglement uses entropy base = number
-    of factors. A constant factor gets a zero column.
-``"lasso_m22"``
-    Montero et al. (2022)'s variant. As ``"lasso_m21"``, but the codes are z-scored too, the
-    targets are padded with standard-normal noise columns up to the number of codes, the codes
-    are reordered by an optimal assignment of codes to targets
-    (``scipy.optimize.linear_sum_assignment``) and the entropy base is the number of codes.
-    With no more codes than factors there is nothing to pad, and the base is the number of
-    factors (a base smaller than the number of factors would let D go below 0).
-
-``LassoCV``'s convergence warnings are silenced: the settings are fixed by the papers, and on
-codes that carry little information the solver often stops at ``max_iter``.
-
-For the lasso estimators the informativeness is the coefficient of determination R² of each
-factor's regressor (1 is perfect, 0 is no better than the mean), averaged over the non-constant
-factors. For the classifiers it is the accuracy, averaged over the non-constant factors. A factor
-that is constant on the training set has nothing to learn: it gets a zero column in ``R`` and is
-left out of the informativeness averages (which are NaN if every factor is constant).
-
-The per-factor estimators are fitted in parallel with joblib (its default process backend, or
-whatever backend a ``joblib.parallel_config`` context names). Every estimator gets a seed that
-is drawn before any fitting starts, so the parallel result equals the serial one exactly. The
-default ``n_jobs=None`` uses every core of the machine; a caller that has been given fewer
-(a Ray trial reserving one CPU, say) should pass its own ``n_jobs``.
+The factors are fitted in parallel with joblib, each with a seed drawn before any fitting starts,
+so the parallel result equals the serial one exactly. ``n_jobs=None`` uses every core; a caller
+given fewer (a Ray trial reserving one CPU) passes its own.
 """
 
 import numbers
@@ -82,11 +48,6 @@ _EPSILON = 1e-11
 
 # The smallest training set LassoCV(cv=5) can be fitted on.
 _LASSO_MIN_TRAIN = 5
-
-
-# --------------------------------------------------------------------------------------------
-# Scores over an importance matrix
-# --------------------------------------------------------------------------------------------
 
 
 def disentanglement(importance_matrix):
@@ -144,22 +105,8 @@ def _check_importance_matrix(importance_matrix):
     return matrix
 
 
-# --------------------------------------------------------------------------------------------
-# The metric
-# --------------------------------------------------------------------------------------------
-
-
-def dci(
-    codes,
-    factors,
-    *,
-    codes_test=None,
-    factors_test=None,
-    estimator="gbt",
-    test_fraction=0.33,
-    n_jobs=None,
-    random_state=0,
-):
+def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", test_fraction=0.33,
+        n_jobs=None, random_state=0):
     """Compute DCI disentanglement, completeness and informativeness.
 
     Parameters
@@ -316,11 +263,6 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Fitting one factor
-# --------------------------------------------------------------------------------------------
-
-
 def _run(tasks, n_jobs):
     """Fit every task, in parallel when more than one worker is useful; keep the task order.
 
@@ -407,11 +349,6 @@ def _split_gain_importance(model, n_codes):
     gains = np.maximum(gains, 0.0)
     total = gains.sum()
     return gains / total if total > 0 else gains
-
-
-# --------------------------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------------------------
 
 
 def _safe_std(array):

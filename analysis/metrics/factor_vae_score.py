@@ -1,24 +1,16 @@
 """The FactorVAE score (Kim & Mnih, 2018), as disentanglement_lib computes it.
 
-The variance of each code over ``n_variance`` random samples is its global variance; a code is
-active when the square root of its global variance (its standard deviation) is at least
-``prune_threshold`` (0.05), as disentanglement_lib's ``prune_dims`` keeps ``np.sqrt(variances) >=
-threshold`` with ``prune_dims.threshold = 0.05`` in its study's gin configs. That is a variance of
-at least 0.0025; inactive codes are ignored. One vote: pick a factor
-``k`` at random, draw ``batch_size`` samples that share the value of factor ``k``, divide each
-active code's variance within the batch by its global variance, and let the code with the smallest
-ratio vote for ``k``. The majority-vote classifier maps each code to the factor it voted for most;
-its accuracy over the votes is the score, computed on ``n_train`` votes and on ``n_eval`` fresh ones.
+A code is active when the standard deviation of its values over ``n_variance`` random samples (its
+global variance's square root) is at least ``prune_threshold`` (0.05, disentanglement_lib's
+``prune_dims``). One vote: pick a factor ``k`` at random, draw ``batch_size`` samples that share
+its value, and let the active code with the smallest within-batch variance relative to its global
+variance vote for ``k``. The majority-vote classifier's accuracy is the score, on ``n_train`` votes
+and on ``n_eval`` fresh ones (defaults: disentanglement_lib's study's batch 64, 10,000 / 5,000
+votes, 10,000 samples for the variances); 0 with no active code, as in disentanglement_lib.
 
-disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
-batch 64, 10,000 / 5,000 votes, 10,000 samples for the variances. With no active code the score
-is 0 (as in disentanglement_lib).
-
-As for the BetaVAE score there are two entry points: :func:`sampled_factor_vae_score` takes a
-representation function ``represent(classes) -> codes`` and the factor sizes and samples the whole
-grid, as disentanglement_lib does (for a trained model, that includes grid points outside its
-training split); :func:`factor_vae_score` takes arrays of codes and factors, which must form a
-full factorial grid, and otherwise returns NaN with the reason in ``"reason"``.
+As for the BetaVAE score, :func:`sampled_factor_vae_score` samples the whole grid through
+``represent(classes) -> codes``; :func:`factor_vae_score` takes arrays, which must form a full
+factorial grid, else NaN with the reason in ``"reason"``.
 """
 
 from __future__ import annotations

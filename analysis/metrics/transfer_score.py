@@ -2,32 +2,18 @@
 under a distribution shift.
 
 Factors are normalised to [0, 1] (by ``factor_ranges`` or by their range over all given samples).
-One regressor per factor is trained to predict the factor from the codes, and the transfer score
-is its mean absolute error (MAE) on the shifted test set, averaged over the factors *except* the
-factor that defines the shift (the OOD factor). Lower is better. Two regressors, as in the paper:
+One regressor per factor predicts the factor from the codes; the score is its mean absolute error
+on the shifted test set, averaged over the factors *except* the OOD factor. Lower is better. The
+regressors, as in the paper: ``"gbt"`` (``GradientBoostingRegressor`` defaults) and ``"mlp"``
+(``MLPRegressor(hidden_layer_sizes=(256, 256))`` on codes standardised with the statistics of all
+the in-distribution codes, one BLAS thread); docs/analysis.md, "Metrics", says why.
 
-``"gbt"``
-    scikit-learn's ``GradientBoostingRegressor`` with its defaults (100 trees of depth 3, learning
-    rate 0.1, squared error). The paper's GBT settings were lost from our copy; these are the
-    defaults of the library disentanglement_lib's GBT metrics use.
-``"mlp"``
-    ``MLPRegressor(hidden_layer_sizes=(256, 256))`` on standardised codes, scikit-learn's other
-    defaults (ReLU, Adam, learning rate 1e-3, up to 200 epochs). Fitted with one BLAS thread.
-    The codes are standardised with the mean and scale of all the encoder's in-distribution codes
-    given (``codes``), not of one scenario's training subset: in OOD1-A the subset holds one value
-    of the OOD factor, its code is nearly constant there, and dividing by that tiny scale sent the
-    test codes thousands of units away.
-
-The scenarios (D21 §5), for an OOD factor with ordered values v_0 < … < v_{m−1}:
-
-- OOD1 (the encoder stays in distribution: all codes come from its training images), regressors
-  trained and tested on disjoint values of the OOD factor:
-  ``ood1_a`` trains on v_0 only and tests on the rest (D21: one colour → the other seven);
-  ``ood1_b`` trains on the upper half of the values and tests on the lower half (extrapolation);
-  ``ood1_c`` trains on v_0, v_2, … and tests on v_1, v_3, … (interpolation).
-- OOD2 (the encoder goes out of distribution): regressors trained on codes of the encoder's
-  training images, tested on codes of images it never saw (``codes_ood2``, ``factors_ood2``),
-  in disgen the held-out condition's test images.
+The scenarios (D21 §5), for an OOD factor with ordered values v_0 < … < v_{m−1}: OOD1 (all codes
+from the encoder's training images, regressors trained and tested on disjoint values of the OOD
+factor): ``ood1_a`` trains on v_0 and tests on the rest, ``ood1_b`` trains on the upper half and
+tests on the lower half, ``ood1_c`` trains on v_0, v_2, … and tests on v_1, v_3, …; OOD2: trained
+on codes of the encoder's training images, tested on codes of images it never saw (``codes_ood2``,
+``factors_ood2``; in disgen the held-out condition's test images).
 """
 
 from __future__ import annotations
