@@ -142,19 +142,9 @@ def spec_files(experiments) -> list[tuple[str, str]]:
     return found
 
 
-def write_html_report(
-    experiment_dirs,
-    out_dir: str,
-    *,
-    df: pd.DataFrame | None = None,
-    history: pd.DataFrame | None = None,
-    max_models: int = 4,
-    n_bootstrap: int = 1000,
-    command=None,
-    with_checkpoints: bool = False,
-    progress=None,
-    found=None,
-) -> str:
+def write_html_report(experiment_dirs, out_dir: str, *, df: pd.DataFrame | None = None,
+                      history: pd.DataFrame | None = None, max_models: int = 4, n_bootstrap: int = 1000,
+                      command=None, with_checkpoints: bool = False, progress=None, found=None) -> str:
     """Write ``out_dir/report.html`` (and its PNGs under ``out_dir/figures``) for the experiments
     (folders or URIs such as ``s3://bucket/prefix/name``); returns the path of the HTML file.
     ``found``: the papers' findings (``analysis.findings.findings``), if the caller has them already."""

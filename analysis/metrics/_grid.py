@@ -54,16 +54,12 @@ def factorial_grid(factors, *, max_combinations=10_000_000):
     if n_combinations > max_combinations:
         return f"the factors span {n_combinations:,} combinations, more than the {max_combinations:,} indexed"
     if n_combinations > factors.shape[0]:
-        return (
-            f"not a full factorial grid: {factors.shape[0]:,} samples cannot cover the "
-            f"{n_combinations:,} combinations of the factor values"
-        )
+        return (f"not a full factorial grid: {factors.shape[0]:,} samples cannot cover the "
+                f"{n_combinations:,} combinations of the factor values")
     n_present = np.unique(factors, axis=0).shape[0]
     if n_present < n_combinations:
-        return (
-            f"not a full factorial grid: {n_present:,} of the {n_combinations:,} combinations "
-            "of the factor values occur"
-        )
+        return (f"not a full factorial grid: {n_present:,} of the {n_combinations:,} combinations "
+                "of the factor values occur")
     grid = FactorialGrid(factors)
     if grid.varying.size == 0:
         return "every factor takes a single value"

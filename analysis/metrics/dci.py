@@ -94,10 +94,8 @@ def _weighted_specificity(matrix):
 def _check_importance_matrix(importance_matrix):
     matrix = np.asarray(importance_matrix, dtype=float)
     if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
-        raise ValueError(
-            "importance_matrix must be a non-empty 2-D array of shape (n_codes, n_factors); "
-            f"got shape {matrix.shape}."
-        )
+        raise ValueError("importance_matrix must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got shape {matrix.shape}.")
     if not np.all(np.isfinite(matrix)):
         raise ValueError("importance_matrix contains NaN or infinite values.")
     if np.any(matrix < 0):
@@ -164,10 +162,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
             codes, factors, test_size=test_fraction, random_state=split_seed
         )
     if not classify and codes.shape[0] < _LASSO_MIN_TRAIN:
-        raise ValueError(
-            f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
-            f"cross-validation); got {codes.shape[0]}."
-        )
+        raise ValueError(f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
+                         f"cross-validation); got {codes.shape[0]}.")
 
     if classify:
         return _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)

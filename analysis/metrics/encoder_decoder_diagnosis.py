@@ -42,23 +42,10 @@ def fails(error_train, error_test, ratio=RATIO, margin=0.0):
     return float(error_test > ratio * error_train + margin)
 
 
-def encoder_decoder_diagnosis(
-    codes,
-    factors,
-    codes_test,
-    factors_test,
-    *,
-    decode=None,
-    images=None,
-    images_test=None,
-    factor_ranges=None,
-    ratio=RATIO,
-    encoder_margin=ENCODER_MARGIN,
-    decoder_margin=DECODER_MARGIN,
-    likelihood="bernoulli",
-    holdout_fraction=0.25,
-    random_state=0,
-):
+def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decode=None, images=None,
+                              images_test=None, factor_ranges=None, ratio=RATIO,
+                              encoder_margin=ENCODER_MARGIN, decoder_margin=DECODER_MARGIN,
+                              likelihood="bernoulli", holdout_fraction=0.25, random_state=0):
     """Diagnose a failure on held-out combinations.
 
     ``codes`` (n_train, n_codes), ``factors`` (n_train, n_factors): training images' codes and
@@ -81,10 +68,8 @@ def encoder_decoder_diagnosis(
     if (decode is None) != (images is None) or (images is None) != (images_test is None):
         raise ValueError("For the decoder side give decode, images and images_test together.")
     if images is not None:
-        for name, array, n in (
-            ("images", images, codes.shape[0]),
-            ("images_test", images_test, codes_test.shape[0]),
-        ):
+        for name, array, n in (("images", images, codes.shape[0]),
+                               ("images_test", images_test, codes_test.shape[0])):
             if np.shape(array)[0] != n:
                 raise ValueError(
                     f"{name} must have shape ({n}, ...) to match the codes; got {np.shape(array)}."

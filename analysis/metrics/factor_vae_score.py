@@ -35,17 +35,8 @@ def majority_vote_accuracy(votes):
     return float(votes.max(axis=1).sum() / total) if total > 0 else float("nan")
 
 
-def factor_vae_score(
-    codes,
-    factors,
-    *,
-    batch_size=64,
-    n_train=10_000,
-    n_eval=5_000,
-    n_variance=10_000,
-    prune_threshold=0.05,
-    random_state=0,
-):
+def factor_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_000, n_variance=10_000,
+                     prune_threshold=0.05, random_state=0):
     """FactorVAE score of ``codes`` (n_samples, n_codes) for ``factors`` (n_samples, n_factors).
 
     Returns ``"factor_vae_train"``, ``"factor_vae_eval"`` (NaN where the samples are not a full
@@ -62,17 +53,8 @@ def factor_vae_score(
     return _score(ArrayGrid(codes, grid), batch_size, n_train, n_eval, n_variance, prune_threshold, rng)
 
 
-def sampled_factor_vae_score(
-    represent,
-    factor_sizes=None,
-    *,
-    batch_size=64,
-    n_train=10_000,
-    n_eval=5_000,
-    n_variance=10_000,
-    prune_threshold=0.05,
-    random_state=0,
-):
+def sampled_factor_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
+                             n_variance=10_000, prune_threshold=0.05, random_state=0):
     """FactorVAE score of a representation over the full grid of ``factor_sizes``.
 
     ``represent`` is either
@@ -93,12 +75,8 @@ def sampled_factor_vae_score(
 
 
 def _check_budget(batch_size, n_train, n_eval, n_variance):
-    for name, value, least in (
-        ("batch_size", batch_size, 2),
-        ("n_train", n_train, 1),
-        ("n_eval", n_eval, 1),
-        ("n_variance", n_variance, 2),
-    ):
+    for name, value, least in (("batch_size", batch_size, 2), ("n_train", n_train, 1), ("n_eval", n_eval, 1),
+                               ("n_variance", n_variance, 2)):
         if not (isinstance(value, (int, np.integer)) and value >= least):
             raise ValueError(f"{name} must be an integer >= {least}; got {value!r}.")
 

@@ -33,10 +33,8 @@ def modularity(mutual_information):
     """Modularity of a (n_codes, n_factors) matrix of mutual information (or any importances)."""
     matrix = np.asarray(mutual_information, dtype=float)
     if matrix.ndim != 2 or 0 in matrix.shape:
-        raise ValueError(
-            f"mutual_information must be a non-empty 2-D array of shape (n_codes, n_factors); "
-            f"got shape {matrix.shape}."
-        )
+        raise ValueError(f"mutual_information must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got shape {matrix.shape}.")
     if np.any(matrix < 0) or not np.all(np.isfinite(matrix)):
         raise ValueError("mutual_information must be finite and non-negative.")
     theta = matrix.max(axis=1)

@@ -33,16 +33,8 @@ def sap_from_score_matrix(score_matrix):
     return mean_top_two_gap(score_matrix)
 
 
-def sap(
-    codes,
-    factors,
-    *,
-    codes_test=None,
-    factors_test=None,
-    continuous=False,
-    test_fraction=0.33,
-    random_state=0,
-):
+def sap(codes, factors, *, codes_test=None, factors_test=None, continuous=False, test_fraction=0.33,
+        random_state=0):
     """SAP score of ``codes`` (n_samples, n_codes >= 2) about ``factors`` (n_samples, n_factors).
 
     With ``continuous=False`` the factors are integer class labels and the scores are the test

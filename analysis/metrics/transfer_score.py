@@ -164,15 +164,8 @@ def transfer_score(
             if x_train.shape[0] < min_train or not keep.any():
                 out[key] = float("nan")
                 continue
-            errors = readout_mae(
-                x_train,
-                normalise(y_train)[:, keep],
-                x_test,
-                normalise(y_test)[:, keep],
-                regressor=kind,
-                random_state=random_state,
-                standardise_by=codes,
-            )
+            errors = readout_mae(x_train, normalise(y_train)[:, keep], x_test, normalise(y_test)[:, keep],
+                                 regressor=kind, random_state=random_state, standardise_by=codes)
             out[key] = float(errors.mean())
     return out
 
