@@ -139,13 +139,7 @@ def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 def present(df: pd.DataFrame, columns) -> list[str]:
     """The columns of ``columns`` that ``df`` has with at least one finite value."""
-    out = []
-    for column in columns:
-        if column in df.columns:
-            values = pd.to_numeric(df[column], errors="coerce").astype(float)
-            if np.isfinite(values).any():
-                out.append(column)
-    return out
+    return [column for column in columns if column in df.columns and finite(df[column]).notna().any()]
 
 
 @finished_only

@@ -124,22 +124,13 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
 
 class Sample:
     """What the metrics of one evaluation read, each part drawn and encoded once, when first asked
-    (``analysis.metrics.registry.INPUTS`` names the parts):
-
-    - ``codes``, ``factors``, ``rows``: ``n_metric`` training images drawn uniformly with
-      replacement (disentanglement_lib's first batch), with their posterior means and classes;
-    - ``codes_check``, ``factors_check``, ``rows_check``: ``n_metric_test`` more (default
-      ``n_metric // 2``), drawn independently (its second batch);
-    - ``held_out_codes``, ``held_out_factors``, ``held_out_rows``: at most ``n_metric`` held-out
-      images, without replacement;
-    - ``score_pool``: (source, factor sizes or None, record) of the BetaVAE and FactorVAE scores
-      (module docstring; source None where fewer than 2 training images);
-    - ``encode(rows)``, ``decode(codes)``, ``dataset``: the model's posterior means of dataset rows,
-      its pixel probabilities (float64) of codes, and the dataset.
-
-    Always there: ``config``, ``seed``, ``n_jobs``, ``space``, ``split``, ``train`` (the training
-    rows), ``likelihood``, ``factor_ranges`` (each factor's class range) and ``shared`` (results one
-    metric leaves for another: DCI's for the readout)."""
+    (``analysis.metrics.registry.INPUTS`` names the parts and what each is): ``n_metric`` training
+    draws and ``n_metric_test`` (default ``n_metric // 2``) independent check draws, uniform with
+    replacement (disentanglement_lib's two batches); at most ``n_metric`` held-out images, without
+    replacement; the BetaVAE/FactorVAE ``score_pool`` (source None where fewer than 2 training
+    images); the model's ``encode(rows)`` and ``decode(codes)`` (float64 pixel probabilities).
+    ``factor_ranges`` is each factor's class range; ``shared`` holds results one metric leaves for
+    another (DCI's for the readout)."""
 
     def __init__(self, model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood):
         self.model, self.dataset, self.split, self.config = model, dataset, split, config

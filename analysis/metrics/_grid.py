@@ -1,17 +1,9 @@
-"""Sampling from a full factorial grid, for the BetaVAE and FactorVAE scores.
-
-Both scores need pairs or batches of samples that share the value of one factor and vary in the
-others at random. There are two ways to get them:
-
-- From a *representation function* ``represent(classes) -> codes`` that can encode any point of
-  the grid (render the images of the classes, then encode them), as disentanglement_lib's
-  ``sample_observations_from_factors`` does. The grid is then given by its factor sizes only,
-  and the points drawn are anywhere on it, whatever subset a model was trained or evaluated on.
-- From arrays of codes and factors alone. That is possible only when the samples cover every
-  combination of factor values (a full factorial grid); several samples of one combination are
-  allowed and picked between at random. On any other set of samples (a held-out split, a random
-  subset, correlated factors, as in Dittadi et al. 2021) the scores are ill-defined, and the
-  metrics return NaN with the reason.
+"""Sampling from a full factorial grid, for the BetaVAE and FactorVAE scores: pairs or batches of
+samples that share one factor's value and vary at random in the others, drawn either through a
+representation function ``represent(classes) -> codes`` anywhere on the grid (as
+disentanglement_lib does), or from arrays of codes and factors that cover every combination (else
+the scores are ill-defined: NaN with the reason). docs/analysis.md, "Bad input and the choices made
+for it", says more.
 """
 
 from __future__ import annotations
@@ -174,16 +166,10 @@ class SampledGrid(_Sampler):
 
 class GridPool(_Sampler):
     """``n_pool`` grid points drawn uniformly from the full grid and encoded once; build with
-    :func:`grid_pool`.
-
-    Every point, pair or batch the scores ask for is drawn from the pool, with replacement: a
-    point of a pair or batch that must share factor ``k``'s value ``v`` is a pool point with
-    ``k = v``, picked at random. Such pool points are a uniform sample of the grid's ``k = v``
-    slice, so each pair and batch has the distribution it has under disentanglement_lib's
-    sampling; they are no longer independent of each other, which adds variance, not bias. The
-    pool should hold several times ``batch_size`` points of each factor value, i.e. ``n_pool`` a
-    few times ``batch_size`` × the largest factor size.
-    """
+    :func:`grid_pool`. A point of a pair or batch that must share factor ``k``'s value ``v`` is a
+    pool point with ``k = v``, picked at random with replacement: each pair and batch has
+    disentanglement_lib's distribution, but they are not independent of each other (more
+    variance, no bias). ``n_pool`` should be a few times ``batch_size`` × the largest factor size."""
 
     def __init__(self, classes, codes, sizes):
         self.codes = codes

@@ -105,42 +105,22 @@ def _check_importance_matrix(importance_matrix):
 
 def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", test_fraction=0.33,
         n_jobs=None, random_state=0):
-    """Compute DCI disentanglement, completeness and informativeness.
+    """DCI disentanglement, completeness and informativeness of ``codes`` (n_samples, n_codes) for
+    ``factors`` (n_samples, n_factors): integer class labels for ``"gbt"`` and ``"hist_gbt"``,
+    numbers for the lasso estimators (module docstring).
 
-    Parameters
-    ----------
-    codes : array of shape (n_samples, n_codes)
-        Representations (e.g. posterior means). Must be finite.
-    factors : array of shape (n_samples, n_factors)
-        Ground-truth factors. Integer class labels for ``"gbt"`` and ``"hist_gbt"``; the
-        lasso estimators use them as numbers (class indices are fine).
-    codes_test, factors_test : arrays, optional
-        A separate test set. Give both or neither. If neither is given, ``codes`` and
-        ``factors`` are split, with ``test_fraction`` of the samples held out.
-    estimator : {"gbt", "hist_gbt", "lasso_m21", "lasso_m22"}
-        Which estimator and conventions to use; see the module docstring.
-    test_fraction : float in (0, 1)
-        Share of samples held out when no test set is given.
-    n_jobs : int or None
-        Number of factors fitted at once. None (the default) uses all cores; 1 fits them
-        one after another, as disentanglement_lib does. The result does not depend on it.
-    random_state : int or None
-        Seeds the train/test split, the estimators and the noise targets of ``"lasso_m22"``.
+    ``codes_test``, ``factors_test``: a separate test set (both or neither); without one,
+    ``test_fraction`` of the samples are held out. ``n_jobs``: factors fitted at once (None: every
+    core; the result does not depend on it). ``random_state`` seeds the split, the estimators and
+    the noise targets of ``"lasso_m22"``.
 
-    Returns
-    -------
-    dict with
-        ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
-        ``"informativeness_test"`` (floats) and ``"importance_matrix"`` (array of shape
-        ``(n_codes, n_factors)``). The classifiers (``"gbt"``, ``"hist_gbt"``) also give each
-        factor's fitted readout: ``"accuracy_test"`` (n_factors,), its test accuracy (NaN for a
-        factor constant on the training set; their mean is ``"informativeness_test"``), and
-        ``"predictions_test"`` (n_test, n_factors), its predicted class of every test sample (a
-        constant factor's one training class), from which ``analysis.evaluation`` reads a
-        per-factor accuracy without fitting again. For ``"lasso_m22"`` the rows of ``importance_matrix``
-        are in the reordered code order, and two more entries are given:
-        ``"importance_matrix_padded"`` (the matrix including the noise targets, from which
-        D and C are computed) and ``"code_order"`` (the original index of each row).
+    Returns ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
+    ``"informativeness_test"`` and ``"importance_matrix"`` (n_codes, n_factors). The classifiers
+    also give each factor's readout: ``"accuracy_test"`` (n_factors,; NaN for a factor constant on
+    the training set) and ``"predictions_test"`` (n_test, n_factors; a constant factor's one
+    class), which ``analysis.evaluation`` reads without fitting again. ``"lasso_m22"`` gives its
+    matrix's rows in the reordered code order, ``"importance_matrix_padded"`` (with the noise
+    targets, from which D and C are computed) and ``"code_order"`` (each row's original index).
     """
     if estimator not in ESTIMATORS:
         raise ValueError(

@@ -55,19 +55,10 @@ def factor_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_
 
 def sampled_factor_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
                              n_variance=10_000, prune_threshold=0.05, random_state=0):
-    """FactorVAE score of a representation over the full grid of ``factor_sizes``.
-
-    ``represent`` is either
-    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
-      (M, n_codes), called on at most 8,192 points at a time and ``n_variance + batch_size *
-      (n_train + n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes``
-      the number of classes of each factor (or a FactorSpace); or
-    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
-      (``analysis.metrics.grid_pool``), from which the variance sample and the batches are drawn
-      (``factor_sizes`` may be left out).
-
-    Returns the same dict as :func:`factor_vae_score`, with an empty ``"reason"``.
-    """
+    """FactorVAE score of a representation over the full grid of ``factor_sizes``: ``represent`` is
+    a function or a ``GridPool``, as for :func:`~analysis.metrics.beta_vae_score.sampled_beta_vae_score`
+    (``n_variance + batch_size * (n_train + n_eval)`` points in all). Returns the same dict as
+    :func:`factor_vae_score`, with an empty ``"reason"``."""
     sampler = sampler_of(represent, factor_sizes)
     _check_budget(batch_size, n_train, n_eval, n_variance)
     rng = np.random.default_rng(random_state)
