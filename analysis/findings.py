@@ -543,11 +543,8 @@ def _shown(table: pd.DataFrame, extra: list[str]) -> pd.DataFrame:
     return shown
 
 
-STUDIES = {
-    "montero2021": (m21_held_out, m21_disentanglement),
-    "montero2022": (m22_diagnosis,),
-    "dittadi2021": (d21_transfer,),
-}
+STUDIES = {"montero2021": (m21_held_out, m21_disentanglement), "montero2022": (m22_diagnosis,),
+           "dittadi2021": (d21_transfer,)}
 
 
 @finished_only

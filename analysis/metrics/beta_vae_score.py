@@ -79,11 +79,8 @@ def _score(grid, batch_size, n_train, n_eval, rng, random_state):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=ConvergenceWarning)
         model.fit(x_train, y_train)
-    return {
-        "beta_vae_train": float(np.mean(model.predict(x_train) == y_train)),
-        "beta_vae_eval": float(np.mean(model.predict(x_eval) == y_eval)),
-        "reason": "",
-    }
+    return {"beta_vae_train": float(np.mean(model.predict(x_train) == y_train)),
+            "beta_vae_eval": float(np.mean(model.predict(x_eval) == y_eval)), "reason": ""}
 
 
 def _points(sampler, n_points, batch_size, rng):

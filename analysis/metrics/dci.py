@@ -129,9 +129,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
     classify = estimator in ("gbt", "hist_gbt")
     hint = " The gbt and hist_gbt estimators classify; use a lasso estimator for continuous factors."
     codes, factors = check_pair(codes, factors, discrete=classify, hint=hint)
-    codes_test, factors_test = check_test_pair(
-        codes, factors, codes_test, factors_test, discrete=classify, min_samples=2, hint=hint
-    )
+    codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test,
+                                               discrete=classify, min_samples=2, hint=hint)
     rng = check_random_state(random_state)
 
     if codes_test is None:
@@ -158,15 +157,13 @@ def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs,
     ]
     results = _run(tasks, n_jobs)
     importance = np.stack([r[0] for r in results], axis=1)
-    return {
-        "disentanglement": _weighted_specificity(importance),
-        "completeness": _weighted_specificity(importance.T),
-        "informativeness_train": _mean_or_nan([r[1] for r in results]),
-        "informativeness_test": _mean_or_nan([r[2] for r in results]),
-        "importance_matrix": importance,
-        "accuracy_test": np.array([r[2] for r in results], dtype=float),
-        "predictions_test": np.stack([r[3] for r in results], axis=1),
-    }
+    return {"disentanglement": _weighted_specificity(importance),
+            "completeness": _weighted_specificity(importance.T),
+            "informativeness_train": _mean_or_nan([r[1] for r in results]),
+            "informativeness_test": _mean_or_nan([r[2] for r in results]),
+            "importance_matrix": importance,
+            "accuracy_test": np.array([r[2] for r in results], dtype=float),
+            "predictions_test": np.stack([r[3] for r in results], axis=1)}
 
 
 def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
@@ -216,10 +213,8 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
         if r is not None:
             importance[:, j] = r[0]
     real = [r for r in results[:n_factors] if r is not None]
-    out = {
-        "informativeness_train": _mean_or_nan([r[1] for r in real]),
-        "informativeness_test": _mean_or_nan([r[2] for r in real]),
-    }
+    out = {"informativeness_train": _mean_or_nan([r[1] for r in real]),
+           "informativeness_test": _mean_or_nan([r[2] for r in real])}
     if estimator == "lasso_m21":
         out["disentanglement"] = _weighted_specificity(importance)
         out["completeness"] = _weighted_specificity(importance.T)

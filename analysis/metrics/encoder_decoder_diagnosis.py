@@ -92,11 +92,8 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decod
     encoder_test = float(np.mean(np.abs(readout.predict(codes_test) - y_test)))
     encoder_fails = fails(encoder_train, encoder_test, ratio, encoder_margin)
 
-    out = {
-        "encoder_error_train": encoder_train,
-        "encoder_error_test": encoder_test,
-        "encoder_fails": encoder_fails,
-    }
+    out = {"encoder_error_train": encoder_train, "encoder_error_test": encoder_test,
+           "encoder_fails": encoder_fails}
     if decode is None:
         out.update(decoder_nll_train=float("nan"), decoder_nll_test=float("nan"), decoder_fails=float("nan"))
         out["diagnosis"] = (

@@ -82,12 +82,9 @@ def _score(grid, batch_size, n_train, n_eval, n_variance, prune_threshold, rng):
     eval_votes = _votes(grid, active, global_variance, n_eval, batch_size, rng)
     classifier = train_votes.argmax(axis=1)  # the factor each code votes for most
     rows = np.arange(global_variance.size)
-    return {
-        "factor_vae_train": majority_vote_accuracy(train_votes),
-        "factor_vae_eval": float(eval_votes[rows, classifier].sum() / eval_votes.sum()),
-        "n_active_codes": float(active.size),
-        "reason": "",
-    }
+    return {"factor_vae_train": majority_vote_accuracy(train_votes),
+            "factor_vae_eval": float(eval_votes[rows, classifier].sum() / eval_votes.sum()),
+            "n_active_codes": float(active.size), "reason": ""}
 
 
 def _votes(sampler, active, global_variance, n_votes, batch_size, rng):

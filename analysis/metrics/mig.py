@@ -77,11 +77,8 @@ def mig(codes, factors, *, n_bins=N_BINS):
     mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors)
     entropy = np.array([mutual_info_score(factors[:, j], factors[:, j]) for j in range(factors.shape[1])])
     entropy[np.setdiff1d(np.arange(factors.shape[1]), varying)] = 0.0
-    return {
-        "mig": mig_from_mutual_information(mutual_information, entropy),
-        "n_factors_scored": float(varying.size),
-        "mutual_information": mutual_information,
-    }
+    return {"mig": mig_from_mutual_information(mutual_information, entropy),
+            "n_factors_scored": float(varying.size), "mutual_information": mutual_information}
 
 
 def score_mig(sample) -> dict:

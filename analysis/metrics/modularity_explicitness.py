@@ -83,9 +83,8 @@ def _nanmean(values):
     return float(np.mean(values)) if values else float("nan")
 
 
-def modularity_explicitness(
-    codes, factors, *, codes_test=None, factors_test=None, n_bins=N_BINS, test_fraction=0.33, random_state=0
-):
+def modularity_explicitness(codes, factors, *, codes_test=None, factors_test=None, n_bins=N_BINS,
+                            test_fraction=0.33, random_state=0):
     """Modularity (on all the given ``codes``) and explicitness (train and test ROC-AUC).
 
     ``codes`` (n_samples, n_codes), ``factors`` (n_samples, n_factors) of integer class labels.
@@ -99,16 +98,11 @@ def modularity_explicitness(
     mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors[:, varying])
     if codes_test is None:
         codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
-    train, test = explicitness(
-        codes, factors[:, varying], codes_test, factors_test[:, varying], random_state=random_state
-    )
-    return {
-        "modularity": modularity(mutual_information),
-        "explicitness_train": train,
-        "explicitness_test": test,
-        "n_factors_scored": float(varying.size),
-        "mutual_information": mutual_information,
-    }
+    train, test = explicitness(codes, factors[:, varying], codes_test, factors_test[:, varying],
+                               random_state=random_state)
+    return {"modularity": modularity(mutual_information), "explicitness_train": train,
+            "explicitness_test": test, "n_factors_scored": float(varying.size),
+            "mutual_information": mutual_information}
 
 
 def score_modularity_explicitness(sample) -> dict:

@@ -45,23 +45,18 @@ def sap(codes, factors, *, codes_test=None, factors_test=None, continuous=False,
     Returns a dict with ``"sap"``, ``"n_factors_scored"`` and ``"score_matrix"``.
     """
     codes, factors = check_pair(codes, factors, min_codes=2, discrete=not continuous)
-    codes_test, factors_test = check_test_pair(
-        codes, factors, codes_test, factors_test, discrete=not continuous
-    )
+    codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test,
+                                               discrete=not continuous)
     varying = varying_factors(factors)
     if continuous:
         score = _r_squared_matrix(codes, factors[:, varying])
     else:
         if codes_test is None:
             codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
-        score = _accuracy_matrix(
-            codes, factors[:, varying], codes_test, factors_test[:, varying], random_state
-        )
-    return {
-        "sap": sap_from_score_matrix(score),
-        "n_factors_scored": float(varying.size),
-        "score_matrix": score,
-    }
+        score = _accuracy_matrix(codes, factors[:, varying], codes_test, factors_test[:, varying],
+                                 random_state)
+    return {"sap": sap_from_score_matrix(score), "n_factors_scored": float(varying.size),
+            "score_matrix": score}
 
 
 def _r_squared_matrix(codes, factors):

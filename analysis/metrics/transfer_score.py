@@ -39,11 +39,8 @@ def ood1_scenarios(ood_values):
     ood_values = np.asarray(ood_values)
     values = np.unique(ood_values)
     m = values.size
-    chosen = {
-        "ood1_a": (values[:1], values[1:]),
-        "ood1_b": (values[m // 2 :], values[: m // 2]),
-        "ood1_c": (values[0::2], values[1::2]),
-    }
+    chosen = {"ood1_a": (values[:1], values[1:]), "ood1_b": (values[m // 2 :], values[: m // 2]),
+              "ood1_c": (values[0::2], values[1::2])}
     scenarios = {}
     for name, (train_values, test_values) in chosen.items():
         if train_values.size and test_values.size:
@@ -87,19 +84,9 @@ def readout_mae(codes, factors, codes_test, factors_test, *, regressor="gbt", ra
     return errors
 
 
-def transfer_score(
-    codes,
-    factors,
-    *,
-    ood_factor=None,
-    codes_ood2=None,
-    factors_ood2=None,
-    regressors=REGRESSORS,
-    factor_ranges=None,
-    ood2_excluded=None,
-    min_train=10,
-    random_state=0,
-):
+def transfer_score(codes, factors, *, ood_factor=None, codes_ood2=None, factors_ood2=None,
+                   regressors=REGRESSORS, factor_ranges=None, ood2_excluded=None, min_train=10,
+                   random_state=0):
     """D21's transfer scores of ``codes`` (n_samples, n_codes), the encoder's training images, with
     ``factors`` (n_samples, n_factors) as numbers (class indices or values).
 
