@@ -71,9 +71,8 @@ def check_factor_sizes(factor_sizes):
         raise ValueError(f"factor_sizes must be a non-empty sequence of integers >= 1; got {sizes!r}.")
     sizes = np.asarray(sizes, dtype=np.int64)
     if not np.any(sizes > 1):
-        raise ValueError(
-            f"factor_sizes: every factor takes a single value ({sizes.tolist()}); nothing to score."
-        )
+        raise ValueError(f"factor_sizes: every factor takes a single value ({sizes.tolist()}); "
+                         "nothing to score.")
     return sizes
 
 
@@ -92,10 +91,9 @@ def represent_in_chunks(represent, classes, chunk_size=CHUNK_SIZE, n_codes=None)
         part = classes[start:start + chunk_size]
         codes = np.asarray(represent(part))
         if codes.ndim != 2 or codes.shape[0] != len(part) or codes.shape[1] < 1:
-            raise ValueError(
-                f"represent must return codes of shape (M, n_codes) for classes of shape (M, n_factors); "
-                f"for classes of shape {part.shape} it returned shape {codes.shape}."
-            )
+            raise ValueError(f"represent must return codes of shape (M, n_codes) for classes of shape "
+                             f"(M, n_factors); for classes of shape {part.shape} it returned shape "
+                             f"{codes.shape}.")
         if n_codes is not None and codes.shape[1] != n_codes:
             raise ValueError(f"represent returned {codes.shape[1]} codes per point after {n_codes}.")
         n_codes = codes.shape[1]
@@ -246,13 +244,11 @@ def sampler_of(represent, factor_sizes):
     """The sampler for a representation function (with ``factor_sizes``) or a :class:`GridPool`."""
     if isinstance(represent, GridPool):
         if factor_sizes is not None and not np.array_equal(check_factor_sizes(factor_sizes), represent.sizes):
-            raise ValueError(
-                f"factor_sizes {list(getattr(factor_sizes, 'sizes', factor_sizes))} differ from the "
-                f"pool's {represent.sizes.tolist()}; pass factor_sizes=None with a GridPool."
-            )
+            raise ValueError(f"factor_sizes {list(getattr(factor_sizes, 'sizes', factor_sizes))} differ from "
+                             f"the pool's {represent.sizes.tolist()}; pass factor_sizes=None with a "
+                             "GridPool.")
         return represent
     if factor_sizes is None:
-        raise ValueError(
-            "factor_sizes is needed with a representation function (only a GridPool knows its own)."
-        )
+        raise ValueError("factor_sizes is needed with a representation function (only a GridPool knows "
+                         "its own).")
     return SampledGrid(represent, check_factor_sizes(factor_sizes))

@@ -123,9 +123,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
     targets, from which D and C are computed) and ``"code_order"`` (each row's original index).
     """
     if estimator not in ESTIMATORS:
-        raise ValueError(
-            f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; got {estimator!r}."
-        )
+        raise ValueError(f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; "
+                         f"got {estimator!r}.")
     classify = estimator in ("gbt", "hist_gbt")
     hint = " The gbt and hist_gbt estimators classify; use a lasso estimator for continuous factors."
     codes, factors = check_pair(codes, factors, discrete=classify, hint=hint)
@@ -137,9 +136,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
         if not (isinstance(test_fraction, numbers.Real) and 0.0 < test_fraction < 1.0):
             raise ValueError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}.")
         split_seed = rng.randint(np.iinfo(np.int32).max)
-        codes, codes_test, factors, factors_test = train_test_split(
-            codes, factors, test_size=test_fraction, random_state=split_seed
-        )
+        codes, codes_test, factors, factors_test = train_test_split(codes, factors, test_size=test_fraction,
+                                                                    random_state=split_seed)
     if not classify and codes.shape[0] < _LASSO_MIN_TRAIN:
         raise ValueError(f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
                          f"cross-validation); got {codes.shape[0]}.")
@@ -152,9 +150,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
 def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
     n_factors = factors.shape[1]
     seeds = rng.randint(np.iinfo(np.int32).max, size=n_factors)
-    tasks = [
-        (codes, factors[:, j], codes_test, factors_test[:, j], estimator, seeds[j]) for j in range(n_factors)
-    ]
+    tasks = [(codes, factors[:, j], codes_test, factors_test[:, j], estimator, seeds[j])
+             for j in range(n_factors)]
     results = _run(tasks, n_jobs)
     importance = np.stack([r[0] for r in results], axis=1)
     return {"disentanglement": _weighted_specificity(importance),

@@ -71,9 +71,8 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decod
         for name, array, n in (("images", images, codes.shape[0]),
                                ("images_test", images_test, codes_test.shape[0])):
             if np.shape(array)[0] != n:
-                raise ValueError(
-                    f"{name} must have shape ({n}, ...) to match the codes; got {np.shape(array)}."
-                )
+                raise ValueError(f"{name} must have shape ({n}, ...) to match the codes; "
+                                 f"got {np.shape(array)}.")
 
     everything = np.vstack([factors, factors_test])
     if factor_ranges is None:
@@ -96,20 +95,16 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decod
            "encoder_fails": encoder_fails}
     if decode is None:
         out.update(decoder_nll_train=float("nan"), decoder_nll_test=float("nan"), decoder_fails=float("nan"))
-        out["diagnosis"] = (
-            "encoder fails (decoder not tested)"
-            if encoder_fails
-            else "encoder generalises (decoder not tested)"
-        )
+        out["diagnosis"] = ("encoder fails (decoder not tested)" if encoder_fails
+                            else "encoder generalises (decoder not tested)")
         return out
 
     inverse = LinearRegression().fit(y[fit_rows], codes[fit_rows])
     images = np.asarray(images)
     expected_train = inverse.predict(y[check_rows])
     expected_test = inverse.predict(y_test)
-    decoder_train = float(
-        nll_per_image(images[check_rows], np.asarray(decode(expected_train)), likelihood=likelihood).mean()
-    )
+    decoder_train = float(nll_per_image(images[check_rows], np.asarray(decode(expected_train)),
+                                        likelihood=likelihood).mean())
     decoder_test = float(nll_per_image(images_test, np.asarray(decode(expected_test)),
                                        likelihood=likelihood).mean())
     decoder_fails = fails(decoder_train, decoder_test, ratio, decoder_margin)

@@ -28,9 +28,8 @@ def majority_vote_accuracy(votes):
     the sum over codes of their largest count, over the total. NaN if there are no votes."""
     votes = np.asarray(votes, dtype=float)
     if votes.ndim != 2 or 0 in votes.shape:
-        raise ValueError(
-            f"votes must be a non-empty 2-D array of shape (n_codes, n_factors); got {votes.shape}."
-        )
+        raise ValueError(f"votes must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got {votes.shape}.")
     total = votes.sum()
     return float(votes.max(axis=1).sum() / total) if total > 0 else float("nan")
 

@@ -37,9 +37,8 @@ _CLIP = 1e-7
 def _check_images(images, name):
     array = np.asarray(images)
     if array.ndim < 2 or array.shape[0] == 0:
-        raise ValueError(
-            f"{name} must have shape (n_images, ...pixels) with n_images >= 1; got {array.shape}."
-        )
+        raise ValueError(f"{name} must have shape (n_images, ...pixels) with n_images >= 1; "
+                         f"got {array.shape}.")
     if array.dtype == np.uint8:
         return array.astype(np.float64) / 255.0
     array = array.astype(np.float64)
@@ -56,9 +55,8 @@ def bernoulli_nll_per_image(images, probabilities=None, *, logits=None):
     if x.min() < 0 or x.max() > 1:
         raise ValueError("images must be uint8 (0..255) or floats in [0, 1].")
     name, output = ("probabilities", probabilities) if logits is None else ("logits", logits)
-    output = (
-        _check_images(output, name) if np.asarray(output).dtype != np.uint8 else np.asarray(output, float)
-    )
+    uint8 = np.asarray(output).dtype == np.uint8
+    output = np.asarray(output, float) if uint8 else _check_images(output, name)
     if output.shape != x.shape:
         raise ValueError(f"{name} must have the shape of images, {x.shape}; got {output.shape}.")
     if logits is None:

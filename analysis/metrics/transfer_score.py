@@ -105,12 +105,10 @@ def transfer_score(codes, factors, *, ood_factor=None, codes_ood2=None, factors_
     if unknown or not regressors:
         raise ValueError(f"regressors must be a non-empty subset of {REGRESSORS}; got {regressors!r}.")
     n_factors = factors.shape[1]
-    if ood_factor is not None and not (
-        isinstance(ood_factor, (int, np.integer)) and 0 <= ood_factor < n_factors
-    ):
-        raise ValueError(
-            f"ood_factor must be a column index of factors (0..{n_factors - 1}); got {ood_factor!r}."
-        )
+    column = isinstance(ood_factor, (int, np.integer)) and 0 <= ood_factor < n_factors
+    if ood_factor is not None and not column:
+        raise ValueError(f"ood_factor must be a column index of factors (0..{n_factors - 1}); "
+                         f"got {ood_factor!r}.")
     if ood_factor is None and codes_ood2 is None:
         raise ValueError("Give ood_factor (for OOD1), or codes_ood2 and factors_ood2 (for OOD2), or both.")
 
