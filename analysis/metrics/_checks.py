@@ -1,10 +1,5 @@
 """Input checks shared by the metrics, in scikit-learn's manner: every error names the array
-and the shape that was expected.
-
-A factor that takes a single value carries no information to score. The papers' code gives such
-a factor a zero column (Montero et al.'s D-score) or leaves it out of the average; disgen's
-metrics leave it out of every average over factors and say how many factors they scored. Only
-when *every* factor is constant is it an error.
+and the shape that was expected (docs/analysis.md, "Bad input and the choices made for it").
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Modularity and explicitness (Ridgeway & Mozer, 2018), as disentanglement_lib computes them.
 
-**Modularity** uses the same 20-bin mutual information matrix ``M`` (n_codes, n_factors) as MIG.
-For code ``i`` let ``θ_i = max_j M[i, j]`` and let the template ``t_i`` be ``θ_i`` at that factor
-and 0 elsewhere. The deviation ``δ_i = Σ_j (M[i, j] − t_i[j])² / (θ_i² (n_factors − 1))`` is 0
-for a code that informs about one factor only and 1 for a code that informs equally about all.
-A code's modularity is ``1 − δ_i``; a code whose largest mutual information is 0 scores 0.
-Modularity is the mean over codes. With one factor every informative code scores 1.
-
-**Explicitness**: per factor, a logistic regression (scikit-learn's defaults) is trained on the
-standardised codes (mean and scale of the training codes) to classify the factor. The score is
-its one-vs-rest ROC-AUC, averaged over the factor's classes (only over the classes that occur,
-with some other class, in the set scored), then over factors. Factors that take a single value
-are left out.
+**Modularity**, on MIG's 20-bin mutual information matrix ``M`` (n_codes, n_factors): per code,
+``1 − Σ_j (M[i, j] − t_i[j])² / (θ_i² (n_factors − 1))`` with ``θ_i`` its largest entry and the
+template ``t_i`` keeping only that entry (0 for a code with ``θ_i = 0``); the mean over codes.
+**Explicitness**: per factor, a logistic regression (scikit-learn's defaults) on the codes
+standardised with the training statistics; its one-vs-rest ROC-AUC averaged over the factor's
+classes present in the scored set, then over factors. Factors with a single value are left out.
 """
 
 from __future__ import annotations

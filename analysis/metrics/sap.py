@@ -1,18 +1,11 @@
 """SAP: the separated attribute predictability score (Kumar et al., 2018), as disentanglement_lib
 computes it.
 
-A score matrix ``S`` of shape (n_codes, n_factors) says how well each code *alone* predicts each
-factor:
-
-- discrete factors (the default, as in disentanglement_lib's study): ``S[i, j]`` is the test
-  accuracy of ``LinearSVC(C=0.01, class_weight="balanced")`` trained on code ``i`` to classify
-  factor ``j``;
-- continuous factors: ``S[i, j]`` is the coefficient of determination R² of a straight-line fit
-  of factor ``j`` on code ``i``, i.e. the squared correlation, computed on the training set.
-
-SAP is the mean over factors of the gap between the largest and the second-largest score in the
-factor's column. A factor that takes a single value is left out (disentanglement_lib would give
-it a zero column, which lowers the mean); NaN-free scores need at least two codes.
+A score matrix ``S`` (n_codes, n_factors) says how well each code *alone* predicts each factor: the
+test accuracy of ``LinearSVC(C=0.01, class_weight="balanced")`` on code ``i`` for factor ``j``
+(discrete, the default, as in disentanglement_lib's study), or the R² of a straight-line fit on the
+training set (continuous). SAP is the mean over factors of the gap between the two largest scores
+in the factor's column; a factor that takes a single value is left out (docs/analysis.md, "Metrics").
 """
 
 from __future__ import annotations
