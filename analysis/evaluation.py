@@ -76,15 +76,9 @@ def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, li
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
              n_jobs: int | None = 1) -> dict[str, float]:
     """Metrics of ``model`` on ``dataset`` under the held-out ``split``, as ``config`` says
-    (default ``EvaluationConfig()``).
-
-    Returns ``train_nll`` and ``test_nll`` (mean NLL per image under the model's own likelihood,
-    nats, on at most ``config.n_nll`` images per side), the readout accuracy per factor, and the
-    columns of each registered metric that ``config.metrics`` names (None: all), NaN for the others
-    (see the module docstring for them and their samples). ``seed`` seeds every draw and fit (a
-    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI
-    estimators (None: every core). ``config.dci_estimator`` "none" skips every registered metric.
-    """
+    (default ``EvaluationConfig()``; see the module docstring). ``seed`` seeds every draw and fit (a
+    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
+    (None: every core)."""
     config = EvaluationConfig() if config is None else config
     chosen = config.chosen_metrics
     for name in chosen:
@@ -251,16 +245,12 @@ def no_readout(space) -> dict:
 def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_test: np.ndarray, codes,
                    factors, codes_test, factors_test, *, dci_result: dict | None = None,
                    dci_estimator: str | None = None, random_state: int = 0) -> dict:
-    """The readout accuracy per factor on held-in training images (module docstring, "Readout
-    accuracy per factor"): the columns ``accuracy_<factor>``, ``chance_<factor>`` (factors with a
-    results column, :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
-    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor).
-
-    ``rows``/``codes``/``factors`` are the readout's training draws and ``rows_test``/... the test
-    draws, both from the training images (``training_classes`` are all of those, for chance). A
-    classifier DCI's result (``dci_result`` with ``predictions_test`` on the test draws) is reused;
-    otherwise a random forest per factor is fitted (``analysis.metrics.factor_readout``). Only test
-    draws of images that are not among the training draws are scored."""
+    """The readout accuracy per factor on held-in training images: ``accuracy_<factor>`` and
+    ``chance_<factor>`` (for :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
+    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor). The readout
+    is fitted on ``rows``/``codes``/``factors`` and scored on the test draws whose images are not
+    among them: DCI's classifier predictions where ``dci_result`` has them, else a random forest per
+    factor. ``training_classes`` (all the training images') give chance."""
     n_values = np.array([np.unique(training_classes[:, j]).size for j in range(space.n_factors)])
     if dci_result is not None and dci_result.get("predictions_test") is not None:
         predictions, estimator = dci_result["predictions_test"], f"dci_{dci_estimator}"

@@ -44,19 +44,12 @@ def beta_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_00
 
 def sampled_beta_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
                            random_state=0):
-    """BetaVAE score of a representation over the full grid of ``factor_sizes``.
-
-    ``represent`` is either
-    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
-      (M, n_codes), called on at most 8,192 points at a time and ``2 * batch_size * (n_train +
-      n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes`` the number of
-      classes of each factor (or a FactorSpace); or
-    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
-      (``analysis.metrics.grid_pool``), from which the pairs are drawn (``factor_sizes`` may be
-      left out): far fewer encodings for the same number of points.
-
-    Returns the same dict as :func:`beta_vae_score`, with an empty ``"reason"``.
-    """
+    """BetaVAE score of a representation over the full grid of ``factor_sizes`` (class counts, or a
+    FactorSpace). ``represent`` maps integer classes (M, n_factors) to codes (M, n_codes), called
+    on at most 8,192 points at a time and ``2 * batch_size * (n_train + n_eval)`` points in all
+    (disentanglement_lib's sampling); or it is a :class:`~analysis.metrics._grid.GridPool` encoded
+    beforehand (``grid_pool``; ``factor_sizes`` may be left out), from which the pairs are drawn.
+    Returns the same dict as :func:`beta_vae_score`, with an empty ``"reason"``."""
     sampler = sampler_of(represent, factor_sizes)
     _check_budget(batch_size, n_train, n_eval)
     rng = np.random.default_rng(random_state)

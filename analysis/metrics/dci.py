@@ -51,25 +51,16 @@ _LASSO_MIN_TRAIN = 5
 
 
 def disentanglement(importance_matrix):
-    """Disentanglement of an importance matrix of shape ``(n_codes, n_factors)``.
-
-    D = sum_i rho_i * (1 - H(R_i)), where H(R_i) is the entropy of code i's row of
-    importances (normalised to sum to 1 after adding 1e-11) in base n_factors, and rho_i is
-    the row's share of the total importance. Returns 1 when every code matters to at most
-    one factor, and 0 for an all-zero matrix. With a single factor every entropy is 0.
-    """
+    """Disentanglement of an importance matrix ``(n_codes, n_factors)``: Σ_i ρ_i (1 − H(R_i)), with
+    H(R_i) the entropy, in base n_factors, of code i's row (+1e-11, normalised) and ρ_i the row's
+    share of the total. 1 when every code matters to at most one factor; 0 for an all-zero matrix."""
     matrix = _check_importance_matrix(importance_matrix)
     return _weighted_specificity(matrix)
 
 
 def completeness(importance_matrix):
-    """Completeness of an importance matrix of shape ``(n_codes, n_factors)``.
-
-    The mirror image of :func:`disentanglement`: the entropy is taken over each factor's
-    column, in base n_codes, and each factor is weighted by its column's share of the total
-    importance. Returns 1 when every factor is captured by one code, and 0 for an all-zero
-    matrix.
-    """
+    """Completeness of an importance matrix ``(n_codes, n_factors)``: :func:`disentanglement`
+    over each factor's column, in base n_codes. 1 when every factor is captured by one code."""
     matrix = _check_importance_matrix(importance_matrix)
     return _weighted_specificity(matrix.T)
 
