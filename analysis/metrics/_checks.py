@@ -106,3 +106,9 @@ def mean_top_two_gap(matrix):
                          f"got {matrix.shape}.")
     ordered = np.sort(matrix, axis=0)
     return float(np.mean(ordered[-1] - ordered[-2]))
+
+
+def mean_or_nan(values):
+    """The mean of the values that are not NaN; NaN if there are none."""
+    values = [v for v in values if not np.isnan(v)]
+    return float(np.mean(values)) if values else float("nan")

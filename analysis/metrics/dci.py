@@ -36,7 +36,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from analysis.metrics._checks import check_pair, check_test_pair
+from analysis.metrics._checks import check_pair, check_test_pair, mean_or_nan
 
 __all__ = ["dci", "disentanglement", "completeness", "ESTIMATORS"]
 
@@ -147,8 +147,8 @@ def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs,
     importance = np.stack([r[0] for r in results], axis=1)
     return {"disentanglement": _weighted_specificity(importance),
             "completeness": _weighted_specificity(importance.T),
-            "informativeness_train": _mean_or_nan([r[1] for r in results]),
-            "informativeness_test": _mean_or_nan([r[2] for r in results]),
+            "informativeness_train": mean_or_nan([r[1] for r in results]),
+            "informativeness_test": mean_or_nan([r[2] for r in results]),
             "importance_matrix": importance,
             "accuracy_test": np.array([r[2] for r in results], dtype=float),
             "predictions_test": np.stack([r[3] for r in results], axis=1)}
@@ -185,24 +185,16 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
 
     n_targets = n_factors + n_noise
     seeds = rng.randint(np.iinfo(np.int32).max, size=n_targets)
-    tasks = []
-    for j in range(n_targets):
-        if j < n_factors and constant[j]:
-            tasks.append(None)
-            continue
-        target_test = y_test[:, j] if j < n_factors else None
-        tasks.append((x_train, y_train[:, j], x_test, target_test, estimator, seeds[j]))
-    fitted = _run([t for t in tasks if t is not None], n_jobs)
-    results = iter(fitted)
-    results = [None if t is None else next(results) for t in tasks]
-
+    fitted = [j for j in range(n_targets) if j >= n_factors or not constant[j]]  # constant: a zero column
+    tasks = [(x_train, y_train[:, j], x_test, y_test[:, j] if j < n_factors else None, estimator, seeds[j])
+             for j in fitted]
+    results = dict(zip(fitted, _run(tasks, n_jobs)))
     importance = np.zeros((n_codes, n_targets))
-    for j, r in enumerate(results):
-        if r is not None:
-            importance[:, j] = r[0]
-    real = [r for r in results[:n_factors] if r is not None]
-    out = {"informativeness_train": _mean_or_nan([r[1] for r in real]),
-           "informativeness_test": _mean_or_nan([r[2] for r in real])}
+    for j, r in results.items():
+        importance[:, j] = r[0]
+    real = [r for j, r in results.items() if j < n_factors]
+    out = {"informativeness_train": mean_or_nan([r[1] for r in real]),
+           "informativeness_test": mean_or_nan([r[2] for r in real])}
     if estimator == "lasso_m21":
         out["disentanglement"] = _weighted_specificity(importance)
         out["completeness"] = _weighted_specificity(importance.T)
@@ -314,11 +306,6 @@ def _safe_std(array):
     std = array.std(axis=0)
     std[std == 0] = 1.0
     return std
-
-
-def _mean_or_nan(values):
-    values = [v for v in values if not np.isnan(v)]
-    return float(np.mean(values)) if values else float("nan")
 
 
 def score_dci(sample) -> dict:

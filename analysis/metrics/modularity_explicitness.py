@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from analysis.metrics._checks import check_pair, check_test_pair, hold_out, varying_factors
+from analysis.metrics._checks import check_pair, check_test_pair, hold_out, mean_or_nan, varying_factors
 from analysis.metrics.mig import N_BINS, discretize, mutual_information_matrix
 
 __all__ = ["modularity_explicitness", "modularity", "explicitness"]
@@ -59,7 +59,7 @@ def explicitness(codes, factors, codes_test, factors_test, *, random_state=0):
             model.fit(x_train, factors[:, j])
         train_scores.append(_mean_auc(model, x_train, factors[:, j]))
         test_scores.append(_mean_auc(model, x_test, factors_test[:, j]))
-    return _nanmean(train_scores), _nanmean(test_scores)
+    return mean_or_nan(train_scores), mean_or_nan(test_scores)
 
 
 def _mean_auc(model, x, y):
@@ -70,11 +70,6 @@ def _mean_auc(model, x, y):
         if positive.any() and not positive.all():
             aucs.append(roc_auc_score(positive, probabilities[:, k]))
     return float(np.mean(aucs)) if aucs else float("nan")
-
-
-def _nanmean(values):
-    values = [v for v in values if not np.isnan(v)]
-    return float(np.mean(values)) if values else float("nan")
 
 
 def modularity_explicitness(codes, factors, *, codes_test=None, factors_test=None, n_bins=N_BINS,
