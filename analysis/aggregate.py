@@ -145,15 +145,12 @@ def present(df: pd.DataFrame, columns) -> list[str]:
 @finished_only
 def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=GROUPINGS, by=None,
                       within=CELL, n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format.
-
-    Within each cell (the columns of ``within``, default dataset and split, and of ``by``; see
-    :func:`cell_columns`): one block of rows over all the cell's trials (``group_by`` = "all"),
-    then one per grouping column that has at least two distinct values in the cell, one row per
-    (group, metric, score). ``metrics`` defaults to the :data:`DISENTANGLEMENT_METRICS` and
-    ``scores`` to the :data:`GENERALISATION_SCORES` and :data:`TRANSFER_SCORES` that have values.
-    Columns: the cell columns, then group_by, group, x, y, n, rho, low, high.
-    """
+    """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format: within
+    each cell (``within`` and ``by``, :func:`cell_columns`), one block over all its trials
+    (``group_by`` "all"), then one per grouping column with at least two values in the cell.
+    ``metrics`` and ``scores`` default to :data:`DISENTANGLEMENT_METRICS` and the generalisation
+    and transfer scores that have values. Columns: the cell columns, group_by, group, x, y, n, rho,
+    low, high."""
     df = add_derived_columns(df)
     metrics = present(df, DISENTANGLEMENT_METRICS if metrics is None else metrics)
     scores = present(df, GENERALISATION_SCORES + TRANSFER_SCORES if scores is None else scores)

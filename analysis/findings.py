@@ -104,9 +104,7 @@ def _rho(row) -> str:
 
 
 def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
-    if column not in df.columns:
-        return pd.Series(np.nan, index=df.index, dtype=float)
-    return numeric(df[column])
+    return numeric(df[column]) if column in df.columns else pd.Series(np.nan, index=df.index, dtype=float)
 
 
 def _vae_trials(df: pd.DataFrame) -> pd.DataFrame:

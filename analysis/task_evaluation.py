@@ -75,15 +75,10 @@ def _mean(values: np.ndarray) -> float:
 
 def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
                   n_jobs: int | None = 1) -> dict[str, float]:
-    """``evaluate``'s metrics for a trained ground-truth decoder or composition network (see the
-    module docstring), or ``evaluate(model, dataset, split, config, seed=seed, n_jobs=n_jobs)``
-    itself for a VAE.
-
-    ``trainer_or_model``: a trainer from ``models.build_trainer`` or its ``.model``. ``dataset``: a
-    ``GroundTruthDataset`` (images, classes, factor_space); ``split``: the held-out split the
-    model was trained under. At most ``config.n_nll`` images (or triplets) per side, drawn with
-    ``seed``.
-    """
+    """``evaluate``'s metrics for a trained ground-truth decoder or composition network (module
+    docstring), or ``evaluate(...)`` itself for a VAE. ``trainer_or_model``: a trainer from
+    ``models.build_trainer`` or its ``.model``; ``split``: the held-out split it was trained under.
+    At most ``config.n_nll`` images (or triplets) per side, drawn with ``seed``."""
     model = trainer_or_model.model if isinstance(trainer_or_model, Trainer) else trainer_or_model
     config = EvaluationConfig() if config is None else config
     if not isinstance(model, (GroundTruthDecoder, CompositionNet)):

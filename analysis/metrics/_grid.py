@@ -105,13 +105,10 @@ def represent_in_chunks(represent, classes, chunk_size=CHUNK_SIZE, n_codes=None)
 
 
 class _Sampler:
-    """What the BetaVAE and FactorVAE scores draw, in terms of grid classes and their codes.
-
-    ``sample(n)``: codes of n uniform grid points. ``pairs(fixed)``: codes of two grid points per
-    entry of ``fixed`` that share the value of factor ``fixed[i]`` and are independent otherwise.
-    ``batches(fixed, batch_size)``: (len(fixed), batch_size, n_codes) codes of batches whose
-    points share the value of factor ``fixed[i]``. Subclasses give ``sizes`` and ``codes_of``.
-    """
+    """What the BetaVAE and FactorVAE scores draw: ``sample(n)``, codes of n uniform grid points;
+    ``pairs(fixed)``, two grid points per entry sharing factor ``fixed[i]``'s value; ``batches(fixed,
+    batch_size)``, (len(fixed), batch_size, n_codes) codes of batches sharing it. Subclasses give
+    ``sizes`` and ``codes_of``."""
 
     def sample(self, n, rng):
         return self.codes_of(uniform_classes(self.sizes, n, rng), rng)
@@ -210,13 +207,10 @@ class GridPool(_Sampler):
 
 
 class RowSampler(GridPool):
-    """Samples drawn from a fixed set of rows, such as a model's training images, and encoded
-    afresh at every draw, as disentanglement_lib draws fresh observations: a point is a uniform
-    row; the partner of a pair, or a batch member, that must share factor ``k``'s value with a
-    first row is a uniform row among those with that value. ``classes`` (N, F) are the rows'
-    factor classes, ``encode(rows)`` gives the codes (M, n_codes) of row numbers 0..N−1. On a full
-    factorial grid this is disentanglement_lib's distribution; on any other set of rows (a
-    held-out split's training images) it is its restriction to those rows."""
+    """A :class:`GridPool` over a fixed set of rows, such as a model's training images, encoded afresh
+    at every draw (``encode(rows)``: codes of row numbers 0..N−1 of ``classes`` (N, F)). On a full
+    factorial grid this is disentanglement_lib's distribution; on other rows (a held-out split's
+    training images) its restriction to them."""
 
     def __init__(self, classes, encode, sizes):
         self._encode, self._n_codes = encode, None

@@ -215,12 +215,9 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
 
 
 def _run(tasks, n_jobs):
-    """Fit every task, in parallel when more than one worker is useful; keep the task order.
-
-    In parallel, the costliest tasks are started first so that the workers finish at about
-    the same time. A multi-class boosted classifier grows one tree per class and stage, so
-    the cost of a classifier is taken to be its number of classes.
-    """
+    """Fit every task, in parallel when more than one worker is useful; keep the task order. In
+    parallel the costliest tasks start first, so that the workers finish together: a boosted
+    classifier grows one tree per class and stage, so its cost is taken as its number of classes."""
     if n_jobs is None:
         n_jobs = -1
     workers = min(effective_n_jobs(n_jobs), len(tasks))
@@ -241,13 +238,10 @@ def _run(tasks, n_jobs):
 
 def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
     """Fit one factor's estimator; return (importances over codes, train score, test score, test
-    predictions: a classifier's predicted classes, None for a lasso).
-
-    The inputs were checked (finite, matching shapes) before any fitting, so scikit-learn's own
-    per-call checks are switched off: a boosted classifier grows thousands of small trees, each
-    of which would re-validate its inputs and parameters (about a quarter of the fit's time on
-    300 samples). The numbers are the same to the last bit.
-    """
+    predictions: a classifier's classes, None for a lasso). The inputs were checked before any
+    fitting, so scikit-learn's per-call checks are off: each of a boosted classifier's thousands of
+    small trees would re-validate them (a quarter of the fit's time on 300 samples). The numbers
+    are the same to the last bit."""
     with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
         return _fit_checked(x_train, y_train, x_test, y_test, estimator, seed)
 
@@ -279,12 +273,9 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
 
 
 def _split_gain_importance(model, n_codes):
-    """Total split gain per code over all trees of a fitted HistGradientBoostingClassifier.
-
-    Normalised to sum to 1 (zeros if no split was made), like GradientBoostingClassifier's
-    ``feature_importances_``. Reads the fitted trees (``_predictors``), which scikit-learn
-    does not document; a clear error is raised if their layout ever changes.
-    """
+    """Total split gain per code over all trees of a fitted HistGradientBoostingClassifier,
+    normalised to sum to 1 (zeros if no split was made) like ``feature_importances_``. Reads the
+    undocumented fitted trees (``_predictors``); a clear error if their layout ever changes."""
     try:
         gains = np.zeros(n_codes)
         for iteration in model._predictors:

@@ -46,12 +46,11 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decod
                               images_test=None, factor_ranges=None, ratio=RATIO,
                               encoder_margin=ENCODER_MARGIN, decoder_margin=DECODER_MARGIN,
                               likelihood="bernoulli", holdout_fraction=0.25, random_state=0):
-    """Diagnose a failure on held-out combinations.
-
-    ``codes`` (n_train, n_codes), ``factors`` (n_train, n_factors): training images' codes and
-    factor values; ``codes_test``, ``factors_test``: the held-out images'. For the decoder side give
-    ``decode`` (a function from codes (n, n_codes) to pixel probabilities of the images' shape) and
-    ``images``, ``images_test`` (uint8 or [0, 1]) in the same row order as the codes.
+    """Diagnose a failure on held-out combinations. ``codes`` (n_train, n_codes), ``factors``
+    (n_train, n_factors): training images' codes and factor values; ``codes_test``,
+    ``factors_test``: the held-out images'. For the decoder side give ``decode`` (codes (n, n_codes)
+    → pixel probabilities of the images' shape) and ``images``, ``images_test`` (uint8 or [0, 1]) in
+    the codes' row order.
 
     Returns floats: ``encoder_error_train`` / ``encoder_error_test`` (readout MAE on factors in
     [0, 1], the train value on training images left out of the fit), ``decoder_nll_train`` /

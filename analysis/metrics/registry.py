@@ -95,8 +95,7 @@ def score(name: str, doc: str = "") -> Column:
     return Column(name, doc, disentanglement=True)
 
 
-# -- columns that more than one metric writes -----------------------------------------------------
-
+# Columns that more than one metric writes
 SCORE_SAMPLE = (
     Column("score_batch_size", "images per BetaVAE pair batch and FactorVAE vote", "int", "images",
            record=True),
@@ -110,8 +109,7 @@ SCORE_SAMPLE = (
 )
 MAE = "mean absolute error on factors scaled to [0, 1]"
 
-# -- the table: name → metric, in the order evaluate runs them ------------------------------------
-
+# The table: name → metric, in the order evaluate runs them
 METRICS: dict[str, Metric] = {
     "d_score": Metric(score_d_score, (score("d_score", "Montero et al. 2021's Lasso D-score"),),
                       ("training_draws",)),
@@ -152,7 +150,6 @@ METRICS: dict[str, Metric] = {
 }
 
 
-
 def metric_columns() -> list[Column]:
     """Every metric's columns, each once, in the table's order."""
     out: dict[str, Column] = {}
@@ -174,8 +171,7 @@ def nan_results() -> dict[str, float | None]:
             for metric in METRICS.values() for column in metric.columns if not column.record}
 
 
-# -- the evaluation's settings --------------------------------------------------------------------
-
+# The evaluation's settings
 DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")  # a sweep's choices; evaluate also takes ESTIMATORS
 SCORE_SAMPLINGS = ("training", "grid")
 

@@ -28,15 +28,10 @@ def sap_from_score_matrix(score_matrix):
 
 def sap(codes, factors, *, codes_test=None, factors_test=None, continuous=False, test_fraction=0.33,
         random_state=0):
-    """SAP score of ``codes`` (n_samples, n_codes >= 2) about ``factors`` (n_samples, n_factors).
-
-    With ``continuous=False`` the factors are integer class labels and the scores are the test
-    accuracies of one linear SVM per (code, factor); the test set is ``codes_test`` and
-    ``factors_test`` or, if not given, ``test_fraction`` of the samples. With ``continuous=True``
-    the scores are R² on the training samples and no test set is used.
-
-    Returns a dict with ``"sap"``, ``"n_factors_scored"`` and ``"score_matrix"``.
-    """
+    """SAP score of ``codes`` (n_samples, n_codes >= 2) about ``factors`` (n_samples, n_factors):
+    test accuracies of a linear SVM per (code, factor) on ``codes_test``/``factors_test`` or, without
+    them, on ``test_fraction`` of the samples; with ``continuous=True``, R² on the training samples.
+    Returns ``"sap"``, ``"n_factors_scored"`` and ``"score_matrix"``."""
     codes, factors = check_pair(codes, factors, min_codes=2, discrete=not continuous)
     codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test,
                                                discrete=not continuous)

@@ -88,17 +88,12 @@ def transfer_score(codes, factors, *, ood_factor=None, codes_ood2=None, factors_
                    regressors=REGRESSORS, factor_ranges=None, ood2_excluded=None, min_train=10,
                    random_state=0):
     """D21's transfer scores of ``codes`` (n_samples, n_codes), the encoder's training images, with
-    ``factors`` (n_samples, n_factors) as numbers (class indices or values).
-
-    ``ood_factor`` (column index) defines OOD1-A/B/C; None skips OOD1. ``codes_ood2`` and
-    ``factors_ood2`` (images the encoder never saw) give OOD2; ``ood2_excluded`` lists the factor
-    columns left out of the OOD2 average (default: ``ood_factor`` if given, else none).
-    ``factor_ranges`` (n_factors, 2) of (min, max) normalises the factors; by default the range over
-    all given samples. Factors that are constant everywhere are left out of every average.
-
-    Returns ``"transfer_<regressor>_<scenario>"`` (mean MAE, lower is better) for each regressor and
-    scenario, and ``"n_factors_scored"``.
-    """
+    ``factors`` (n_samples, n_factors) as numbers. ``ood_factor`` (a column) defines OOD1-A/B/C
+    (None: no OOD1); ``codes_ood2``, ``factors_ood2`` (images the encoder never saw) give OOD2, whose
+    average leaves out ``ood2_excluded`` (default: ``ood_factor``). ``factor_ranges`` (n_factors, 2)
+    normalises the factors (default: their range over all samples); constant factors are left out.
+    Returns ``"transfer_<regressor>_<scenario>"`` (mean MAE, lower is better) and
+    ``"n_factors_scored"``."""
     codes, factors = check_pair(codes, factors, discrete=False)
     codes_ood2, factors_ood2 = check_test_pair(codes, factors, codes_ood2, factors_ood2, discrete=False)
     unknown = set(regressors) - set(REGRESSORS)
