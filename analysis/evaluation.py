@@ -49,9 +49,8 @@ def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
     """The sample sizes of the BetaVAE and FactorVAE scores under evaluate's budget ``n_metric``:
-    disentanglement_lib's study's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances)
-    as upper limits;
-    ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
+    disentanglement_lib's study's (batch 64, 10,000 / 5,000 points, 10,000 for the variances) as
+    upper limits; ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
     return {"n_grid": min(10_000, 4 * n_metric) if n_grid is None else n_grid, "batch_size": 64,
             "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2)),
             "n_variance": max(2, min(10_000, n_metric))}

@@ -120,8 +120,7 @@ def _splits(df: pd.DataFrame):
     if not keys:
         yield ("all", "all"), df
         return
-    for key, part in df.groupby(keys, sort=True, observed=True):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, part in df.groupby(keys, sort=True, observed=True):  # a list of keys: key is a tuple
         yield tuple(str(k) for k in key), part
 
 
@@ -252,11 +251,9 @@ def _precondition_summary(checked: list[dict]) -> str:
 
 
 def _readout_table(rows: list[dict]) -> pd.DataFrame:
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table
-    for column in ("accuracy", "low", "high", "chance", "bar"):
-        table[column] = table[column].astype(float).round(3)
+    table, columns = pd.DataFrame(rows), ["accuracy", "low", "high", "chance", "bar"]
+    if not table.empty:
+        table[columns] = table[columns].astype(float).round(3)
     return table
 
 
@@ -350,9 +347,7 @@ def m21_disentanglement(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> 
     df = _vae_trials(df)
     metric = next((m for m in ("d_score", "dci_disentanglement") if _numeric(df, m).notna().any()), None)
     rows, verdicts, readout = [], [], []
-    for (dataset, split), part in _splits(df):
-        if metric is None:
-            break
+    for (dataset, split), part in _splits(df) if metric else ():
         row = {"dataset": dataset, "split": split, "condition": _condition(part),
                **spearman(part, metric, "test_nll", n_bootstrap=n_bootstrap)}
         if row["n"] < MIN_MODELS or np.isnan(row["low"]):
