@@ -56,7 +56,7 @@ class Finding:
     status: str  # REPRODUCED, NOT_REPRODUCED or INCONCLUSIVE
     result: str  # what the results show, as a sentence with its numbers
     table: pd.DataFrame = field(default_factory=pd.DataFrame)  # the numbers behind it
-    precondition: str = ""  # the precondition, as fixed before any result (module docstring)
+    precondition: str = ""  # the precondition, as fixed before any result
     precondition_result: str = ""  # whether it held, per split, with the numbers
     readout: pd.DataFrame = field(default_factory=pd.DataFrame)  # readout accuracy per split and factor
 
@@ -173,8 +173,8 @@ def _readout_values(part: pd.DataFrame, factor: str) -> tuple[pd.Series, pd.Seri
 
 
 def factor_learning(part: pd.DataFrame, factor: str, *, n_bootstrap: int = N_BOOTSTRAP) -> dict:
-    """Whether the models of ``part`` learned ``factor`` on their training images (module
-    docstring): the mean readout accuracy and its 95% interval, chance, the bar, and ``learned``:
+    """Whether the models of ``part`` learned ``factor`` on their training images (docs/analysis.md,
+    "Preconditions"): the mean readout accuracy and its 95% interval, chance, the bar, and ``learned``:
     "learned" (low end ≥ bar), "not learned" (high end < bar), "unclear", or "not recorded"."""
     accuracy, chance = _readout_values(part, factor)
     mean, low, high = mean_interval(accuracy, n_bootstrap=n_bootstrap)
@@ -209,7 +209,7 @@ def _not_recorded_text(row: dict) -> str:
 def precondition(part: pd.DataFrame, factors, *,
                  n_bootstrap: int = N_BOOTSTRAP) -> tuple[str, str, list[dict]]:
     """(state, reason, readout rows) of the precondition that the models of ``part`` learned every
-    factor in ``factors`` (module docstring). ``state``: "met", "not met" (a factor clearly not
+    factor in ``factors`` (docs/analysis.md). ``state``: "met", "not met" (a factor clearly not
     learned), "cannot be checked" (a factor's readout not recorded) or "unclear"; ``reason``
     names the factors with their numbers."""
     rows = [factor_learning(part, f, n_bootstrap=n_bootstrap) for f in factors]
