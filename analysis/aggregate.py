@@ -1,12 +1,8 @@
 """Aggregation: the Spearman correlations of disentanglement against generalisation and transfer,
-and the one seed aggregation (docs/analysis.md, "Aggregation").
-
-Every function here groups by :data:`CELL` (dataset and split) first: a correlation never pools
-datasets or held-out splits (pass ``within=()`` to pool on purpose). A *configuration* is every
-setting but the seed (:func:`configurations`); Montero et al. 2021 (§3) report the seed with the
-highest disentanglement (:func:`best_seeds`). Every function takes the finished models only
-(:func:`finished_only`); a frame without a ``status`` column is taken whole. *Supervision* is read
-off the objective where the results have no such column: ``ada_gvae`` is "weak", others "none".
+and the one seed aggregation (docs/analysis.md, "Aggregation"). Every function takes the finished
+models only (:func:`finished_only`) and groups by :data:`CELL` (dataset and split) first: a
+correlation never pools datasets or held-out splits (``within=()`` pools on purpose). A
+*configuration* is every setting but the seed (:func:`configurations`).
 """
 
 from __future__ import annotations
