@@ -6,23 +6,15 @@ does not import torch.
 
 import importlib
 
-_EXPORTS = {
-    "add_derived_columns": "analysis.aggregate",
-    "best_seeds": "analysis.aggregate",
-    "configurations": "analysis.aggregate",
-    "seed_summary": "analysis.aggregate",
-    "correlation_table": "analysis.aggregate",
-    "correlations": "analysis.aggregate",
-    "finished_models": "analysis.aggregate",
-    "load_errors": "analysis.loading",
-    "load_history": "analysis.loading",
-    "load_trials": "analysis.loading",
-    "spearman": "analysis.aggregate",
-    "evaluate": "analysis.evaluation",
-    "load_checkpoint": "analysis.trained_models",
-    "model_figures": "analysis.trained_models",
-    "write_html_report": "analysis.html_report",
+_MODULES = {
+    "analysis.aggregate": ("add_derived_columns", "best_seeds", "configurations", "seed_summary",
+                           "correlation_table", "correlations", "finished_models", "spearman"),
+    "analysis.loading": ("load_errors", "load_history", "load_trials"),
+    "analysis.evaluation": ("evaluate",),
+    "analysis.trained_models": ("load_checkpoint", "model_figures"),
+    "analysis.html_report": ("write_html_report",),
 }
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
 

@@ -1,12 +1,8 @@
 """Aggregation: the Spearman correlations of disentanglement against generalisation and transfer,
-and the one seed aggregation (docs/analysis.md, "Aggregation").
-
-Every function here groups by :data:`CELL` (dataset and split) first: a correlation never pools
-datasets or held-out splits (pass ``within=()`` to pool on purpose). A *configuration* is every
-setting but the seed (:func:`configurations`); Montero et al. 2021 (§3) report the seed with the
-highest disentanglement (:func:`best_seeds`). Every function takes the finished models only
-(:func:`finished_only`); a frame without a ``status`` column is taken whole. *Supervision* is read
-off the objective where the results have no such column: ``ada_gvae`` is "weak", others "none".
+and the one seed aggregation (docs/analysis.md, "Aggregation"). Every function takes the finished
+models only (:func:`finished_only`) and groups by :data:`CELL` (dataset and split) first: a
+correlation never pools datasets or held-out splits (``within=()`` pools on purpose). A
+*configuration* is every setting but the seed (:func:`configurations`).
 """
 
 from __future__ import annotations
@@ -139,27 +135,18 @@ def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 def present(df: pd.DataFrame, columns) -> list[str]:
     """The columns of ``columns`` that ``df`` has with at least one finite value."""
-    out = []
-    for column in columns:
-        if column in df.columns:
-            values = pd.to_numeric(df[column], errors="coerce").astype(float)
-            if np.isfinite(values).any():
-                out.append(column)
-    return out
+    return [column for column in columns if column in df.columns and finite(df[column]).notna().any()]
 
 
 @finished_only
 def correlation_table(df: pd.DataFrame, *, metrics=None, scores=None, groupings=GROUPINGS, by=None,
                       within=CELL, n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format.
-
-    Within each cell (the columns of ``within``, default dataset and split, and of ``by``; see
-    :func:`cell_columns`): one block of rows over all the cell's trials (``group_by`` = "all"),
-    then one per grouping column that has at least two distinct values in the cell, one row per
-    (group, metric, score). ``metrics`` defaults to the :data:`DISENTANGLEMENT_METRICS` and
-    ``scores`` to the :data:`GENERALISATION_SCORES` and :data:`TRANSFER_SCORES` that have values.
-    Columns: the cell columns, then group_by, group, x, y, n, rho, low, high.
-    """
+    """Spearman ρ with bootstrap 95% intervals of each metric against each score, long format: within
+    each cell (``within`` and ``by``, :func:`cell_columns`), one block over all its trials
+    (``group_by`` "all"), then one per grouping column with at least two values in the cell.
+    ``metrics`` and ``scores`` default to :data:`DISENTANGLEMENT_METRICS` and the generalisation
+    and transfer scores that have values. Columns: the cell columns, group_by, group, x, y, n, rho,
+    low, high."""
     df = add_derived_columns(df)
     metrics = present(df, DISENTANGLEMENT_METRICS if metrics is None else metrics)
     scores = present(df, GENERALISATION_SCORES + TRANSFER_SCORES if scores is None else scores)

@@ -1,57 +1,13 @@
 """Evaluation of a trained model: reconstruction on train and held-out images, disentanglement,
 transfer, and M22's encoder-or-decoder diagnosis.
 
-``evaluate(model, dataset, split, config)`` computes the NLLs and the readout, then runs each
-metric of ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
-:class:`Sample` of codes, drawn and encoded once; the registry's line of each metric names the
-columns it writes (NaN where a metric is not configured or not defined). ``dci_estimator`` "none"
-skips every registered metric.
-
-``train_nll``, ``test_nll``, ``nll_likelihood``, ``n_train_images``, ``n_test_images`` and the
-readout accuracy per factor (below) are always computed, and every row records the sample sizes it
-used (``metric_n_train``, ``metric_n_test``, ``score_batch_size``, ``score_n_train``,
-``score_n_eval``, ``score_n_variance``, ``score_pool_size``, ``score_sample``).
-
-**Likelihood.** Each model is scored with the likelihood it was trained with (its config's
-``resolved_likelihood``): Bernoulli for "bernoulli", the Gaussian of variance ½ for "mse" (whose NLL
-is the squared error plus a constant; see ``analysis.metrics.reconstruction_nll``). The row names
-it in ``nll_likelihood``; NLLs under different likelihoods are not comparable.
-
-**Samples of the disentanglement metrics** (disentanglement_lib's study's, on the training images
-only, as M21's appendix A computes the D-score "given the latent representations of the training
-images"): DCI, SAP and modularity/explicitness fit on ``n_metric`` training images and test on
-``n_metric_test`` (default ``n_metric // 2``), the two drawn independently, uniformly with
-replacement, as disentanglement_lib's ``generate_batch_factor_code`` draws two batches (10,000 and
-5,000 in its study); MIG and the D-score use the ``n_metric`` sample, the D-score with its own
-5-fold split.
-
-**Readout accuracy per factor** (``accuracy_<factor>``, ``chance_<factor>``, ``readout_estimator``,
-``readout_n_train``, ``readout_n_test``, ``factor_readout``): how well each factor can be read from
-the codes of held-in training images, the evidence ``analysis.findings`` needs before a held-out
-split counts (a model that cannot tell a square from an ellipse on training images cannot fail to
-generalise a square). One classifier per factor, codes → class, fitted on the ``n_metric``
-training draws above and scored on the ``n_metric_test`` draws, counting only draws of images that
-are not among the fitted ones (``readout_n_test`` of them), so the accuracy is never a training
-accuracy. Where DCI runs with a classifier (``dci_estimator`` "gbt" or "hist_gbt") its fits are
-the readout (``readout_estimator`` "dci_gbt"/"dci_hist_gbt"; no second fit); otherwise a random
-forest of 20 trees per factor ("random_forest", ``analysis.metrics.factor_readout``), also when
-``dci_estimator`` is None. Chance is 1 / the number of values the factor takes on the split's
-training images; a factor with one value there has nothing to read (accuracy NaN).
-
-**BetaVAE and FactorVAE scores** need pairs or batches of images that share one factor's value.
-disentanglement_lib samples them fresh from the whole dataset; here they are drawn from the
-model's training images: a first image uniformly, its partners uniformly among the training images
-that share the fixed factor's value (``analysis.metrics._grid.RowSampler``). Where the training
-images are not a full factorial grid (a held-out split, a random subset), Dittadi et al. 2021 call
-the scores ill-defined; ``score_sample`` says which case a row is. Batch 64; ``min(10_000,
-n_metric)`` training points or votes, ``min(5_000, n_metric // 2)`` evaluation ones, and
-``min(10_000, n_metric)`` images for the FactorVAE variances. To bound the cost (a fresh draw
-encodes 64 × 2 images per BetaVAE point), the images are by default drawn from a pool of
-``score_pool`` = ``min(10_000, 4 * n_metric)`` training images encoded once: each pair and batch
-then has the distribution above, but they are not independent of each other. ``score_pool=0``
-encodes every draw afresh, as disentanglement_lib does. ``score_sampling="grid"`` instead samples
-the full factor grid through ``dataset.observe`` (held-out combinations included), the previous
-behaviour.
+``evaluate(model, dataset, split, config)`` computes the NLLs (under the likelihood the model was
+trained with) and the readout accuracy per factor, then runs each metric of
+``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
+:class:`Sample` of codes of training images, drawn and encoded once; the registry's line of each
+metric names the columns it writes (NaN where a metric is not configured or not defined). Every
+row records the sample sizes it used. docs/analysis.md, "Evaluating a trained model", gives the
+samples, the likelihoods and the readout in full.
 """
 
 from __future__ import annotations
@@ -93,9 +49,8 @@ def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
     """The sample sizes of the BetaVAE and FactorVAE scores under evaluate's budget ``n_metric``:
-    disentanglement_lib's study's sizes (batch 64, 10,000 / 5,000 points, 10,000 for the variances)
-    as upper limits;
-    ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
+    disentanglement_lib's study's (batch 64, 10,000 / 5,000 points, 10,000 for the variances) as
+    upper limits; ``n_grid`` is the pool (0: fresh draws; None: ``min(10_000, 4 * n_metric)``)."""
     return {"n_grid": min(10_000, 4 * n_metric) if n_grid is None else n_grid, "batch_size": 64,
             "n_train": max(2, min(10_000, n_metric)), "n_eval": max(1, min(5_000, n_metric // 2)),
             "n_variance": max(2, min(10_000, n_metric))}
@@ -120,15 +75,9 @@ def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, li
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
              n_jobs: int | None = 1) -> dict[str, float]:
     """Metrics of ``model`` on ``dataset`` under the held-out ``split``, as ``config`` says
-    (default ``EvaluationConfig()``).
-
-    Returns ``train_nll`` and ``test_nll`` (mean NLL per image under the model's own likelihood,
-    nats, on at most ``config.n_nll`` images per side), the readout accuracy per factor, and the
-    columns of each registered metric that ``config.metrics`` names (None: all), NaN for the others
-    (see the module docstring for them and their samples). ``seed`` seeds every draw and fit (a
-    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI
-    estimators (None: every core). ``config.dci_estimator`` "none" skips every registered metric.
-    """
+    (default ``EvaluationConfig()``; see the module docstring). ``seed`` seeds every draw and fit (a
+    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
+    (None: every core)."""
     config = EvaluationConfig() if config is None else config
     chosen = config.chosen_metrics
     for name in chosen:
@@ -168,22 +117,13 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
 
 class Sample:
     """What the metrics of one evaluation read, each part drawn and encoded once, when first asked
-    (``analysis.metrics.registry.INPUTS`` names the parts):
-
-    - ``codes``, ``factors``, ``rows``: ``n_metric`` training images drawn uniformly with
-      replacement (disentanglement_lib's first batch), with their posterior means and classes;
-    - ``codes_check``, ``factors_check``, ``rows_check``: ``n_metric_test`` more (default
-      ``n_metric // 2``), drawn independently (its second batch);
-    - ``held_out_codes``, ``held_out_factors``, ``held_out_rows``: at most ``n_metric`` held-out
-      images, without replacement;
-    - ``score_pool``: (source, factor sizes or None, record) of the BetaVAE and FactorVAE scores
-      (module docstring; source None where fewer than 2 training images);
-    - ``encode(rows)``, ``decode(codes)``, ``dataset``: the model's posterior means of dataset rows,
-      its pixel probabilities (float64) of codes, and the dataset.
-
-    Always there: ``config``, ``seed``, ``n_jobs``, ``space``, ``split``, ``train`` (the training
-    rows), ``likelihood``, ``factor_ranges`` (each factor's class range) and ``shared`` (results one
-    metric leaves for another: DCI's for the readout)."""
+    (``analysis.metrics.registry.INPUTS`` names the parts and what each is): ``n_metric`` training
+    draws and ``n_metric_test`` (default ``n_metric // 2``) independent check draws, uniform with
+    replacement (disentanglement_lib's two batches); at most ``n_metric`` held-out images, without
+    replacement; the BetaVAE/FactorVAE ``score_pool`` (source None where fewer than 2 training
+    images); the model's ``encode(rows)`` and ``decode(codes)`` (float64 pixel probabilities).
+    ``factor_ranges`` is each factor's class range; ``shared`` holds results one metric leaves for
+    another (DCI's for the readout)."""
 
     def __init__(self, model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood):
         self.model, self.dataset, self.split, self.config = model, dataset, split, config
@@ -304,16 +244,12 @@ def no_readout(space) -> dict:
 def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_test: np.ndarray, codes,
                    factors, codes_test, factors_test, *, dci_result: dict | None = None,
                    dci_estimator: str | None = None, random_state: int = 0) -> dict:
-    """The readout accuracy per factor on held-in training images (module docstring, "Readout
-    accuracy per factor"): the columns ``accuracy_<factor>``, ``chance_<factor>`` (factors with a
-    results column, :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
-    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor).
-
-    ``rows``/``codes``/``factors`` are the readout's training draws and ``rows_test``/... the test
-    draws, both from the training images (``training_classes`` are all of those, for chance). A
-    classifier DCI's result (``dci_result`` with ``predictions_test`` on the test draws) is reused;
-    otherwise a random forest per factor is fitted (``analysis.metrics.factor_readout``). Only test
-    draws of images that are not among the training draws are scored."""
+    """The readout accuracy per factor on held-in training images: ``accuracy_<factor>`` and
+    ``chance_<factor>`` (for :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
+    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor). The readout
+    is fitted on ``rows``/``codes``/``factors`` and scored on the test draws whose images are not
+    among them: DCI's classifier predictions where ``dci_result`` has them, else a random forest per
+    factor. ``training_classes`` (all the training images') give chance."""
     n_values = np.array([np.unique(training_classes[:, j]).size for j in range(space.n_factors)])
     if dci_result is not None and dci_result.get("predictions_test") is not None:
         predictions, estimator = dci_result["predictions_test"], f"dci_{dci_estimator}"

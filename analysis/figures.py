@@ -116,9 +116,8 @@ def hinton(matrix: np.ndarray, path: str, *, row_labels=None, column_labels=None
     its area proportional to the entry (the largest entry fills its cell). Writes a PNG."""
     matrix = np.asarray(matrix, dtype=float)
     if matrix.ndim != 2 or 0 in matrix.shape:
-        raise ValueError(
-            f"matrix must be a non-empty 2-D array (n_codes, n_factors); got shape {matrix.shape}."
-        )
+        raise ValueError(f"matrix must be a non-empty 2-D array (n_codes, n_factors); "
+                         f"got shape {matrix.shape}.")
     if not np.all(np.isfinite(matrix)) or np.any(matrix < 0):
         raise ValueError("matrix must be finite and non-negative.")
     n_rows, n_columns = matrix.shape

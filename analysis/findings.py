@@ -3,62 +3,10 @@ reproduced, ? inconclusive at this scale.
 
 Each finding puts the paper's statement (in our words, with its section and figure) beside what
 the results show, with the numbers and a 95% percentile-bootstrap interval over the trials. The
-rules are fixed here, once, before any result is seen, and never tuned until they say ✓
-(docs/analysis.md, "Findings"):
-
-- **Held-out reconstruction (Montero et al. 2021, §2.1, Fig. 3).** Per split, the mean over
-  trials of test NLL / train NLL. A split *fails* when the interval's low end is at least
-  :data:`FAIL_RATIO` (1.5, the encoder-versus-decoder rule's ratio), and is *close to training*
-  when its high end is below it. Extrapolation and recombination-to-range must fail,
-  recombination-to-element must stay close: ✓ when every split does what the paper says (and both
-  kinds are present), ✗ when any split clearly does the opposite, ? otherwise.
-- **Disentanglement does not predict held-out NLL (M21 §2.1, Fig. 3).** Per split, Spearman ρ of
-  the D-score against test NLL. A null is only shown by ruling out the effect: ✓ when the
-  interval's low end is above :data:`NO_HELP_RHO` (−0.5: no strong "more disentangled, lower NLL"),
-  ✗ when the whole interval is below 0 (disentanglement does predict a lower held-out NLL), ?
-  otherwise, and always ? with fewer than :data:`MIN_MODELS` trials.
-- **When models fail, their encoders fail too (Montero et al. 2022, abstract, finding (i)).** On
-  each split whose reconstruction fails (rule above), the encoder's excess error
-  ``error_test − (1.5 · error_train + margin)`` (the per-trial diagnosis rule of
-  ``analysis.metrics.encoder_decoder_diagnosis``) averaged over trials: the encoder fails when the
-  interval is above 0 and does not when it is below. ✓ when the encoder fails on every failing
-  split and at least two splits fail, ✗ when on any failing split it clearly does not, ? otherwise.
-- **Disentanglement predicts OOD1 transfer (Dittadi et al. 2021, §5, Fig. 4).** Spearman ρ of DCI
-  disentanglement against the GBT readout's OOD1 transfer error (lower is better) over all
-  models: ✓ when every OOD1 scenario's interval is below 0, ✗ when any is above 0, ? otherwise,
-  saying so when the interval is too wide for the number of models.
-
-**Preconditions (issue 26), fixed with the rules above, before any result was seen.** A held-out
-split tests generalisation only when the models learned, on their *training* images, the factors
-its rule recombines: a model that cannot tell a square from an ellipse on training images cannot
-fail to generalise a square either, so its "close to training" or "fails" says nothing about the
-paper's claim.
-
-- **The evidence** is the readout accuracy per factor that ``analysis.evaluation`` records on
-  held-in training images (``accuracy_<factor>`` beside ``chance_<factor>``, chance = 1 / the
-  factor's number of values on the training images).
-- **A factor is learned** when the mean over the models of its readout accuracy is at least
-  halfway from chance to 1 (the *bar*, ``chance + LEARNED_SHARE · (1 − chance)``) across the whole
-  95% percentile-bootstrap interval: the interval's **low end** must be ≥ the bar. It is *not
-  learned* when the interval's high end is below the bar, and *unclear* otherwise (one model gives
-  no interval: unclear).
-- **A split's factors** are those its rule names, read from the split registry
-  (``data_pipeline.splits``: the keys of ``test_when``; every factor of the dataset for a
-  random-combinations rule), never from a table written here. A split that is not in the registry
-  cannot be checked.
-- **The precondition holds** for a split when every one of its factors is learned by the split's
-  models (the end-to-end VAEs trained under it). Otherwise the split gets "?" with the reason named
-  (e.g. "the models had not learned shape: readout accuracy 0.41 [0.38, 0.44], chance 0.33, bar
-  0.67"), never ✓ or ✗: its verdict is "unclear", whatever its numbers say. Results written before
-  readout accuracies were recorded say that the precondition cannot be checked, and get "?" too.
-- It applies to every split of M21's held-out reconstruction (and the contrast it needs, both kinds
-  of split, counts only splits whose precondition holds), to every split of M21's "disentanglement
-  does not predict held-out NLL", and to every failing split of M22's encoder-versus-decoder
-  finding. D21's transfer finding needs the OOD1 factor (the ``transfer_factor`` column) learned
-  over all of the study's models; if it is not, the whole finding is "?".
-
-Only the trials of the presets ``montero2021``, ``montero2022`` and ``dittadi2021`` are checked
-(the ``preset`` column); each study's checks see that study's trials only.
+rules, and the precondition that a split's models learned the factors its rule names (issue 26),
+were fixed before any result was seen; docs/analysis.md, "Findings", states them. Only the trials
+of the presets ``montero2021``, ``montero2022`` and ``dittadi2021`` are checked (the ``preset``
+column); each study's checks see that study's trials only.
 """
 
 from __future__ import annotations
@@ -108,7 +56,7 @@ class Finding:
     status: str  # REPRODUCED, NOT_REPRODUCED or INCONCLUSIVE
     result: str  # what the results show, as a sentence with its numbers
     table: pd.DataFrame = field(default_factory=pd.DataFrame)  # the numbers behind it
-    precondition: str = ""  # the precondition, as fixed before any result (module docstring)
+    precondition: str = ""  # the precondition, as fixed before any result
     precondition_result: str = ""  # whether it held, per split, with the numbers
     readout: pd.DataFrame = field(default_factory=pd.DataFrame)  # readout accuracy per split and factor
 
@@ -156,9 +104,7 @@ def _rho(row) -> str:
 
 
 def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
-    if column not in df.columns:
-        return pd.Series(np.nan, index=df.index, dtype=float)
-    return numeric(df[column])
+    return numeric(df[column]) if column in df.columns else pd.Series(np.nan, index=df.index, dtype=float)
 
 
 def _vae_trials(df: pd.DataFrame) -> pd.DataFrame:
@@ -174,8 +120,7 @@ def _splits(df: pd.DataFrame):
     if not keys:
         yield ("all", "all"), df
         return
-    for key, part in df.groupby(keys, sort=True, observed=True):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, part in df.groupby(keys, sort=True, observed=True):  # a list of keys: key is a tuple
         yield tuple(str(k) for k in key), part
 
 
@@ -228,8 +173,8 @@ def _readout_values(part: pd.DataFrame, factor: str) -> tuple[pd.Series, pd.Seri
 
 
 def factor_learning(part: pd.DataFrame, factor: str, *, n_bootstrap: int = N_BOOTSTRAP) -> dict:
-    """Whether the models of ``part`` learned ``factor`` on their training images (module
-    docstring): the mean readout accuracy and its 95% interval, chance, the bar, and ``learned``:
+    """Whether the models of ``part`` learned ``factor`` on their training images (docs/analysis.md,
+    "Preconditions"): the mean readout accuracy and its 95% interval, chance, the bar, and ``learned``:
     "learned" (low end ≥ bar), "not learned" (high end < bar), "unclear", or "not recorded"."""
     accuracy, chance = _readout_values(part, factor)
     mean, low, high = mean_interval(accuracy, n_bootstrap=n_bootstrap)
@@ -264,7 +209,7 @@ def _not_recorded_text(row: dict) -> str:
 def precondition(part: pd.DataFrame, factors, *,
                  n_bootstrap: int = N_BOOTSTRAP) -> tuple[str, str, list[dict]]:
     """(state, reason, readout rows) of the precondition that the models of ``part`` learned every
-    factor in ``factors`` (module docstring). ``state``: "met", "not met" (a factor clearly not
+    factor in ``factors`` (docs/analysis.md). ``state``: "met", "not met" (a factor clearly not
     learned), "cannot be checked" (a factor's readout not recorded) or "unclear"; ``reason``
     names the factors with their numbers."""
     rows = [factor_learning(part, f, n_bootstrap=n_bootstrap) for f in factors]
@@ -306,11 +251,9 @@ def _precondition_summary(checked: list[dict]) -> str:
 
 
 def _readout_table(rows: list[dict]) -> pd.DataFrame:
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table
-    for column in ("accuracy", "low", "high", "chance", "bar"):
-        table[column] = table[column].astype(float).round(3)
+    table, columns = pd.DataFrame(rows), ["accuracy", "low", "high", "chance", "bar"]
+    if not table.empty:
+        table[columns] = table[columns].astype(float).round(3)
     return table
 
 
@@ -404,9 +347,7 @@ def m21_disentanglement(df: pd.DataFrame, *, n_bootstrap: int = N_BOOTSTRAP) -> 
     df = _vae_trials(df)
     metric = next((m for m in ("d_score", "dci_disentanglement") if _numeric(df, m).notna().any()), None)
     rows, verdicts, readout = [], [], []
-    for (dataset, split), part in _splits(df):
-        if metric is None:
-            break
+    for (dataset, split), part in _splits(df) if metric else ():
         row = {"dataset": dataset, "split": split, "condition": _condition(part),
                **spearman(part, metric, "test_nll", n_bootstrap=n_bootstrap)}
         if row["n"] < MIN_MODELS or np.isnan(row["low"]):
@@ -595,11 +536,8 @@ def _shown(table: pd.DataFrame, extra: list[str]) -> pd.DataFrame:
     return shown
 
 
-STUDIES = {
-    "montero2021": (m21_held_out, m21_disentanglement),
-    "montero2022": (m22_diagnosis,),
-    "dittadi2021": (d21_transfer,),
-}
+STUDIES = {"montero2021": (m21_held_out, m21_disentanglement), "montero2022": (m22_diagnosis,),
+           "dittadi2021": (d21_transfer,)}
 
 
 @finished_only

@@ -1,13 +1,10 @@
 """The self-contained HTML report: a summary, the tables, the papers' figures (PNG data URIs), the
-trained models and the configuration, in one file that opens offline.
-
-:func:`write_html_report` runs named steps: read the results, compute the correlations, draw the
-trained models (skipping, with the reason, any whose checkpoint or event file is broken), build
-each section (one ``*_section`` function each, returning HTML, or "" where the results have
-nothing for it) and write the page. Nothing in the page is fetched. Two small inline scripts run:
-one sorts a table by the column whose header is clicked; the other counts, once the page has
-loaded, the images that decoded and the script errors, and writes the counts onto ``<body>``
-(``data-images-total``, ``data-images-ok``, ``data-script-errors``) for a headless browser to check.
+trained models and the configuration, in one file that opens offline (docs/analysis.md, "The
+report"). :func:`write_html_report` reads the results once and builds each section with one
+``*_section`` function (HTML, or "" where the results have nothing for it). Two small inline
+scripts: one sorts a table by a clicked header; the other writes onto ``<body>`` the counts of
+images decoded and script errors (``data-images-total``, ``data-images-ok``,
+``data-script-errors``) for a headless browser to check.
 """
 
 from __future__ import annotations
@@ -142,19 +139,9 @@ def spec_files(experiments) -> list[tuple[str, str]]:
     return found
 
 
-def write_html_report(
-    experiment_dirs,
-    out_dir: str,
-    *,
-    df: pd.DataFrame | None = None,
-    history: pd.DataFrame | None = None,
-    max_models: int = 4,
-    n_bootstrap: int = 1000,
-    command=None,
-    with_checkpoints: bool = False,
-    progress=None,
-    found=None,
-) -> str:
+def write_html_report(experiment_dirs, out_dir: str, *, df: pd.DataFrame | None = None,
+                      history: pd.DataFrame | None = None, max_models: int = 4, n_bootstrap: int = 1000,
+                      command=None, with_checkpoints: bool = False, progress=None, found=None) -> str:
     """Write ``out_dir/report.html`` (and its PNGs under ``out_dir/figures``) for the experiments
     (folders or URIs such as ``s3://bucket/prefix/name``); returns the path of the HTML file.
     ``found``: the papers' findings (``analysis.findings.findings``), if the caller has them already."""

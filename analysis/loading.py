@@ -64,9 +64,7 @@ def _load(experiments, filename: str, filesystem) -> pd.DataFrame:
             raise FileNotFoundError(f"{experiment}: cannot open ({error}); pass an experiment folder "
                                     "or a URI such as s3://bucket/prefix/experiment") from error
         if table is None:
-            raise FileNotFoundError(
-                f"{experiment}: no {filename}; pass an experiment directory such as "
-                "./disgen_results/default (the folder that holds trials.parquet)"
-            )
+            raise FileNotFoundError(f"{experiment}: no {filename}; pass an experiment directory such as "
+                                    "./disgen_results/default (the folder that holds trials.parquet)")
         tables.append(table)
     return schema_to_pandas(pa.concat_tables(tables), SCHEMAS[filename])

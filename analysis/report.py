@@ -120,13 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     unfinished = len(df) - len(finished_models(df))
     print(f"{len(df) - unfinished} trials" + (f" ({unfinished} more did not finish: failed or stopped)"
                                               if unfinished else "") + "\n")
-    print(trials_text(df))
-    print()
+    print(trials_text(df) + "\n")
     print(correlation_text(df))
     seeds = seed_text(df)
     if seeds:
-        print()
-        print(seeds)
+        print("\n" + seeds)
     first = args.experiment_dirs[0]
     out = getattr(args, "out", None) or (f"report-{experiment_name(first)}" if is_remote(first) else first)
     os.makedirs(out, exist_ok=True)

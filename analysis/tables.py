@@ -168,8 +168,7 @@ def correlation_rows(table: pd.DataFrame) -> pd.DataFrame:
     shown["rho"] = rho.map("{:+.2f}".format).where(rho.notna(), "–")
     cell = [c for c in CELL if c in shown.columns]  # correlations are within a dataset and split
     return shown[[*cell, "group_by", "group", "x", "y", "n", "rho", "95% interval"]].rename(
-        columns={"group_by": "grouped by", "x": "metric", "y": "score", "rho": "Spearman ρ"}
-    )
+        columns={"group_by": "grouped by", "x": "metric", "y": "score", "rho": "Spearman ρ"})
 
 
 def strongest(table: pd.DataFrame, n: int = 5) -> pd.DataFrame:

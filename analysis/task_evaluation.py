@@ -1,16 +1,11 @@
 """Evaluation of the tasks other than the VAE: the ground-truth decoder and the composition network.
 
 :func:`evaluate_task` returns the keys :func:`analysis.evaluation.evaluate` returns for a VAE, so a
-sweep stores every task in the same table:
-
-- ``train_nll`` / ``test_nll``: mean Bernoulli NLL per image (nats, summed over pixels), on
-  training images and on the split's held-out images;
-- ``n_train_images`` / ``n_test_images``: the split's training and held-out images;
-- every disentanglement, transfer and diagnosis metric, and the readout accuracy per factor: NaN
-  (``readout_estimator`` "none"). The ground-truth decoder has no
-  encoder: its code *is* the factor values, perfectly disentangled by construction, so there is
-  nothing to score. The composition network's encoder could be scored like a VAE's, but Montero
-  et al. report only its NLLs here; score its encoder with ``evaluate`` if needed.
+sweep stores every task in the same table: ``train_nll`` / ``test_nll`` (mean Bernoulli NLL per
+image, nats) on training and held-out images, ``n_train_images`` / ``n_test_images``, and NaN for
+every disentanglement, transfer and diagnosis metric and the readout (``readout_estimator``
+"none"): the ground-truth decoder has no encoder (its code *is* the factor values), and Montero et
+al. report only the composition network's NLLs (score its encoder with ``evaluate`` if needed).
 
 **Ground-truth decoder.** The NLL of each row's image decoded from that row's factor values; at
 most ``n_nll`` rows of each side, drawn as ``evaluate`` draws them (same seed, same rows).
@@ -80,15 +75,10 @@ def _mean(values: np.ndarray) -> float:
 
 def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
                   n_jobs: int | None = 1) -> dict[str, float]:
-    """``evaluate``'s metrics for a trained ground-truth decoder or composition network (see the
-    module docstring), or ``evaluate(model, dataset, split, config, seed=seed, n_jobs=n_jobs)``
-    itself for a VAE.
-
-    ``trainer_or_model``: a trainer from ``models.build_trainer`` or its ``.model``. ``dataset``: a
-    ``GroundTruthDataset`` (images, classes, factor_space); ``split``: the held-out split the
-    model was trained under. At most ``config.n_nll`` images (or triplets) per side, drawn with
-    ``seed``.
-    """
+    """``evaluate``'s metrics for a trained ground-truth decoder or composition network (module
+    docstring), or ``evaluate(...)`` itself for a VAE. ``trainer_or_model``: a trainer from
+    ``models.build_trainer`` or its ``.model``; ``split``: the held-out split it was trained under.
+    At most ``config.n_nll`` images (or triplets) per side, drawn with ``seed``."""
     model = trainer_or_model.model if isinstance(trainer_or_model, Trainer) else trainer_or_model
     config = EvaluationConfig() if config is None else config
     if not isinstance(model, (GroundTruthDecoder, CompositionNet)):

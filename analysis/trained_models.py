@@ -143,12 +143,11 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     reconstructions), ``<trial_key>_traversal.png`` (each code swept over ±``span`` around one
     training image's code) and ``<trial_key>_hinton.png`` (the Lasso D-score's importance matrix on
     at most ``n_codes`` training images: a second, where the GBT takes ten). Returns {kind: path}."""
-    import torch
-
     from analysis.figures import hinton, reconstruction_figure, traversal_figure
     from analysis.metrics.dci import dci
     from data_pipeline import get_split
     from models import encode_means, reconstruct
+    from models.evaluation import decode_probabilities
 
     model, config, data = load_checkpoint(path, member)
     train, test = get_split(config["dataset"], config["split"]).train_test_indices(data.classes,
@@ -171,10 +170,8 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     latents = np.repeat(code[None, None, :], code.size, axis=0).repeat(n_steps, axis=1)
     for i in range(code.size):
         latents[i, :, i] = code[i] + values
-    with torch.no_grad():
-        decoded = torch.sigmoid(model.decode(torch.as_tensor(latents.reshape(-1, code.size),
-                                                             dtype=torch.float32)))
-    images = decoded.numpy().reshape(code.size, n_steps, *decoded.shape[1:])
+    decoded = decode_probabilities(model, latents.reshape(-1, code.size))
+    images = decoded.reshape(code.size, n_steps, *decoded.shape[1:])
     out["traversal"] = traversal_figure(images, os.path.join(out_dir, f"{key}_traversal.png"), values=values,
                                         title=f"Latent traversal, {label}")
     rows = np.sort(rng.choice(train, min(n_codes, len(train)), replace=False))

@@ -1,12 +1,8 @@
 """Metrics: plain functions over numpy arrays (codes N×K, factors N×F) returning dicts of floats.
 
 One module per metric; import from the module (``from analysis.metrics.mig import mig``) or from
-here. Nothing here imports torch. The BetaVAE and FactorVAE scores also take a representation
-function ``represent(classes) -> codes`` instead of arrays (``sampled_beta_vae_score``,
-``sampled_factor_vae_score``), to sample the full factor grid as disentanglement_lib does, or
-a ``GridPool`` of grid points encoded once (``grid_pool``) to draw the same pairs and batches
-from far fewer encodings. ``analysis.metrics.registry`` lists the metrics ``analysis.evaluate``
-computes, with their results columns.
+here. Nothing here imports torch. ``analysis.metrics.registry`` lists the metrics
+``analysis.evaluate`` computes, with their results columns.
 """
 
 from analysis.metrics._grid import GridPool, RowSampler, grid_pool

@@ -1,17 +1,9 @@
-"""Sampling from a full factorial grid, for the BetaVAE and FactorVAE scores.
-
-Both scores need pairs or batches of samples that share the value of one factor and vary in the
-others at random. There are two ways to get them:
-
-- From a *representation function* ``represent(classes) -> codes`` that can encode any point of
-  the grid (render the images of the classes, then encode them), as disentanglement_lib's
-  ``sample_observations_from_factors`` does. The grid is then given by its factor sizes only,
-  and the points drawn are anywhere on it, whatever subset a model was trained or evaluated on.
-- From arrays of codes and factors alone. That is possible only when the samples cover every
-  combination of factor values (a full factorial grid); several samples of one combination are
-  allowed and picked between at random. On any other set of samples (a held-out split, a random
-  subset, correlated factors, as in Dittadi et al. 2021) the scores are ill-defined, and the
-  metrics return NaN with the reason.
+"""Sampling from a full factorial grid, for the BetaVAE and FactorVAE scores: pairs or batches of
+samples that share one factor's value and vary at random in the others, drawn either through a
+representation function ``represent(classes) -> codes`` anywhere on the grid (as
+disentanglement_lib does), or from arrays of codes and factors that cover every combination (else
+the scores are ill-defined: NaN with the reason). docs/analysis.md, "Bad input and the choices made
+for it", says more.
 """
 
 from __future__ import annotations
@@ -54,16 +46,12 @@ def factorial_grid(factors, *, max_combinations=10_000_000):
     if n_combinations > max_combinations:
         return f"the factors span {n_combinations:,} combinations, more than the {max_combinations:,} indexed"
     if n_combinations > factors.shape[0]:
-        return (
-            f"not a full factorial grid: {factors.shape[0]:,} samples cannot cover the "
-            f"{n_combinations:,} combinations of the factor values"
-        )
+        return (f"not a full factorial grid: {factors.shape[0]:,} samples cannot cover the "
+                f"{n_combinations:,} combinations of the factor values")
     n_present = np.unique(factors, axis=0).shape[0]
     if n_present < n_combinations:
-        return (
-            f"not a full factorial grid: {n_present:,} of the {n_combinations:,} combinations "
-            "of the factor values occur"
-        )
+        return (f"not a full factorial grid: {n_present:,} of the {n_combinations:,} combinations "
+                "of the factor values occur")
     grid = FactorialGrid(factors)
     if grid.varying.size == 0:
         return "every factor takes a single value"
@@ -83,9 +71,8 @@ def check_factor_sizes(factor_sizes):
         raise ValueError(f"factor_sizes must be a non-empty sequence of integers >= 1; got {sizes!r}.")
     sizes = np.asarray(sizes, dtype=np.int64)
     if not np.any(sizes > 1):
-        raise ValueError(
-            f"factor_sizes: every factor takes a single value ({sizes.tolist()}); nothing to score."
-        )
+        raise ValueError(f"factor_sizes: every factor takes a single value ({sizes.tolist()}); "
+                         "nothing to score.")
     return sizes
 
 
@@ -104,10 +91,9 @@ def represent_in_chunks(represent, classes, chunk_size=CHUNK_SIZE, n_codes=None)
         part = classes[start:start + chunk_size]
         codes = np.asarray(represent(part))
         if codes.ndim != 2 or codes.shape[0] != len(part) or codes.shape[1] < 1:
-            raise ValueError(
-                f"represent must return codes of shape (M, n_codes) for classes of shape (M, n_factors); "
-                f"for classes of shape {part.shape} it returned shape {codes.shape}."
-            )
+            raise ValueError(f"represent must return codes of shape (M, n_codes) for classes of shape "
+                             f"(M, n_factors); for classes of shape {part.shape} it returned shape "
+                             f"{codes.shape}.")
         if n_codes is not None and codes.shape[1] != n_codes:
             raise ValueError(f"represent returned {codes.shape[1]} codes per point after {n_codes}.")
         n_codes = codes.shape[1]
@@ -119,13 +105,10 @@ def represent_in_chunks(represent, classes, chunk_size=CHUNK_SIZE, n_codes=None)
 
 
 class _Sampler:
-    """What the BetaVAE and FactorVAE scores draw, in terms of grid classes and their codes.
-
-    ``sample(n)``: codes of n uniform grid points. ``pairs(fixed)``: codes of two grid points per
-    entry of ``fixed`` that share the value of factor ``fixed[i]`` and are independent otherwise.
-    ``batches(fixed, batch_size)``: (len(fixed), batch_size, n_codes) codes of batches whose
-    points share the value of factor ``fixed[i]``. Subclasses give ``sizes`` and ``codes_of``.
-    """
+    """What the BetaVAE and FactorVAE scores draw: ``sample(n)``, codes of n uniform grid points;
+    ``pairs(fixed)``, two grid points per entry sharing factor ``fixed[i]``'s value; ``batches(fixed,
+    batch_size)``, (len(fixed), batch_size, n_codes) codes of batches sharing it. Subclasses give
+    ``sizes`` and ``codes_of``."""
 
     def sample(self, n, rng):
         return self.codes_of(uniform_classes(self.sizes, n, rng), rng)
@@ -178,16 +161,10 @@ class SampledGrid(_Sampler):
 
 class GridPool(_Sampler):
     """``n_pool`` grid points drawn uniformly from the full grid and encoded once; build with
-    :func:`grid_pool`.
-
-    Every point, pair or batch the scores ask for is drawn from the pool, with replacement: a
-    point of a pair or batch that must share factor ``k``'s value ``v`` is a pool point with
-    ``k = v``, picked at random. Such pool points are a uniform sample of the grid's ``k = v``
-    slice, so each pair and batch has the distribution it has under disentanglement_lib's
-    sampling; they are no longer independent of each other, which adds variance, not bias. The
-    pool should hold several times ``batch_size`` points of each factor value, i.e. ``n_pool`` a
-    few times ``batch_size`` × the largest factor size.
-    """
+    :func:`grid_pool`. A point of a pair or batch that must share factor ``k``'s value ``v`` is a
+    pool point with ``k = v``, picked at random with replacement: each pair and batch has
+    disentanglement_lib's distribution, but they are not independent of each other (more
+    variance, no bias). ``n_pool`` should be a few times ``batch_size`` × the largest factor size."""
 
     def __init__(self, classes, codes, sizes):
         self.codes = codes
@@ -230,13 +207,10 @@ class GridPool(_Sampler):
 
 
 class RowSampler(GridPool):
-    """Samples drawn from a fixed set of rows, such as a model's training images, and encoded
-    afresh at every draw, as disentanglement_lib draws fresh observations: a point is a uniform
-    row; the partner of a pair, or a batch member, that must share factor ``k``'s value with a
-    first row is a uniform row among those with that value. ``classes`` (N, F) are the rows'
-    factor classes, ``encode(rows)`` gives the codes (M, n_codes) of row numbers 0..N−1. On a full
-    factorial grid this is disentanglement_lib's distribution; on any other set of rows (a
-    held-out split's training images) it is its restriction to those rows."""
+    """A :class:`GridPool` over a fixed set of rows, such as a model's training images, encoded afresh
+    at every draw (``encode(rows)``: codes of row numbers 0..N−1 of ``classes`` (N, F)). On a full
+    factorial grid this is disentanglement_lib's distribution; on other rows (a held-out split's
+    training images) its restriction to them."""
 
     def __init__(self, classes, encode, sizes):
         self._encode, self._n_codes = encode, None
@@ -264,13 +238,11 @@ def sampler_of(represent, factor_sizes):
     """The sampler for a representation function (with ``factor_sizes``) or a :class:`GridPool`."""
     if isinstance(represent, GridPool):
         if factor_sizes is not None and not np.array_equal(check_factor_sizes(factor_sizes), represent.sizes):
-            raise ValueError(
-                f"factor_sizes {list(getattr(factor_sizes, 'sizes', factor_sizes))} differ from the "
-                f"pool's {represent.sizes.tolist()}; pass factor_sizes=None with a GridPool."
-            )
+            raise ValueError(f"factor_sizes {list(getattr(factor_sizes, 'sizes', factor_sizes))} differ from "
+                             f"the pool's {represent.sizes.tolist()}; pass factor_sizes=None with a "
+                             "GridPool.")
         return represent
     if factor_sizes is None:
-        raise ValueError(
-            "factor_sizes is needed with a representation function (only a GridPool knows its own)."
-        )
+        raise ValueError("factor_sizes is needed with a representation function (only a GridPool knows "
+                         "its own).")
     return SampledGrid(represent, check_factor_sizes(factor_sizes))

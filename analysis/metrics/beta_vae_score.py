@@ -1,25 +1,15 @@
 """The BetaVAE score (Higgins et al., 2017), as disentanglement_lib computes it.
 
-One training point: pick a factor ``k`` at random, draw ``batch_size`` pairs of grid points that
-share the value of factor ``k`` and differ at random in the others, and average ``|z_1 − z_2|`` over
-the pairs. A logistic regression (scikit-learn's defaults) learns to tell ``k`` from that vector.
-The score is its accuracy on ``n_train`` training points and on ``n_eval`` fresh points.
-disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
-batch 64, 10,000 / 5,000 points.
+One training point: pick a factor ``k`` (one that takes more than one value) at random, draw
+``batch_size`` pairs of grid points that share the value of factor ``k``, and average
+``|z_1 − z_2|`` over the pairs. A logistic regression (scikit-learn's defaults) learns to tell
+``k`` from that vector; the score is its accuracy on ``n_train`` training points and on ``n_eval``
+fresh points (defaults: disentanglement_lib's study's batch 64, 10,000 / 5,000 points).
 
-Two entry points:
-
-:func:`sampled_beta_vae_score`
-    takes a representation function ``represent(classes) -> codes`` and the factor sizes, and
-    draws the pairs anywhere on the full grid, as disentanglement_lib does. Evaluating a model
-    this way uses grid points outside its training split too: the score describes the encoder
-    on the whole grid.
-:func:`beta_vae_score`
-    takes arrays of codes and factors and draws the pairs from those samples, so they must form
-    a full factorial grid (see ``analysis.metrics._grid``); otherwise the score is NaN and
-    ``"reason"`` says why.
-
-Only factors that take more than one value are picked as ``k``.
+:func:`sampled_beta_vae_score` draws the pairs anywhere on the full grid through a representation
+function ``represent(classes) -> codes``, as disentanglement_lib does; :func:`beta_vae_score`
+draws them from arrays of codes and factors, which must form a full factorial grid (see
+``analysis.metrics._grid``), else the score is NaN and ``"reason"`` says why.
 """
 
 from __future__ import annotations
@@ -54,19 +44,12 @@ def beta_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_00
 
 def sampled_beta_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
                            random_state=0):
-    """BetaVAE score of a representation over the full grid of ``factor_sizes``.
-
-    ``represent`` is either
-    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
-      (M, n_codes), called on at most 8,192 points at a time and ``2 * batch_size * (n_train +
-      n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes`` the number of
-      classes of each factor (or a FactorSpace); or
-    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
-      (``analysis.metrics.grid_pool``), from which the pairs are drawn (``factor_sizes`` may be
-      left out): far fewer encodings for the same number of points.
-
-    Returns the same dict as :func:`beta_vae_score`, with an empty ``"reason"``.
-    """
+    """BetaVAE score of a representation over the full grid of ``factor_sizes`` (class counts, or a
+    FactorSpace). ``represent`` maps integer classes (M, n_factors) to codes (M, n_codes), called
+    on at most 8,192 points at a time and ``2 * batch_size * (n_train + n_eval)`` points in all
+    (disentanglement_lib's sampling); or it is a :class:`~analysis.metrics._grid.GridPool` encoded
+    beforehand (``grid_pool``; ``factor_sizes`` may be left out), from which the pairs are drawn.
+    Returns the same dict as :func:`beta_vae_score`, with an empty ``"reason"``."""
     sampler = sampler_of(represent, factor_sizes)
     _check_budget(batch_size, n_train, n_eval)
     rng = np.random.default_rng(random_state)
@@ -89,11 +72,8 @@ def _score(grid, batch_size, n_train, n_eval, rng, random_state):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=ConvergenceWarning)
         model.fit(x_train, y_train)
-    return {
-        "beta_vae_train": float(np.mean(model.predict(x_train) == y_train)),
-        "beta_vae_eval": float(np.mean(model.predict(x_eval) == y_eval)),
-        "reason": "",
-    }
+    return {"beta_vae_train": float(np.mean(model.predict(x_train) == y_train)),
+            "beta_vae_eval": float(np.mean(model.predict(x_eval) == y_eval)), "reason": ""}
 
 
 def _points(sampler, n_points, batch_size, rng):

@@ -1,59 +1,25 @@
 """DCI: disentanglement, completeness and informativeness (Eastwood & Williams, 2018).
 
-One regressor or classifier is trained per ground-truth factor to predict that factor from the
-codes. How much each code matters to each factor gives an importance matrix ``R`` of shape
-``(n_codes, n_factors)``. From it:
+One regressor or classifier per ground-truth factor predicts that factor from the codes; how much
+each code matters to each factor gives an importance matrix ``R`` of shape ``(n_codes,
+n_factors)``. Disentanglement: how much each code is devoted to a single factor (row entropies);
+completeness: how much each factor is captured by a single code (column entropies);
+informativeness: how well the factors can be predicted (a classifier's accuracy, a lasso's R²,
+averaged over the factors that are not constant on the training set; a constant factor gets a zero
+column).
 
-- disentanglement: how much each code is devoted to a single factor (row entropies),
-- completeness: how much each factor is captured by a single code (column entropies),
-- informativeness: how well the factors can be predicted from the codes.
+Four estimators, whose numbers should not be mixed in one study (docs/analysis.md, "Metrics"):
+``"gbt"`` (disentanglement_lib's ``GradientBoostingClassifier``), ``"hist_gbt"`` (a faster
+``HistGradientBoostingClassifier``, early stopping off, importance = the total split gain on each
+code; it always picks the lower-indexed of two equally good codes, so a duplicated code does not
+lower completeness), ``"lasso_m21"`` (Montero et al. 2021's D-score) and ``"lasso_m22"`` (Montero
+et al. 2022's variant: codes z-scored, targets padded with noise to the number of codes, codes
+reordered by an optimal assignment, entropy base the number of codes). ``LassoCV``'s convergence
+warnings are silenced: the settings are fixed by the papers.
 
-Four estimators are offered; they give different numbers and should not be mixed in one study:
-
-``"gbt"``
-    disentanglement_lib's standard. A default ``GradientBoostingClassifier`` per factor,
-    importance = ``|feature_importances_|``, informativeness = classification accuracy.
-``"hist_gbt"``
-    A faster stand-in for ``"gbt"``: ``HistGradientBoostingClassifier`` (default settings,
-    early stopping off so that the number of trees does not depend on the sample size).
-    That estimator has no ``feature_importances_``, so the importance of a code is the total
-    split gain of the splits made on it, summed over all trees and normalised to sum to 1 per
-    factor. This is the same idea as the impurity-based importance of ``"gbt"`` (a total
-    decrease of the training loss) and costs nothing beyond the fit; permutation importance
-    was not used because it needs many extra predictions and gives redundant codes almost no
-    credit. One difference remains: when two codes split the data equally well, ``"gbt"``
-    picks one at random at each node, so duplicated codes share the credit, while
-    ``"hist_gbt"`` always picks the lower-indexed code, so a duplicated code does not lower
-    completeness. The factors, not the trees, are what is spread over the cores: a serial fit
-    uses one OpenMP thread.
-    Informativeness = classification accuracy.
-``"lasso_m21"``
-    Montero et al. (2021)'s D-score. Per factor ``LassoCV(cv=5, alphas=[0.02],
-    selection="random")``; the codes are centred but not scaled and the factor is z-scored
-    (with training statistics); ``R = |coef_|``. Disentanglement uses entropy base = number
-    of factors. A constant factor gets a zero column.
-``"lasso_m22"``
-    Montero et al. (2022)'s variant. As ``"lasso_m21"``, but the codes are z-scored too, the
-    targets are padded with standard-normal noise columns up to the number of codes, the codes
-    are reordered by an optimal assignment of codes to targets
-    (``scipy.optimize.linear_sum_assignment``) and the entropy base is the number of codes.
-    With no more codes than factors there is nothing to pad, and the base is the number of
-    factors (a base smaller than the number of factors would let D go below 0).
-
-``LassoCV``'s convergence warnings are silenced: the settings are fixed by the papers, and on
-codes that carry little information the solver often stops at ``max_iter``.
-
-For the lasso estimators the informativeness is the coefficient of determination R² of each
-factor's regressor (1 is perfect, 0 is no better than the mean), averaged over the non-constant
-factors. For the classifiers it is the accuracy, averaged over the non-constant factors. A factor
-that is constant on the training set has nothing to learn: it gets a zero column in ``R`` and is
-left out of the informativeness averages (which are NaN if every factor is constant).
-
-The per-factor estimators are fitted in parallel with joblib (its default process backend, or
-whatever backend a ``joblib.parallel_config`` context names). Every estimator gets a seed that
-is drawn before any fitting starts, so the parallel result equals the serial one exactly. The
-default ``n_jobs=None`` uses every core of the machine; a caller that has been given fewer
-(a Ray trial reserving one CPU, say) should pass its own ``n_jobs``.
+The factors are fitted in parallel with joblib, each with a seed drawn before any fitting starts,
+so the parallel result equals the serial one exactly. ``n_jobs=None`` uses every core; a caller
+given fewer (a Ray trial reserving one CPU) passes its own.
 """
 
 import numbers
@@ -70,7 +36,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from analysis.metrics._checks import check_pair, check_test_pair
+from analysis.metrics._checks import check_pair, check_test_pair, mean_or_nan
 
 __all__ = ["dci", "disentanglement", "completeness", "ESTIMATORS"]
 
@@ -84,31 +50,17 @@ _EPSILON = 1e-11
 _LASSO_MIN_TRAIN = 5
 
 
-# --------------------------------------------------------------------------------------------
-# Scores over an importance matrix
-# --------------------------------------------------------------------------------------------
-
-
 def disentanglement(importance_matrix):
-    """Disentanglement of an importance matrix of shape ``(n_codes, n_factors)``.
-
-    D = sum_i rho_i * (1 - H(R_i)), where H(R_i) is the entropy of code i's row of
-    importances (normalised to sum to 1 after adding 1e-11) in base n_factors, and rho_i is
-    the row's share of the total importance. Returns 1 when every code matters to at most
-    one factor, and 0 for an all-zero matrix. With a single factor every entropy is 0.
-    """
+    """Disentanglement of an importance matrix ``(n_codes, n_factors)``: Σ_i ρ_i (1 − H(R_i)), with
+    H(R_i) the entropy, in base n_factors, of code i's row (+1e-11, normalised) and ρ_i the row's
+    share of the total. 1 when every code matters to at most one factor; 0 for an all-zero matrix."""
     matrix = _check_importance_matrix(importance_matrix)
     return _weighted_specificity(matrix)
 
 
 def completeness(importance_matrix):
-    """Completeness of an importance matrix of shape ``(n_codes, n_factors)``.
-
-    The mirror image of :func:`disentanglement`: the entropy is taken over each factor's
-    column, in base n_codes, and each factor is weighted by its column's share of the total
-    importance. Returns 1 when every factor is captured by one code, and 0 for an all-zero
-    matrix.
-    """
+    """Completeness of an importance matrix ``(n_codes, n_factors)``: :func:`disentanglement`
+    over each factor's column, in base n_codes. 1 when every factor is captured by one code."""
     matrix = _check_importance_matrix(importance_matrix)
     return _weighted_specificity(matrix.T)
 
@@ -133,10 +85,8 @@ def _weighted_specificity(matrix):
 def _check_importance_matrix(importance_matrix):
     matrix = np.asarray(importance_matrix, dtype=float)
     if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
-        raise ValueError(
-            "importance_matrix must be a non-empty 2-D array of shape (n_codes, n_factors); "
-            f"got shape {matrix.shape}."
-        )
+        raise ValueError("importance_matrix must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got shape {matrix.shape}.")
     if not np.all(np.isfinite(matrix)):
         raise ValueError("importance_matrix contains NaN or infinite values.")
     if np.any(matrix < 0):
@@ -144,83 +94,44 @@ def _check_importance_matrix(importance_matrix):
     return matrix
 
 
-# --------------------------------------------------------------------------------------------
-# The metric
-# --------------------------------------------------------------------------------------------
+def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", test_fraction=0.33,
+        n_jobs=None, random_state=0):
+    """DCI disentanglement, completeness and informativeness of ``codes`` (n_samples, n_codes) for
+    ``factors`` (n_samples, n_factors): integer class labels for ``"gbt"`` and ``"hist_gbt"``,
+    numbers for the lasso estimators (module docstring).
 
+    ``codes_test``, ``factors_test``: a separate test set (both or neither); without one,
+    ``test_fraction`` of the samples are held out. ``n_jobs``: factors fitted at once (None: every
+    core; the result does not depend on it). ``random_state`` seeds the split, the estimators and
+    the noise targets of ``"lasso_m22"``.
 
-def dci(
-    codes,
-    factors,
-    *,
-    codes_test=None,
-    factors_test=None,
-    estimator="gbt",
-    test_fraction=0.33,
-    n_jobs=None,
-    random_state=0,
-):
-    """Compute DCI disentanglement, completeness and informativeness.
-
-    Parameters
-    ----------
-    codes : array of shape (n_samples, n_codes)
-        Representations (e.g. posterior means). Must be finite.
-    factors : array of shape (n_samples, n_factors)
-        Ground-truth factors. Integer class labels for ``"gbt"`` and ``"hist_gbt"``; the
-        lasso estimators use them as numbers (class indices are fine).
-    codes_test, factors_test : arrays, optional
-        A separate test set. Give both or neither. If neither is given, ``codes`` and
-        ``factors`` are split, with ``test_fraction`` of the samples held out.
-    estimator : {"gbt", "hist_gbt", "lasso_m21", "lasso_m22"}
-        Which estimator and conventions to use; see the module docstring.
-    test_fraction : float in (0, 1)
-        Share of samples held out when no test set is given.
-    n_jobs : int or None
-        Number of factors fitted at once. None (the default) uses all cores; 1 fits them
-        one after another, as disentanglement_lib does. The result does not depend on it.
-    random_state : int or None
-        Seeds the train/test split, the estimators and the noise targets of ``"lasso_m22"``.
-
-    Returns
-    -------
-    dict with
-        ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
-        ``"informativeness_test"`` (floats) and ``"importance_matrix"`` (array of shape
-        ``(n_codes, n_factors)``). The classifiers (``"gbt"``, ``"hist_gbt"``) also give each
-        factor's fitted readout: ``"accuracy_test"`` (n_factors,), its test accuracy (NaN for a
-        factor constant on the training set; their mean is ``"informativeness_test"``), and
-        ``"predictions_test"`` (n_test, n_factors), its predicted class of every test sample (a
-        constant factor's one training class), from which ``analysis.evaluation`` reads a
-        per-factor accuracy without fitting again. For ``"lasso_m22"`` the rows of ``importance_matrix``
-        are in the reordered code order, and two more entries are given:
-        ``"importance_matrix_padded"`` (the matrix including the noise targets, from which
-        D and C are computed) and ``"code_order"`` (the original index of each row).
+    Returns ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
+    ``"informativeness_test"`` and ``"importance_matrix"`` (n_codes, n_factors). The classifiers
+    also give each factor's readout: ``"accuracy_test"`` (n_factors,; NaN for a factor constant on
+    the training set) and ``"predictions_test"`` (n_test, n_factors; a constant factor's one
+    class), which ``analysis.evaluation`` reads without fitting again. ``"lasso_m22"`` gives its
+    matrix's rows in the reordered code order, ``"importance_matrix_padded"`` (with the noise
+    targets, from which D and C are computed) and ``"code_order"`` (each row's original index).
     """
     if estimator not in ESTIMATORS:
-        raise ValueError(
-            f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; got {estimator!r}."
-        )
+        raise ValueError(f"estimator must be one of {', '.join(repr(e) for e in ESTIMATORS)}; "
+                         f"got {estimator!r}.")
     classify = estimator in ("gbt", "hist_gbt")
     hint = " The gbt and hist_gbt estimators classify; use a lasso estimator for continuous factors."
     codes, factors = check_pair(codes, factors, discrete=classify, hint=hint)
-    codes_test, factors_test = check_test_pair(
-        codes, factors, codes_test, factors_test, discrete=classify, min_samples=2, hint=hint
-    )
+    codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test,
+                                               discrete=classify, min_samples=2, hint=hint)
     rng = check_random_state(random_state)
 
     if codes_test is None:
         if not (isinstance(test_fraction, numbers.Real) and 0.0 < test_fraction < 1.0):
             raise ValueError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}.")
         split_seed = rng.randint(np.iinfo(np.int32).max)
-        codes, codes_test, factors, factors_test = train_test_split(
-            codes, factors, test_size=test_fraction, random_state=split_seed
-        )
+        codes, codes_test, factors, factors_test = train_test_split(codes, factors, test_size=test_fraction,
+                                                                    random_state=split_seed)
     if not classify and codes.shape[0] < _LASSO_MIN_TRAIN:
-        raise ValueError(
-            f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
-            f"cross-validation); got {codes.shape[0]}."
-        )
+        raise ValueError(f"{estimator} needs at least {_LASSO_MIN_TRAIN} training samples (5-fold "
+                         f"cross-validation); got {codes.shape[0]}.")
 
     if classify:
         return _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
@@ -230,20 +141,17 @@ def dci(
 def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
     n_factors = factors.shape[1]
     seeds = rng.randint(np.iinfo(np.int32).max, size=n_factors)
-    tasks = [
-        (codes, factors[:, j], codes_test, factors_test[:, j], estimator, seeds[j]) for j in range(n_factors)
-    ]
+    tasks = [(codes, factors[:, j], codes_test, factors_test[:, j], estimator, seeds[j])
+             for j in range(n_factors)]
     results = _run(tasks, n_jobs)
     importance = np.stack([r[0] for r in results], axis=1)
-    return {
-        "disentanglement": _weighted_specificity(importance),
-        "completeness": _weighted_specificity(importance.T),
-        "informativeness_train": _mean_or_nan([r[1] for r in results]),
-        "informativeness_test": _mean_or_nan([r[2] for r in results]),
-        "importance_matrix": importance,
-        "accuracy_test": np.array([r[2] for r in results], dtype=float),
-        "predictions_test": np.stack([r[3] for r in results], axis=1),
-    }
+    return {"disentanglement": _weighted_specificity(importance),
+            "completeness": _weighted_specificity(importance.T),
+            "informativeness_train": mean_or_nan([r[1] for r in results]),
+            "informativeness_test": mean_or_nan([r[2] for r in results]),
+            "importance_matrix": importance,
+            "accuracy_test": np.array([r[2] for r in results], dtype=float),
+            "predictions_test": np.stack([r[3] for r in results], axis=1)}
 
 
 def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
@@ -277,26 +185,16 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
 
     n_targets = n_factors + n_noise
     seeds = rng.randint(np.iinfo(np.int32).max, size=n_targets)
-    tasks = []
-    for j in range(n_targets):
-        if j < n_factors and constant[j]:
-            tasks.append(None)
-            continue
-        target_test = y_test[:, j] if j < n_factors else None
-        tasks.append((x_train, y_train[:, j], x_test, target_test, estimator, seeds[j]))
-    fitted = _run([t for t in tasks if t is not None], n_jobs)
-    results = iter(fitted)
-    results = [None if t is None else next(results) for t in tasks]
-
+    fitted = [j for j in range(n_targets) if j >= n_factors or not constant[j]]  # constant: a zero column
+    tasks = [(x_train, y_train[:, j], x_test, y_test[:, j] if j < n_factors else None, estimator, seeds[j])
+             for j in fitted]
+    results = dict(zip(fitted, _run(tasks, n_jobs)))
     importance = np.zeros((n_codes, n_targets))
-    for j, r in enumerate(results):
-        if r is not None:
-            importance[:, j] = r[0]
-    real = [r for r in results[:n_factors] if r is not None]
-    out = {
-        "informativeness_train": _mean_or_nan([r[1] for r in real]),
-        "informativeness_test": _mean_or_nan([r[2] for r in real]),
-    }
+    for j, r in results.items():
+        importance[:, j] = r[0]
+    real = [r for j, r in results.items() if j < n_factors]
+    out = {"informativeness_train": mean_or_nan([r[1] for r in real]),
+           "informativeness_test": mean_or_nan([r[2] for r in real])}
     if estimator == "lasso_m21":
         out["disentanglement"] = _weighted_specificity(importance)
         out["completeness"] = _weighted_specificity(importance.T)
@@ -316,18 +214,10 @@ def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng)
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Fitting one factor
-# --------------------------------------------------------------------------------------------
-
-
 def _run(tasks, n_jobs):
-    """Fit every task, in parallel when more than one worker is useful; keep the task order.
-
-    In parallel, the costliest tasks are started first so that the workers finish at about
-    the same time. A multi-class boosted classifier grows one tree per class and stage, so
-    the cost of a classifier is taken to be its number of classes.
-    """
+    """Fit every task, in parallel when more than one worker is useful; keep the task order. In
+    parallel the costliest tasks start first, so that the workers finish together: a boosted
+    classifier grows one tree per class and stage, so its cost is taken as its number of classes."""
     if n_jobs is None:
         n_jobs = -1
     workers = min(effective_n_jobs(n_jobs), len(tasks))
@@ -348,13 +238,10 @@ def _run(tasks, n_jobs):
 
 def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
     """Fit one factor's estimator; return (importances over codes, train score, test score, test
-    predictions: a classifier's predicted classes, None for a lasso).
-
-    The inputs were checked (finite, matching shapes) before any fitting, so scikit-learn's own
-    per-call checks are switched off: a boosted classifier grows thousands of small trees, each
-    of which would re-validate its inputs and parameters (about a quarter of the fit's time on
-    300 samples). The numbers are the same to the last bit.
-    """
+    predictions: a classifier's classes, None for a lasso). The inputs were checked before any
+    fitting, so scikit-learn's per-call checks are off: each of a boosted classifier's thousands of
+    small trees would re-validate them (a quarter of the fit's time on 300 samples). The numbers
+    are the same to the last bit."""
     with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
         return _fit_checked(x_train, y_train, x_test, y_test, estimator, seed)
 
@@ -386,12 +273,9 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
 
 
 def _split_gain_importance(model, n_codes):
-    """Total split gain per code over all trees of a fitted HistGradientBoostingClassifier.
-
-    Normalised to sum to 1 (zeros if no split was made), like GradientBoostingClassifier's
-    ``feature_importances_``. Reads the fitted trees (``_predictors``), which scikit-learn
-    does not document; a clear error is raised if their layout ever changes.
-    """
+    """Total split gain per code over all trees of a fitted HistGradientBoostingClassifier,
+    normalised to sum to 1 (zeros if no split was made) like ``feature_importances_``. Reads the
+    undocumented fitted trees (``_predictors``); a clear error if their layout ever changes."""
     try:
         gains = np.zeros(n_codes)
         for iteration in model._predictors:
@@ -409,20 +293,10 @@ def _split_gain_importance(model, n_codes):
     return gains / total if total > 0 else gains
 
 
-# --------------------------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------------------------
-
-
 def _safe_std(array):
     std = array.std(axis=0)
     std[std == 0] = 1.0
     return std
-
-
-def _mean_or_nan(values):
-    values = [v for v in values if not np.isnan(v)]
-    return float(np.mean(values)) if values else float("nan")
 
 
 def score_dci(sample) -> dict:

@@ -1,29 +1,20 @@
 """Encoder or decoder? Montero et al. (2022)'s question about a failure on held-out combinations.
 
-When a model reconstructs held-out combinations of factor values badly, either
-
-- the **encoder** fails: it does not put the new images where the latent space says they belong.
-  Test: a linear readout from codes to the (normalised) factors is fitted on training codes. If the
-  encoder maps held-out images to the right place, the readout predicts their factors about as
-  well as it predicts those of training images it was not fitted on. A linear readout is used
-  because it extrapolates: a tree readout could not predict values outside its training range
-  whatever the encoder did.
-- or the **decoder** fails: given the codes the held-out images *should* have, it still does not
-  render them. The codes they should have come from the inverse map, a linear map from normalised
-  factors to codes fitted on training codes. Decoding those expected codes and scoring the result
-  against the true images (Bernoulli NLL per image) on held-out and on training images tells how
-  well the decoder renders the combinations it never saw.
+- The **encoder** fails when a linear readout from codes to the (normalised) factors, fitted on
+  training codes, predicts the factors of held-out images clearly worse than those of training
+  images it was not fitted on (linear, because it extrapolates: a tree readout could not).
+- The **decoder** fails when decoding the codes the held-out images *should* have (the inverse
+  linear map, factors → codes, fitted on training codes) scores clearly worse against the true
+  images (NLL per image) than the same on training images.
 
 **The verdict** is one rule for both sides (:func:`fails`): a side fails when
 
     error_test > ratio · error_train + margin,
 
-with ``ratio`` = 1.5 for both, ``margin`` = 0.05 for the encoder (MAE on factors in [0, 1]) and 0
-nats for the decoder (its NLL grows with the image size, so the ratio alone is the default
-criterion). M22 asks the question but states no threshold: these numbers are disgen's, chosen so
-that a model that generalises (held-out error within half again of the training error) is not
-blamed; they are parameters, and ``evaluate`` writes them into every row
-(``diagnosis_ratio``, ``diagnosis_encoder_margin``, ``diagnosis_decoder_margin``).
+with ``ratio`` = 1.5, ``margin`` = 0.05 for the encoder (MAE on factors in [0, 1]) and 0 nats for
+the decoder. M22 states no threshold: these numbers are disgen's, they are parameters, and
+``evaluate`` writes them into every row (``diagnosis_ratio``, ``diagnosis_encoder_margin``,
+``diagnosis_decoder_margin``).
 """
 
 from __future__ import annotations
@@ -51,29 +42,15 @@ def fails(error_train, error_test, ratio=RATIO, margin=0.0):
     return float(error_test > ratio * error_train + margin)
 
 
-def encoder_decoder_diagnosis(
-    codes,
-    factors,
-    codes_test,
-    factors_test,
-    *,
-    decode=None,
-    images=None,
-    images_test=None,
-    factor_ranges=None,
-    ratio=RATIO,
-    encoder_margin=ENCODER_MARGIN,
-    decoder_margin=DECODER_MARGIN,
-    likelihood="bernoulli",
-    holdout_fraction=0.25,
-    random_state=0,
-):
-    """Diagnose a failure on held-out combinations.
-
-    ``codes`` (n_train, n_codes), ``factors`` (n_train, n_factors): training images' codes and
-    factor values; ``codes_test``, ``factors_test``: the held-out images'. For the decoder side give
-    ``decode`` (a function from codes (n, n_codes) to pixel probabilities of the images' shape) and
-    ``images``, ``images_test`` (uint8 or [0, 1]) in the same row order as the codes.
+def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, decode=None, images=None,
+                              images_test=None, factor_ranges=None, ratio=RATIO,
+                              encoder_margin=ENCODER_MARGIN, decoder_margin=DECODER_MARGIN,
+                              likelihood="bernoulli", holdout_fraction=0.25, random_state=0):
+    """Diagnose a failure on held-out combinations. ``codes`` (n_train, n_codes), ``factors``
+    (n_train, n_factors): training images' codes and factor values; ``codes_test``,
+    ``factors_test``: the held-out images'. For the decoder side give ``decode`` (codes (n, n_codes)
+    → pixel probabilities of the images' shape) and ``images``, ``images_test`` (uint8 or [0, 1]) in
+    the codes' row order.
 
     Returns floats: ``encoder_error_train`` / ``encoder_error_test`` (readout MAE on factors in
     [0, 1], the train value on training images left out of the fit), ``decoder_nll_train`` /
@@ -90,14 +67,11 @@ def encoder_decoder_diagnosis(
     if (decode is None) != (images is None) or (images is None) != (images_test is None):
         raise ValueError("For the decoder side give decode, images and images_test together.")
     if images is not None:
-        for name, array, n in (
-            ("images", images, codes.shape[0]),
-            ("images_test", images_test, codes_test.shape[0]),
-        ):
+        for name, array, n in (("images", images, codes.shape[0]),
+                               ("images_test", images_test, codes_test.shape[0])):
             if np.shape(array)[0] != n:
-                raise ValueError(
-                    f"{name} must have shape ({n}, ...) to match the codes; got {np.shape(array)}."
-                )
+                raise ValueError(f"{name} must have shape ({n}, ...) to match the codes; "
+                                 f"got {np.shape(array)}.")
 
     everything = np.vstack([factors, factors_test])
     if factor_ranges is None:
@@ -116,27 +90,20 @@ def encoder_decoder_diagnosis(
     encoder_test = float(np.mean(np.abs(readout.predict(codes_test) - y_test)))
     encoder_fails = fails(encoder_train, encoder_test, ratio, encoder_margin)
 
-    out = {
-        "encoder_error_train": encoder_train,
-        "encoder_error_test": encoder_test,
-        "encoder_fails": encoder_fails,
-    }
+    out = {"encoder_error_train": encoder_train, "encoder_error_test": encoder_test,
+           "encoder_fails": encoder_fails}
     if decode is None:
         out.update(decoder_nll_train=float("nan"), decoder_nll_test=float("nan"), decoder_fails=float("nan"))
-        out["diagnosis"] = (
-            "encoder fails (decoder not tested)"
-            if encoder_fails
-            else "encoder generalises (decoder not tested)"
-        )
+        out["diagnosis"] = ("encoder fails (decoder not tested)" if encoder_fails
+                            else "encoder generalises (decoder not tested)")
         return out
 
     inverse = LinearRegression().fit(y[fit_rows], codes[fit_rows])
     images = np.asarray(images)
     expected_train = inverse.predict(y[check_rows])
     expected_test = inverse.predict(y_test)
-    decoder_train = float(
-        nll_per_image(images[check_rows], np.asarray(decode(expected_train)), likelihood=likelihood).mean()
-    )
+    decoder_train = float(nll_per_image(images[check_rows], np.asarray(decode(expected_train)),
+                                        likelihood=likelihood).mean())
     decoder_test = float(nll_per_image(images_test, np.asarray(decode(expected_test)),
                                        likelihood=likelihood).mean())
     decoder_fails = fails(decoder_train, decoder_test, ratio, decoder_margin)

@@ -1,27 +1,13 @@
 """Readout accuracy per factor: how well each generative factor can be read from the codes.
 
-A held-out split tests generalisation only when the models have learned, on their training
-images, the factors its rule recombines (``analysis.findings``): a model that cannot tell a
-square from an ellipse on training images cannot fail to generalise a square either. The
-evidence is one classifier per factor, codes → the factor's class, fitted on codes of training
-images and scored on codes of *other* training images.
-
-Two sources of that classifier, documented in docs/analysis.md ("Readout accuracy per factor"):
-
-- where DCI runs with a classifier (``"gbt"``, ``"hist_gbt"``), its per-factor fits are the
-  readout: ``analysis.metrics.dci`` returns their test predictions, and no second fit is made;
-- otherwise :func:`forest_predictions`: a random forest per factor
-  (``RandomForestClassifier(n_estimators=20, max_features=None)``: 20 fully grown trees on
-  bootstrap samples, every code considered at each split, seeded; other settings scikit-learn's
-  defaults), a small tree ensemble like DCI's boosted trees, so the two sources agree on what
-  "readable" means (a linear readout would call a non-monotone code unreadable). Every code is
-  considered at each split, as the boosted trees do: with scikit-learn's default of √K codes a
-  tree must often split on another factor's code, and then misreads combinations it never saw
-  (codes equal to the factors read at 0.98, not 1, on planted data).
-
-:func:`readout_accuracy` scores the predictions on the test samples that the readout did not
-train on, and gives chance beside each factor: 1 / the number of values the factor takes on the
-training images (a factor with one value there has nothing to read: NaN).
+The evidence ``analysis.findings`` needs before a held-out split counts: one classifier per factor,
+codes → the factor's class, fitted on codes of training images and scored on codes of *other*
+training images. The classifier is DCI's own fit where DCI runs with ``"gbt"`` or ``"hist_gbt"``,
+else :func:`forest_predictions` (``RandomForestClassifier(n_estimators=20, max_features=None)``,
+seeded; docs/analysis.md, "Readout accuracy per factor", says why trees and every code at each
+split). :func:`readout_accuracy` scores the predictions on the test samples the readout did not
+train on, beside chance: 1 / the number of values the factor takes on the training images (a
+factor with one value there has nothing to read: NaN).
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """The FactorVAE score (Kim & Mnih, 2018), as disentanglement_lib computes it.
 
-The variance of each code over ``n_variance`` random samples is its global variance; a code is
-active when the square root of its global variance (its standard deviation) is at least
-``prune_threshold`` (0.05), as disentanglement_lib's ``prune_dims`` keeps ``np.sqrt(variances) >=
-threshold`` with ``prune_dims.threshold = 0.05`` in its study's gin configs. That is a variance of
-at least 0.0025; inactive codes are ignored. One vote: pick a factor
-``k`` at random, draw ``batch_size`` samples that share the value of factor ``k``, divide each
-active code's variance within the batch by its global variance, and let the code with the smallest
-ratio vote for ``k``. The majority-vote classifier maps each code to the factor it voted for most;
-its accuracy over the votes is the score, computed on ``n_train`` votes and on ``n_eval`` fresh ones.
+A code is active when the standard deviation of its values over ``n_variance`` random samples (its
+global variance's square root) is at least ``prune_threshold`` (0.05, disentanglement_lib's
+``prune_dims``). One vote: pick a factor ``k`` at random, draw ``batch_size`` samples that share
+its value, and let the active code with the smallest within-batch variance relative to its global
+variance vote for ``k``. The majority-vote classifier's accuracy is the score, on ``n_train`` votes
+and on ``n_eval`` fresh ones (defaults: disentanglement_lib's study's batch 64, 10,000 / 5,000
+votes, 10,000 samples for the variances); 0 with no active code, as in disentanglement_lib.
 
-disentanglement_lib's study's sizes (its unsupervised_study_v1 gin configs) are the defaults:
-batch 64, 10,000 / 5,000 votes, 10,000 samples for the variances. With no active code the score
-is 0 (as in disentanglement_lib).
-
-As for the BetaVAE score there are two entry points: :func:`sampled_factor_vae_score` takes a
-representation function ``represent(classes) -> codes`` and the factor sizes and samples the whole
-grid, as disentanglement_lib does (for a trained model, that includes grid points outside its
-training split); :func:`factor_vae_score` takes arrays of codes and factors, which must form a
-full factorial grid, and otherwise returns NaN with the reason in ``"reason"``.
+As for the BetaVAE score, :func:`sampled_factor_vae_score` samples the whole grid through
+``represent(classes) -> codes``; :func:`factor_vae_score` takes arrays, which must form a full
+factorial grid, else NaN with the reason in ``"reason"``.
 """
 
 from __future__ import annotations
@@ -36,24 +28,14 @@ def majority_vote_accuracy(votes):
     the sum over codes of their largest count, over the total. NaN if there are no votes."""
     votes = np.asarray(votes, dtype=float)
     if votes.ndim != 2 or 0 in votes.shape:
-        raise ValueError(
-            f"votes must be a non-empty 2-D array of shape (n_codes, n_factors); got {votes.shape}."
-        )
+        raise ValueError(f"votes must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got {votes.shape}.")
     total = votes.sum()
     return float(votes.max(axis=1).sum() / total) if total > 0 else float("nan")
 
 
-def factor_vae_score(
-    codes,
-    factors,
-    *,
-    batch_size=64,
-    n_train=10_000,
-    n_eval=5_000,
-    n_variance=10_000,
-    prune_threshold=0.05,
-    random_state=0,
-):
+def factor_vae_score(codes, factors, *, batch_size=64, n_train=10_000, n_eval=5_000, n_variance=10_000,
+                     prune_threshold=0.05, random_state=0):
     """FactorVAE score of ``codes`` (n_samples, n_codes) for ``factors`` (n_samples, n_factors).
 
     Returns ``"factor_vae_train"``, ``"factor_vae_eval"`` (NaN where the samples are not a full
@@ -70,30 +52,12 @@ def factor_vae_score(
     return _score(ArrayGrid(codes, grid), batch_size, n_train, n_eval, n_variance, prune_threshold, rng)
 
 
-def sampled_factor_vae_score(
-    represent,
-    factor_sizes=None,
-    *,
-    batch_size=64,
-    n_train=10_000,
-    n_eval=5_000,
-    n_variance=10_000,
-    prune_threshold=0.05,
-    random_state=0,
-):
-    """FactorVAE score of a representation over the full grid of ``factor_sizes``.
-
-    ``represent`` is either
-    - a function mapping integer classes (M, n_factors), each column in ``0..size-1``, to codes
-      (M, n_codes), called on at most 8,192 points at a time and ``n_variance + batch_size *
-      (n_train + n_eval)`` points in all (disentanglement_lib's sampling), with ``factor_sizes``
-      the number of classes of each factor (or a FactorSpace); or
-    - a :class:`~analysis.metrics._grid.GridPool` of grid points encoded beforehand
-      (``analysis.metrics.grid_pool``), from which the variance sample and the batches are drawn
-      (``factor_sizes`` may be left out).
-
-    Returns the same dict as :func:`factor_vae_score`, with an empty ``"reason"``.
-    """
+def sampled_factor_vae_score(represent, factor_sizes=None, *, batch_size=64, n_train=10_000, n_eval=5_000,
+                             n_variance=10_000, prune_threshold=0.05, random_state=0):
+    """FactorVAE score of a representation over the full grid of ``factor_sizes``: ``represent`` is
+    a function or a ``GridPool``, as for :func:`~analysis.metrics.beta_vae_score.sampled_beta_vae_score`
+    (``n_variance + batch_size * (n_train + n_eval)`` points in all). Returns the same dict as
+    :func:`factor_vae_score`, with an empty ``"reason"``."""
     sampler = sampler_of(represent, factor_sizes)
     _check_budget(batch_size, n_train, n_eval, n_variance)
     rng = np.random.default_rng(random_state)
@@ -101,12 +65,8 @@ def sampled_factor_vae_score(
 
 
 def _check_budget(batch_size, n_train, n_eval, n_variance):
-    for name, value, least in (
-        ("batch_size", batch_size, 2),
-        ("n_train", n_train, 1),
-        ("n_eval", n_eval, 1),
-        ("n_variance", n_variance, 2),
-    ):
+    for name, value, least in (("batch_size", batch_size, 2), ("n_train", n_train, 1), ("n_eval", n_eval, 1),
+                               ("n_variance", n_variance, 2)):
         if not (isinstance(value, (int, np.integer)) and value >= least):
             raise ValueError(f"{name} must be an integer >= {least}; got {value!r}.")
 
@@ -121,12 +81,9 @@ def _score(grid, batch_size, n_train, n_eval, n_variance, prune_threshold, rng):
     eval_votes = _votes(grid, active, global_variance, n_eval, batch_size, rng)
     classifier = train_votes.argmax(axis=1)  # the factor each code votes for most
     rows = np.arange(global_variance.size)
-    return {
-        "factor_vae_train": majority_vote_accuracy(train_votes),
-        "factor_vae_eval": float(eval_votes[rows, classifier].sum() / eval_votes.sum()),
-        "n_active_codes": float(active.size),
-        "reason": "",
-    }
+    return {"factor_vae_train": majority_vote_accuracy(train_votes),
+            "factor_vae_eval": float(eval_votes[rows, classifier].sum() / eval_votes.sum()),
+            "n_active_codes": float(active.size), "reason": ""}
 
 
 def _votes(sampler, active, global_variance, n_votes, batch_size, rng):

@@ -1,13 +1,9 @@
 """MIG: the mutual information gap (Chen et al., 2018), as disentanglement_lib computes it.
 
-Each code is discretised into ``n_bins`` (20) equal-width bins over its own range. The mutual
-information ``I(code_i; factor_j)`` between every discretised code and every factor is computed
-with :func:`sklearn.metrics.mutual_info_score`, in nats. For each factor the gap between the
-largest and the second-largest mutual information, divided by the factor's entropy ``H(factor_j)``,
-says how much one code alone captures that factor. MIG is the mean gap over factors.
-
-A factor that takes a single value has zero entropy, so its gap is undefined (disentanglement_lib
-would divide by zero); it is left out of the mean and counted in ``n_factors_scored``.
+Each code is binned into ``n_bins`` (20) equal-width bins over its own range; ``I(code_i;
+factor_j)`` by :func:`sklearn.metrics.mutual_info_score` (nats). MIG is the mean over factors of
+(largest − second-largest mutual information) / ``H(factor_j)``. A factor that takes a single
+value has no entropy: it is left out of the mean and of ``n_factors_scored``.
 """
 
 from __future__ import annotations
@@ -77,11 +73,8 @@ def mig(codes, factors, *, n_bins=N_BINS):
     mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors)
     entropy = np.array([mutual_info_score(factors[:, j], factors[:, j]) for j in range(factors.shape[1])])
     entropy[np.setdiff1d(np.arange(factors.shape[1]), varying)] = 0.0
-    return {
-        "mig": mig_from_mutual_information(mutual_information, entropy),
-        "n_factors_scored": float(varying.size),
-        "mutual_information": mutual_information,
-    }
+    return {"mig": mig_from_mutual_information(mutual_information, entropy),
+            "n_factors_scored": float(varying.size), "mutual_information": mutual_information}
 
 
 def score_mig(sample) -> dict:

@@ -1,17 +1,11 @@
 """Modularity and explicitness (Ridgeway & Mozer, 2018), as disentanglement_lib computes them.
 
-**Modularity** uses the same 20-bin mutual information matrix ``M`` (n_codes, n_factors) as MIG.
-For code ``i`` let ``θ_i = max_j M[i, j]`` and let the template ``t_i`` be ``θ_i`` at that factor
-and 0 elsewhere. The deviation ``δ_i = Σ_j (M[i, j] − t_i[j])² / (θ_i² (n_factors − 1))`` is 0
-for a code that informs about one factor only and 1 for a code that informs equally about all.
-A code's modularity is ``1 − δ_i``; a code whose largest mutual information is 0 scores 0.
-Modularity is the mean over codes. With one factor every informative code scores 1.
-
-**Explicitness**: per factor, a logistic regression (scikit-learn's defaults) is trained on the
-standardised codes (mean and scale of the training codes) to classify the factor. The score is
-its one-vs-rest ROC-AUC, averaged over the factor's classes (only over the classes that occur,
-with some other class, in the set scored), then over factors. Factors that take a single value
-are left out.
+**Modularity**, on MIG's 20-bin mutual information matrix ``M`` (n_codes, n_factors): per code,
+``1 − Σ_j (M[i, j] − t_i[j])² / (θ_i² (n_factors − 1))`` with ``θ_i`` its largest entry and the
+template ``t_i`` keeping only that entry (0 for a code with ``θ_i = 0``); the mean over codes.
+**Explicitness**: per factor, a logistic regression (scikit-learn's defaults) on the codes
+standardised with the training statistics; its one-vs-rest ROC-AUC averaged over the factor's
+classes present in the scored set, then over factors. Factors with a single value are left out.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from analysis.metrics._checks import check_pair, check_test_pair, hold_out, varying_factors
+from analysis.metrics._checks import check_pair, check_test_pair, hold_out, mean_or_nan, varying_factors
 from analysis.metrics.mig import N_BINS, discretize, mutual_information_matrix
 
 __all__ = ["modularity_explicitness", "modularity", "explicitness"]
@@ -33,10 +27,8 @@ def modularity(mutual_information):
     """Modularity of a (n_codes, n_factors) matrix of mutual information (or any importances)."""
     matrix = np.asarray(mutual_information, dtype=float)
     if matrix.ndim != 2 or 0 in matrix.shape:
-        raise ValueError(
-            f"mutual_information must be a non-empty 2-D array of shape (n_codes, n_factors); "
-            f"got shape {matrix.shape}."
-        )
+        raise ValueError(f"mutual_information must be a non-empty 2-D array of shape (n_codes, n_factors); "
+                         f"got shape {matrix.shape}.")
     if np.any(matrix < 0) or not np.all(np.isfinite(matrix)):
         raise ValueError("mutual_information must be finite and non-negative.")
     theta = matrix.max(axis=1)
@@ -67,7 +59,7 @@ def explicitness(codes, factors, codes_test, factors_test, *, random_state=0):
             model.fit(x_train, factors[:, j])
         train_scores.append(_mean_auc(model, x_train, factors[:, j]))
         test_scores.append(_mean_auc(model, x_test, factors_test[:, j]))
-    return _nanmean(train_scores), _nanmean(test_scores)
+    return mean_or_nan(train_scores), mean_or_nan(test_scores)
 
 
 def _mean_auc(model, x, y):
@@ -80,14 +72,8 @@ def _mean_auc(model, x, y):
     return float(np.mean(aucs)) if aucs else float("nan")
 
 
-def _nanmean(values):
-    values = [v for v in values if not np.isnan(v)]
-    return float(np.mean(values)) if values else float("nan")
-
-
-def modularity_explicitness(
-    codes, factors, *, codes_test=None, factors_test=None, n_bins=N_BINS, test_fraction=0.33, random_state=0
-):
+def modularity_explicitness(codes, factors, *, codes_test=None, factors_test=None, n_bins=N_BINS,
+                            test_fraction=0.33, random_state=0):
     """Modularity (on all the given ``codes``) and explicitness (train and test ROC-AUC).
 
     ``codes`` (n_samples, n_codes), ``factors`` (n_samples, n_factors) of integer class labels.
@@ -101,16 +87,11 @@ def modularity_explicitness(
     mutual_information = mutual_information_matrix(discretize(codes, n_bins), factors[:, varying])
     if codes_test is None:
         codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
-    train, test = explicitness(
-        codes, factors[:, varying], codes_test, factors_test[:, varying], random_state=random_state
-    )
-    return {
-        "modularity": modularity(mutual_information),
-        "explicitness_train": train,
-        "explicitness_test": test,
-        "n_factors_scored": float(varying.size),
-        "mutual_information": mutual_information,
-    }
+    train, test = explicitness(codes, factors[:, varying], codes_test, factors_test[:, varying],
+                               random_state=random_state)
+    return {"modularity": modularity(mutual_information), "explicitness_train": train,
+            "explicitness_test": test, "n_factors_scored": float(varying.size),
+            "mutual_information": mutual_information}
 
 
 def score_modularity_explicitness(sample) -> dict:

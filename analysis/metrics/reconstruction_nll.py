@@ -1,15 +1,10 @@
-"""Reconstruction: the Bernoulli negative log-likelihood of images under a decoder's output.
+"""Reconstruction: the negative log-likelihood of images under a decoder's output, in nats per image.
 
-Per image, NLL = −Σ_pixels [x log p + (1 − x) log(1 − p)] in nats, where x is the image scaled
-to [0, 1] (uint8 images are divided by 255) and p the decoder's pixel probabilities, clipped to
-[1e-7, 1 − 1e-7] so that a confident wrong pixel costs a large but finite amount. Give ``logits``
-instead of ``probabilities`` for the exact value (log-sigmoid, no clipping). The papers report the
-mean over images, separately for training images and for each held-out condition's images.
-
-A model trained with the squared error (WAE-MMD, WAE-GAN, LieGroupVAE: ``likelihood="mse"``) is
-scored with the likelihood whose NLL that is, up to a constant: the Gaussian with mean p and
-variance ½ per pixel, NLL = Σ_pixels (x − p)² + (D/2)·log π for D pixels
-(:func:`gaussian_nll_per_image`). :func:`nll_per_image` picks by name: "bernoulli" or "gaussian".
+Bernoulli: ``−Σ_pixels [x log p + (1 − x) log(1 − p)]`` with x the image in [0, 1] (uint8 ÷ 255)
+and p the pixel probabilities clipped to [1e-7, 1 − 1e-7], or exact from ``logits``. A model
+trained with the squared error (``likelihood="mse"``) is scored under the Gaussian of mean p and
+variance ½ per pixel, whose NLL is ``Σ (x − p)² + (D/2)·log π`` (:func:`gaussian_nll_per_image`).
+:func:`nll_per_image` picks one by name: "bernoulli" or "gaussian".
 """
 
 from __future__ import annotations
@@ -37,9 +32,8 @@ _CLIP = 1e-7
 def _check_images(images, name):
     array = np.asarray(images)
     if array.ndim < 2 or array.shape[0] == 0:
-        raise ValueError(
-            f"{name} must have shape (n_images, ...pixels) with n_images >= 1; got {array.shape}."
-        )
+        raise ValueError(f"{name} must have shape (n_images, ...pixels) with n_images >= 1; "
+                         f"got {array.shape}.")
     if array.dtype == np.uint8:
         return array.astype(np.float64) / 255.0
     array = array.astype(np.float64)
@@ -56,9 +50,8 @@ def bernoulli_nll_per_image(images, probabilities=None, *, logits=None):
     if x.min() < 0 or x.max() > 1:
         raise ValueError("images must be uint8 (0..255) or floats in [0, 1].")
     name, output = ("probabilities", probabilities) if logits is None else ("logits", logits)
-    output = (
-        _check_images(output, name) if np.asarray(output).dtype != np.uint8 else np.asarray(output, float)
-    )
+    uint8 = np.asarray(output).dtype == np.uint8
+    output = np.asarray(output, float) if uint8 else _check_images(output, name)
     if output.shape != x.shape:
         raise ValueError(f"{name} must have the shape of images, {x.shape}; got {output.shape}.")
     if logits is None:

@@ -1,19 +1,12 @@
 """The metric registry: every metric ``analysis.evaluate`` computes, and the evaluation's settings.
 
-A metric is one module of ``analysis.metrics`` and one line of :data:`METRICS`. The module holds a
-plain function over arrays (``mig(codes, factors)``) and a function of the evaluation's sample
-(``score_mig(sample) -> dict``) that calls it with what the metric reads: the codes of the training
-draws, of the held-out images, the model itself (:data:`INPUTS`; ``analysis.evaluation.Sample``
-draws and encodes them once for every metric). The line gives the metric's name, that function,
-the results columns it writes (:class:`Column`: kind, unit, what a null means) and the inputs it
-reads. Everything else comes from the table: ``evaluate``'s loop, the NaN a row holds where a
-metric did not run, the results schema's metric columns (``analysis.schema``), the
-disentanglement scores the report correlates (:data:`DISENTANGLEMENT_SCORES`) and the names a
-grid's ``metrics`` setting accepts.
-docs/analysis.md, "Adding a metric", adds one step by step.
-
-:class:`EvaluationConfig` is how a trained model is evaluated: a trial's evaluation settings (each
-a results column) and ``evaluate``'s finer sampling options. Nothing here imports torch.
+A metric is one module of ``analysis.metrics`` (a plain function over arrays and a
+``score_<name>(sample) -> dict`` that calls it on the evaluation's sample) and one line of
+:data:`METRICS`: its name, that function, the results columns it writes (:class:`Column`) and the
+inputs it reads (:data:`INPUTS`). ``evaluate``'s loop, the NaN of a metric that did not run, the
+results schema's metric columns, the disentanglement scores the report correlates and the names a
+grid's ``metrics`` setting accepts all come from the table (docs/analysis.md, "Adding a metric").
+:class:`EvaluationConfig` is how a trained model is evaluated. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -102,8 +95,7 @@ def score(name: str, doc: str = "") -> Column:
     return Column(name, doc, disentanglement=True)
 
 
-# -- columns that more than one metric writes -----------------------------------------------------
-
+# Columns that more than one metric writes
 SCORE_SAMPLE = (
     Column("score_batch_size", "images per BetaVAE pair batch and FactorVAE vote", "int", "images",
            record=True),
@@ -117,8 +109,7 @@ SCORE_SAMPLE = (
 )
 MAE = "mean absolute error on factors scaled to [0, 1]"
 
-# -- the table: name → metric, in the order evaluate runs them ------------------------------------
-
+# The table: name → metric, in the order evaluate runs them
 METRICS: dict[str, Metric] = {
     "d_score": Metric(score_d_score, (score("d_score", "Montero et al. 2021's Lasso D-score"),),
                       ("training_draws",)),
@@ -159,7 +150,6 @@ METRICS: dict[str, Metric] = {
 }
 
 
-
 def metric_columns() -> list[Column]:
     """Every metric's columns, each once, in the table's order."""
     out: dict[str, Column] = {}
@@ -181,8 +171,7 @@ def nan_results() -> dict[str, float | None]:
             for metric in METRICS.values() for column in metric.columns if not column.record}
 
 
-# -- the evaluation's settings --------------------------------------------------------------------
-
+# The evaluation's settings
 DCI_ESTIMATORS = ("gbt", "hist_gbt", "none")  # a sweep's choices; evaluate also takes ESTIMATORS
 SCORE_SAMPLINGS = ("training", "grid")
 
@@ -232,7 +221,8 @@ class EvaluationConfig:
             raise ValueError(f"dci_estimator: unknown {self.dci_estimator!r}; choose one of "
                              f"{', '.join(DCI_ESTIMATORS)}")
         if self.metrics is not None:
-            if isinstance(self.metrics, str) or not all(isinstance(m, str) for m in self.metrics):
+            metrics = self.metrics
+            if not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics):
                 raise ValueError(f"metrics: expected a list of metric names, e.g. [dci, mig]; "
                                  f"got {self.metrics!r}")
             unknown = [m for m in self.metrics if m not in METRICS]
@@ -242,7 +232,7 @@ class EvaluationConfig:
         if self.transfer_factor is not None and not isinstance(self.transfer_factor, str):
             raise ValueError(f"transfer_factor: expected a factor name; got {self.transfer_factor!r}")
         chosen = self.transfer_regressors
-        if isinstance(chosen, str) or not chosen or not all(isinstance(r, str) for r in chosen):
+        if not isinstance(chosen, (list, tuple)) or not chosen or not all(isinstance(r, str) for r in chosen):
             raise ValueError(f"transfer_regressors: expected a non-empty list such as [gbt, mlp]; "
                              f"got {chosen!r}")
         unknown = [r for r in chosen if r not in REGRESSORS]
@@ -269,12 +259,6 @@ class EvaluationConfig:
         if estimator not in DCI_ESTIMATORS:
             raise ValueError(f"dci_estimator: unknown {estimator!r}; choose one of "
                              f"{', '.join(DCI_ESTIMATORS)}")
-        metrics, regressors = settings.get("metrics"), settings.get("transfer_regressors", ["gbt"])
-        if metrics is not None and not isinstance(metrics, (list, tuple)):
-            raise ValueError(f"metrics: expected a list of metric names, e.g. [dci, mig]; got {metrics!r}")
-        if not isinstance(regressors, (list, tuple)):
-            raise ValueError(f"transfer_regressors: expected a non-empty list such as [gbt, mlp]; "
-                             f"got {regressors!r}")
         given = {name: settings[name] for name in SETTING_DOCS if name in settings}
         return cls(**{**given, "transfer_factor": _transfer_factor(settings)})
 

@@ -1,18 +1,11 @@
 """SAP: the separated attribute predictability score (Kumar et al., 2018), as disentanglement_lib
 computes it.
 
-A score matrix ``S`` of shape (n_codes, n_factors) says how well each code *alone* predicts each
-factor:
-
-- discrete factors (the default, as in disentanglement_lib's study): ``S[i, j]`` is the test
-  accuracy of ``LinearSVC(C=0.01, class_weight="balanced")`` trained on code ``i`` to classify
-  factor ``j``;
-- continuous factors: ``S[i, j]`` is the coefficient of determination R² of a straight-line fit
-  of factor ``j`` on code ``i``, i.e. the squared correlation, computed on the training set.
-
-SAP is the mean over factors of the gap between the largest and the second-largest score in the
-factor's column. A factor that takes a single value is left out (disentanglement_lib would give
-it a zero column, which lowers the mean); NaN-free scores need at least two codes.
+A score matrix ``S`` (n_codes, n_factors) says how well each code *alone* predicts each factor: the
+test accuracy of ``LinearSVC(C=0.01, class_weight="balanced")`` on code ``i`` for factor ``j``
+(discrete, the default, as in disentanglement_lib's study), or the R² of a straight-line fit on the
+training set (continuous). SAP is the mean over factors of the gap between the two largest scores
+in the factor's column; a factor that takes a single value is left out (docs/analysis.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -33,43 +26,25 @@ def sap_from_score_matrix(score_matrix):
     return mean_top_two_gap(score_matrix)
 
 
-def sap(
-    codes,
-    factors,
-    *,
-    codes_test=None,
-    factors_test=None,
-    continuous=False,
-    test_fraction=0.33,
-    random_state=0,
-):
-    """SAP score of ``codes`` (n_samples, n_codes >= 2) about ``factors`` (n_samples, n_factors).
-
-    With ``continuous=False`` the factors are integer class labels and the scores are the test
-    accuracies of one linear SVM per (code, factor); the test set is ``codes_test`` and
-    ``factors_test`` or, if not given, ``test_fraction`` of the samples. With ``continuous=True``
-    the scores are R² on the training samples and no test set is used.
-
-    Returns a dict with ``"sap"``, ``"n_factors_scored"`` and ``"score_matrix"``.
-    """
+def sap(codes, factors, *, codes_test=None, factors_test=None, continuous=False, test_fraction=0.33,
+        random_state=0):
+    """SAP score of ``codes`` (n_samples, n_codes >= 2) about ``factors`` (n_samples, n_factors):
+    test accuracies of a linear SVM per (code, factor) on ``codes_test``/``factors_test`` or, without
+    them, on ``test_fraction`` of the samples; with ``continuous=True``, R² on the training samples.
+    Returns ``"sap"``, ``"n_factors_scored"`` and ``"score_matrix"``."""
     codes, factors = check_pair(codes, factors, min_codes=2, discrete=not continuous)
-    codes_test, factors_test = check_test_pair(
-        codes, factors, codes_test, factors_test, discrete=not continuous
-    )
+    codes_test, factors_test = check_test_pair(codes, factors, codes_test, factors_test,
+                                               discrete=not continuous)
     varying = varying_factors(factors)
     if continuous:
         score = _r_squared_matrix(codes, factors[:, varying])
     else:
         if codes_test is None:
             codes, codes_test, factors, factors_test = hold_out(codes, factors, test_fraction, random_state)
-        score = _accuracy_matrix(
-            codes, factors[:, varying], codes_test, factors_test[:, varying], random_state
-        )
-    return {
-        "sap": sap_from_score_matrix(score),
-        "n_factors_scored": float(varying.size),
-        "score_matrix": score,
-    }
+        score = _accuracy_matrix(codes, factors[:, varying], codes_test, factors_test[:, varying],
+                                 random_state)
+    return {"sap": sap_from_score_matrix(score), "n_factors_scored": float(varying.size),
+            "score_matrix": score}
 
 
 def _r_squared_matrix(codes, factors):

@@ -2,32 +2,18 @@
 under a distribution shift.
 
 Factors are normalised to [0, 1] (by ``factor_ranges`` or by their range over all given samples).
-One regressor per factor is trained to predict the factor from the codes, and the transfer score
-is its mean absolute error (MAE) on the shifted test set, averaged over the factors *except* the
-factor that defines the shift (the OOD factor). Lower is better. Two regressors, as in the paper:
+One regressor per factor predicts the factor from the codes; the score is its mean absolute error
+on the shifted test set, averaged over the factors *except* the OOD factor. Lower is better. The
+regressors, as in the paper: ``"gbt"`` (``GradientBoostingRegressor`` defaults) and ``"mlp"``
+(``MLPRegressor(hidden_layer_sizes=(256, 256))`` on codes standardised with the statistics of all
+the in-distribution codes, one BLAS thread); docs/analysis.md, "Metrics", says why.
 
-``"gbt"``
-    scikit-learn's ``GradientBoostingRegressor`` with its defaults (100 trees of depth 3, learning
-    rate 0.1, squared error). The paper's GBT settings were lost from our copy; these are the
-    defaults of the library disentanglement_lib's GBT metrics use.
-``"mlp"``
-    ``MLPRegressor(hidden_layer_sizes=(256, 256))`` on standardised codes, scikit-learn's other
-    defaults (ReLU, Adam, learning rate 1e-3, up to 200 epochs). Fitted with one BLAS thread.
-    The codes are standardised with the mean and scale of all the encoder's in-distribution codes
-    given (``codes``), not of one scenario's training subset: in OOD1-A the subset holds one value
-    of the OOD factor, its code is nearly constant there, and dividing by that tiny scale sent the
-    test codes thousands of units away.
-
-The scenarios (D21 §5), for an OOD factor with ordered values v_0 < … < v_{m−1}:
-
-- OOD1 (the encoder stays in distribution: all codes come from its training images), regressors
-  trained and tested on disjoint values of the OOD factor:
-  ``ood1_a`` trains on v_0 only and tests on the rest (D21: one colour → the other seven);
-  ``ood1_b`` trains on the upper half of the values and tests on the lower half (extrapolation);
-  ``ood1_c`` trains on v_0, v_2, … and tests on v_1, v_3, … (interpolation).
-- OOD2 (the encoder goes out of distribution): regressors trained on codes of the encoder's
-  training images, tested on codes of images it never saw (``codes_ood2``, ``factors_ood2``),
-  in disgen the held-out condition's test images.
+The scenarios (D21 §5), for an OOD factor with ordered values v_0 < … < v_{m−1}: OOD1 (all codes
+from the encoder's training images, regressors trained and tested on disjoint values of the OOD
+factor): ``ood1_a`` trains on v_0 and tests on the rest, ``ood1_b`` trains on the upper half and
+tests on the lower half, ``ood1_c`` trains on v_0, v_2, … and tests on v_1, v_3, …; OOD2: trained
+on codes of the encoder's training images, tested on codes of images it never saw (``codes_ood2``,
+``factors_ood2``; in disgen the held-out condition's test images).
 """
 
 from __future__ import annotations
@@ -53,11 +39,8 @@ def ood1_scenarios(ood_values):
     ood_values = np.asarray(ood_values)
     values = np.unique(ood_values)
     m = values.size
-    chosen = {
-        "ood1_a": (values[:1], values[1:]),
-        "ood1_b": (values[m // 2 :], values[: m // 2]),
-        "ood1_c": (values[0::2], values[1::2]),
-    }
+    chosen = {"ood1_a": (values[:1], values[1:]), "ood1_b": (values[m // 2 :], values[: m // 2]),
+              "ood1_c": (values[0::2], values[1::2])}
     scenarios = {}
     for name, (train_values, test_values) in chosen.items():
         if train_values.size and test_values.size:
@@ -101,43 +84,26 @@ def readout_mae(codes, factors, codes_test, factors_test, *, regressor="gbt", ra
     return errors
 
 
-def transfer_score(
-    codes,
-    factors,
-    *,
-    ood_factor=None,
-    codes_ood2=None,
-    factors_ood2=None,
-    regressors=REGRESSORS,
-    factor_ranges=None,
-    ood2_excluded=None,
-    min_train=10,
-    random_state=0,
-):
+def transfer_score(codes, factors, *, ood_factor=None, codes_ood2=None, factors_ood2=None,
+                   regressors=REGRESSORS, factor_ranges=None, ood2_excluded=None, min_train=10,
+                   random_state=0):
     """D21's transfer scores of ``codes`` (n_samples, n_codes), the encoder's training images, with
-    ``factors`` (n_samples, n_factors) as numbers (class indices or values).
-
-    ``ood_factor`` (column index) defines OOD1-A/B/C; None skips OOD1. ``codes_ood2`` and
-    ``factors_ood2`` (images the encoder never saw) give OOD2; ``ood2_excluded`` lists the factor
-    columns left out of the OOD2 average (default: ``ood_factor`` if given, else none).
-    ``factor_ranges`` (n_factors, 2) of (min, max) normalises the factors; by default the range over
-    all given samples. Factors that are constant everywhere are left out of every average.
-
-    Returns ``"transfer_<regressor>_<scenario>"`` (mean MAE, lower is better) for each regressor and
-    scenario, and ``"n_factors_scored"``.
-    """
+    ``factors`` (n_samples, n_factors) as numbers. ``ood_factor`` (a column) defines OOD1-A/B/C
+    (None: no OOD1); ``codes_ood2``, ``factors_ood2`` (images the encoder never saw) give OOD2, whose
+    average leaves out ``ood2_excluded`` (default: ``ood_factor``). ``factor_ranges`` (n_factors, 2)
+    normalises the factors (default: their range over all samples); constant factors are left out.
+    Returns ``"transfer_<regressor>_<scenario>"`` (mean MAE, lower is better) and
+    ``"n_factors_scored"``."""
     codes, factors = check_pair(codes, factors, discrete=False)
     codes_ood2, factors_ood2 = check_test_pair(codes, factors, codes_ood2, factors_ood2, discrete=False)
     unknown = set(regressors) - set(REGRESSORS)
     if unknown or not regressors:
         raise ValueError(f"regressors must be a non-empty subset of {REGRESSORS}; got {regressors!r}.")
     n_factors = factors.shape[1]
-    if ood_factor is not None and not (
-        isinstance(ood_factor, (int, np.integer)) and 0 <= ood_factor < n_factors
-    ):
-        raise ValueError(
-            f"ood_factor must be a column index of factors (0..{n_factors - 1}); got {ood_factor!r}."
-        )
+    column = isinstance(ood_factor, (int, np.integer)) and 0 <= ood_factor < n_factors
+    if ood_factor is not None and not column:
+        raise ValueError(f"ood_factor must be a column index of factors (0..{n_factors - 1}); "
+                         f"got {ood_factor!r}.")
     if ood_factor is None and codes_ood2 is None:
         raise ValueError("Give ood_factor (for OOD1), or codes_ood2 and factors_ood2 (for OOD2), or both.")
 
@@ -178,15 +144,8 @@ def transfer_score(
             if x_train.shape[0] < min_train or not keep.any():
                 out[key] = float("nan")
                 continue
-            errors = readout_mae(
-                x_train,
-                normalise(y_train)[:, keep],
-                x_test,
-                normalise(y_test)[:, keep],
-                regressor=kind,
-                random_state=random_state,
-                standardise_by=codes,
-            )
+            errors = readout_mae(x_train, normalise(y_train)[:, keep], x_test, normalise(y_test)[:, keep],
+                                 regressor=kind, random_state=random_state, standardise_by=codes)
             out[key] = float(errors.mean())
     return out
 

@@ -217,3 +217,14 @@ def _bad_input_cases():
 def test_bad_input(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
         dci(*args, **kwargs)
+
+
+def test_informativeness_is_the_mean_over_the_scored_factors():
+    """A constant factor is left out of the mean (NaN accuracy); the others count, each once."""
+    rng = np.random.default_rng(0)
+    factors = np.stack([rng.integers(0, 3, 300), rng.integers(0, 4, 300), np.zeros(300, int)], axis=1)
+    codes = np.column_stack([factors[:, 0] + rng.normal(0, 0.3, 300), rng.normal(size=300)])
+    result = dci(codes, factors, estimator="hist_gbt", n_jobs=1)
+    accuracy = result["accuracy_test"]
+    assert np.isnan(accuracy[2]) and accuracy[0] > accuracy[1] + 0.2
+    assert result["informativeness_test"] == pytest.approx(np.mean(accuracy[:2]))
