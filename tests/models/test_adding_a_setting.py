@@ -75,8 +75,8 @@ test_free_bits_is_a_loss_setting_of_at_least_zero()
 from models.config import PARTS, with_settings_table
 parts = [p for p, part in PARTS.items() if "free_bits" in {f.name for f in dataclasses.fields(part)}]
 assert parts == ["loss"], parts
-from models.packed import SCALAR_FIELDS, pack_key
-assert "free_bits" in SCALAR_FIELDS and pack_key(ModelConfig(free_bits=0.5)) == pack_key(ModelConfig())
+from models.packed import SCALAR_FIELDS, vmap_group_key
+assert "free_bits" in SCALAR_FIELDS and vmap_group_key(ModelConfig(free_bits=0.5)) == vmap_group_key(ModelConfig())
 from analysis.schema import MODEL_SETTINGS, TRIALS_SCHEMA
 column = TRIALS_SCHEMA.field("free_bits")
 assert MODEL_SETTINGS["free_bits"] == "float" and column.type == pa.float64(), column
