@@ -76,7 +76,8 @@ from models.config import PARTS, with_settings_table
 parts = [p for p, part in PARTS.items() if "free_bits" in {f.name for f in dataclasses.fields(part)}]
 assert parts == ["loss"], parts
 from models.packed import SCALAR_FIELDS, vmap_group_key
-assert "free_bits" in SCALAR_FIELDS and vmap_group_key(ModelConfig(free_bits=0.5)) == vmap_group_key(ModelConfig())
+assert "free_bits" in SCALAR_FIELDS
+assert vmap_group_key(ModelConfig(free_bits=0.5)) == vmap_group_key(ModelConfig())
 from analysis.schema import MODEL_SETTINGS, TRIALS_SCHEMA
 column = TRIALS_SCHEMA.field("free_bits")
 assert MODEL_SETTINGS["free_bits"] == "float" and column.type == pa.float64(), column
