@@ -23,6 +23,7 @@ from analysis import storage
 from analysis.loading import ERRORS_FILE
 from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
+from data_pipeline.config import DATA_SOURCES
 from sweeps import plan_record
 from sweeps.errors import UsageError
 from sweeps.grid import (
@@ -57,6 +58,11 @@ def _presets_epilog() -> str:
         lines += textwrap.wrap(f"{name}: {spec['description']}", width=100, initial_indent="  ",
                                subsequent_indent="      ")
     return "\n".join(lines)
+
+
+# the choices of --search and --scheduler (run() checks its keywords against the same)
+SEARCHES = ("grid", "optuna")
+SCHEDULERS = ("none", "asha")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,14 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-minutes", type=float, default=5.0,
                         help="also checkpoint when this many minutes have passed since a trial's last "
                              "checkpoint, so a lost node costs minutes of training (0: by steps only)")
-    parser.add_argument("--search", choices=["grid", "optuna"], default="grid",
+    parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
                              "grid's 'search' space for --num-samples trials")
     parser.add_argument("--num-samples", type=int, default=8, help="trials to sample with --search optuna")
-    parser.add_argument("--scheduler", choices=["none", "asha"], default="none",
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default="none",
                         help="asha: stop poorly training trials early (ASHA on the training loss); "
-                             "stopped trials get no row in trials.parquet")
-    parser.add_argument("--data-source", choices=["procedural", "real", "prepared"], default=None,
+                             "a stopped trial's row has status 'stopped' and no metrics")
+    parser.add_argument("--data-source", choices=DATA_SOURCES, default=None,
                         help="procedural: images rendered by disgen's generators; real: the datasets' "
                              "real files from --data-dir; prepared: DIR/<dataset>/ as python -m "
                              "data_pipeline.prepare wrote it, DIR a folder or URI (s3://…) (default: the "
@@ -446,8 +452,7 @@ def options(**values) -> argparse.Namespace:
 _NUMBERS = ("cpus_per_trial", "gpus_per_trial", "max_concurrent_trials", "num_cpus", "checkpoint_every",
             "checkpoint_minutes", "num_samples", "max_failures")
 _WHOLE = ("max_concurrent_trials", "num_cpus", "checkpoint_every", "num_samples", "max_failures")
-_CHOICES = {"search": ("grid", "optuna"), "scheduler": ("none", "asha"),
-            "data_source": (None, "procedural", "real", "prepared")}
+_CHOICES = {"search": SEARCHES, "scheduler": SCHEDULERS, "data_source": (None, *DATA_SOURCES)}
 
 
 def run(grid_or_trials="default", *, scale: str = "smoke", storage_path: str = DEFAULT_STORAGE,
