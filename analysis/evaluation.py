@@ -18,20 +18,20 @@ import logging
 import numpy as np
 
 from analysis.metrics import GridPool, RowSampler, grid_pool
-from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
+from analysis.metrics.factor_readout import READOUT_SCORES, factor_readout_scores
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
 from analysis.metrics.transfer_score import transfer_factor_of
-from analysis.schema import READOUT_FACTORS
+from analysis.schema import READOUT_COLUMNS
 from models.evaluation import decode_probabilities, encode_means, nll_per_image
 from models.evaluation import reconstruct as _reconstruct
 
 _log = logging.getLogger(__name__)
 
 __all__ = ["EvaluationConfig", "METRICS", "Sample", "evaluate", "factor_readout", "grid_score_sizes",
-           "model_likelihood", "no_readout", "reconstruction_nll_per_image", "sample_without_replacement",
-           "transfer_factor_of"]
+           "model_likelihood", "no_readout", "readout_columns", "reconstruction_nll_per_image",
+           "sample_without_replacement", "transfer_factor_of"]
 
 
 def sample_without_replacement(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
@@ -110,8 +110,7 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
             out.update(result)
     out.update(factor_readout(sample.space, dataset.classes[train], sample.rows, sample.rows_check,
                               sample.codes, sample.factors, sample.codes_check, sample.factors_check,
-                              dci_result=sample.shared.get("dci"),
-                              dci_estimator=config.dci_estimator, random_state=seed))
+                              random_state=seed))
     return out
 
 
@@ -122,13 +121,12 @@ class Sample:
     replacement (disentanglement_lib's two batches); at most ``n_metric`` held-out images, without
     replacement; the BetaVAE/FactorVAE ``score_pool`` (source None where fewer than 2 training
     images); the model's ``encode(rows)`` and ``decode(codes)`` (float64 pixel probabilities).
-    ``factor_ranges`` is each factor's class range; ``shared`` holds results one metric leaves for
-    another (DCI's for the readout)."""
+    ``factor_ranges`` is each factor's class range."""
 
     def __init__(self, model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood):
         self.model, self.dataset, self.split, self.config = model, dataset, split, config
         self.seed, self.n_jobs, self.train, self._test, self._rng = seed, n_jobs, train, test, rng
-        self.likelihood, self.space, self.shared = likelihood, dataset.factor_space, {}
+        self.likelihood, self.space = likelihood, dataset.factor_space
         sizes = np.asarray(self.space.sizes)
         self.factor_ranges = np.stack([np.zeros(self.space.n_factors), sizes - 1.0], axis=1)
         self._parts: dict = {}
@@ -231,40 +229,41 @@ class _Inputs:
 
 
 def no_readout(space) -> dict:
-    """The readout keys of a model that has no encoder to read (the ground-truth decoder) or is not
-    read (the composition network): NaN accuracies and chances, no samples, estimator "none"."""
-    out: dict = {"readout_estimator": "none", "readout_n_train": 0, "readout_n_test": 0,
-                 "factor_readout": "{}"}
-    for name in space.names:
-        if name in READOUT_FACTORS:
-            out[f"accuracy_{name}"] = out[f"chance_{name}"] = float("nan")
+    """The readout keys of a model whose codes are not read (the composition network): NaN scores
+    and chances, no samples, estimator "none"."""
+    nothing = {name: {"kind": kind, "score": float("nan"), "chance": float("nan")}
+               for name, kind in zip(space.names, space.kinds)}
+    return readout_columns(nothing, "none", 0, 0)
+
+
+def readout_columns(scores: dict[str, dict], estimator: str, n_train: int, n_test: int) -> dict:
+    """A row's readout keys from per-factor ``{"kind", "score", "chance"}``: ``accuracy_<factor>``
+    and ``chance_<factor>`` for a categorical factor, ``r2_<factor>`` for the others (the factors
+    of :data:`analysis.schema.READOUT_COLUMNS`), ``factor_readout`` (JSON, every factor, null for
+    NaN), ``readout_estimator``, ``readout_n_train`` and ``readout_n_test``."""
+    out: dict = {"readout_estimator": estimator, "readout_n_train": int(n_train),
+                 "readout_n_test": int(n_test)}
+    for name, entry in scores.items():
+        column = f"{READOUT_SCORES[entry['kind']]}_{name}"
+        if column in READOUT_COLUMNS:
+            out[column] = float(entry["score"])
+            if entry["kind"] == "categorical":
+                out[f"chance_{name}"] = float(entry["chance"])
+    finite = lambda value: None if np.isnan(value) else float(value)  # noqa: E731
+    out["factor_readout"] = json.dumps({name: {"kind": e["kind"], "score": finite(e["score"]),
+                                               "chance": finite(e["chance"])} for name, e in scores.items()})
     return out
 
 
 def factor_readout(space, training_classes: np.ndarray, rows: np.ndarray, rows_test: np.ndarray, codes,
-                   factors, codes_test, factors_test, *, dci_result: dict | None = None,
-                   dci_estimator: str | None = None, random_state: int = 0) -> dict:
-    """The readout accuracy per factor on held-in training images: ``accuracy_<factor>`` and
-    ``chance_<factor>`` (for :data:`analysis.schema.READOUT_FACTORS`), ``readout_estimator``,
-    ``readout_n_train``, ``readout_n_test`` and ``factor_readout`` (JSON, every factor). The readout
-    is fitted on ``rows``/``codes``/``factors`` and scored on the test draws whose images are not
-    among them: DCI's classifier predictions where ``dci_result`` has them, else a random forest per
-    factor. ``training_classes`` (all the training images') give chance."""
-    n_values = np.array([np.unique(training_classes[:, j]).size for j in range(space.n_factors)])
-    if dci_result is not None and dci_result.get("predictions_test") is not None:
-        predictions, estimator = dci_result["predictions_test"], f"dci_{dci_estimator}"
-    else:
-        predictions = forest_predictions(codes, factors, codes_test, random_state=random_state)
-        estimator = "random_forest"
+                   classes, codes_test, classes_test, *, random_state: int = 0) -> dict:
+    """The readout per factor on held-in training images (:func:`readout_columns`' keys): a forest
+    per factor fitted on ``rows``/``codes``/``classes`` and scored, in the score of the factor's
+    kind, on the test draws whose images are not among them
+    (:mod:`analysis.metrics.factor_readout`). ``training_classes`` (all the training images')
+    give chance."""
     scored = ~np.isin(rows_test, rows)
-    accuracy = readout_accuracy(predictions, factors_test, scored, n_values)
-    chances = 1.0 / n_values
-    out: dict = {"readout_estimator": estimator, "readout_n_train": int(len(rows)),
-                 "readout_n_test": int(scored.sum())}
-    for name, value, level in zip(space.names, accuracy, chances):
-        if name in READOUT_FACTORS:
-            out[f"accuracy_{name}"], out[f"chance_{name}"] = float(value), float(level)
-    out["factor_readout"] = json.dumps({
-        name: {"accuracy": None if np.isnan(value) else float(value), "chance": float(level)}
-        for name, value, level in zip(space.names, accuracy, chances)})
-    return out
+    scores = factor_readout_scores(space, codes, classes, np.asarray(codes_test)[scored],
+                                   np.asarray(classes_test)[scored], training_classes,
+                                   random_state=random_state)
+    return readout_columns(scores, "random_forest", len(rows), int(scored.sum()))

@@ -120,9 +120,12 @@ PROVENANCE_FIELDS = [
     schema_field("device_name", GROUP, null="not a CUDA device"),  # e.g. NVIDIA H100 80GB HBM3
 ]
 
-# The factors that have readout columns (accuracy_<factor>, chance_<factor>): every factor name of
-# every registered dataset (data_pipeline.spaces), in registry order.
-READOUT_FACTORS = tuple(dict.fromkeys(name for dataset in DATASETS for name in factor_space(dataset).names))
+# The readout columns (analysis.metrics.factor_readout): for every factor of every registered dataset
+# (data_pipeline.spaces), in registry order, accuracy_<factor> and chance_<factor> where it is
+# categorical, r2_<factor> where it is ordinal or circular.
+READOUT_COLUMNS = tuple(dict.fromkeys(
+    column for space in map(factor_space, DATASETS) for name, kind in zip(space.names, space.kinds)
+    for column in ((f"accuracy_{name}", f"chance_{name}") if kind == "categorical" else (f"r2_{name}",))))
 
 # A metric column's type, from its kind in the registry (analysis.metrics.registry.Column).
 METRIC_KINDS = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "group": GROUP,
@@ -145,17 +148,17 @@ METRIC_FIELDS = [
     # test on metric_n_test drawn independently (MIG and D-score: the first)
     pa.field("metric_n_train", pa.int64()),
     pa.field("metric_n_test", pa.int64()),
-    # Added by issue 26: the readout accuracy per factor on held-in training images (docs/analysis.md,
-    # "Readout accuracy per factor"): accuracy_<factor> on training images the readout did not fit,
-    # chance_<factor> = 1 / the factor's number of values on the training images; null where the
-    # row's dataset has no such factor, and in files written before.
-    *[pa.field(f"{kind}_{name}", pa.float64())
-      for name in READOUT_FACTORS for kind in ("accuracy", "chance")],
-    pa.field("readout_estimator", GROUP),  # dci_gbt, dci_hist_gbt (DCI's fits) or random_forest
+    # The readout per factor on held-in training images (docs/analysis.md, "Readout per factor"),
+    # scored on training images the readout did not fit: accuracy_<factor> and chance_<factor> (1 /
+    # its number of values on the training images) for a categorical factor, r2_<factor> for an
+    # ordinal or circular one; null where the row's dataset has no such factor, and in files
+    # written before.
+    *[pa.field(column, pa.float64()) for column in READOUT_COLUMNS],
+    pa.field("readout_estimator", GROUP),  # random_forest (a VAE's codes), decoder_likelihood, or none
     pa.field("readout_n_train", pa.int64()),  # training-image codes the readout was fitted on
     pa.field("readout_n_test", pa.int64()),  # other training images it was scored on
-    # every factor of the row's dataset, names outside READOUT_FACTORS too (a labelled dataset's):
-    # JSON {factor: {"accuracy": a, "chance": c}}, null where NaN
+    # every factor of the row's dataset, names outside READOUT_COLUMNS too (a labelled dataset's):
+    # JSON {factor: {"kind": k, "score": s, "chance": c}}, null where NaN
     pa.field("factor_readout", pa.string()),
     pa.field("train_seconds", pa.float64()),
     pa.field("eval_seconds", pa.float64()),

@@ -3,12 +3,16 @@
 :func:`evaluate_task` returns the keys :func:`analysis.evaluation.evaluate` returns for a VAE, so a
 sweep stores every task in the same table: ``train_nll`` / ``test_nll`` (mean Bernoulli NLL per
 image, nats) on training and held-out images, ``n_train_images`` / ``n_test_images``, and NaN for
-every disentanglement, transfer and diagnosis metric and the readout (``readout_estimator``
-"none"): the ground-truth decoder has no encoder (its code *is* the factor values), and Montero et
-al. report only the composition network's NLLs (score its encoder with ``evaluate`` if needed).
+every disentanglement, transfer and diagnosis metric: the ground-truth decoder has no encoder (its
+code *is* the factor values), and Montero et al. report only the composition network's NLLs (score
+its encoder with ``evaluate`` if needed).
 
 **Ground-truth decoder.** The NLL of each row's image decoded from that row's factor values; at
-most ``n_nll`` rows of each side, drawn as ``evaluate`` draws them (same seed, same rows).
+most ``n_nll`` rows of each side, drawn as ``evaluate`` draws them (same seed, same rows). Its
+readout per factor asks whether it learned to *render* each factor on its training images
+(:func:`decoder_readout`, ``readout_estimator`` "decoder_likelihood"), the evidence the findings'
+precondition reads, as an encoder's readout is for a VAE. The composition network has no readout
+(``readout_estimator`` "none").
 
 **Composition network.** The NLL of the predicted target (posterior means of reference and
 transform, no sampling) on ``n_nll`` triplets per side:
@@ -29,7 +33,8 @@ import logging
 import numpy as np
 import torch
 
-from analysis.evaluation import evaluate, no_readout, sample_without_replacement
+from analysis.evaluation import evaluate, no_readout, readout_columns, sample_without_replacement
+from analysis.metrics.factor_readout import readout_score
 from analysis.metrics.registry import EvaluationConfig, nan_results
 from models.composition import CompositionNet, TripletSampler
 from models.engine import Trainer, to_float
@@ -51,6 +56,44 @@ def ground_truth_nll(decoder: GroundTruthDecoder, images: np.ndarray, values: np
             factors = torch.as_tensor(np.asarray(values[batch], dtype=np.float32), device=device)
             out.append(bernoulli_nll(decoder(factors), to_float(images[batch], device)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+# training images the ground-truth decoder's readout decodes each factor's values for
+DECODER_READOUT_IMAGES = 200
+
+
+def decoder_readout(decoder: GroundTruthDecoder, dataset, train: np.ndarray, *, seed: int = 0,
+                    n_images: int = DECODER_READOUT_IMAGES) -> dict:
+    """Whether the decoder learned to render each factor on its training images: for each of
+    ``n_images`` training images (drawn with ``seed``) and each factor, the image is decoded with
+    every value the factor takes on the training images, the others kept, and the value whose
+    decoding gives the image the lowest NLL is the readout's prediction. Scored as an encoder's
+    readout is (:func:`analysis.metrics.factor_readout.readout_score`: accuracy against chance for
+    a categorical factor, R² for the others); :func:`analysis.evaluation.readout_columns`' keys."""
+    space = dataset.factor_space
+    rows = sample_without_replacement(train, n_images, np.random.default_rng([seed, 3]))
+    classes = dataset.classes[rows]
+    device = decoder.low.device
+    scores = {}
+    with evaluating(decoder):
+        images = to_float(dataset.images[rows], device)
+        for j, name in enumerate(space.names):
+            values = np.unique(dataset.classes[train, j])
+            kind = space.kinds[j]
+            entry = {"kind": kind, "score": float("nan"), "chance": 1.0 / len(values) if kind == "categorical"
+                     else 0.0}
+            if len(values) >= 2 and len(rows):
+                nll = np.empty((len(rows), len(values)))
+                for k, value in enumerate(values):
+                    other = classes.copy()
+                    other[:, j] = value
+                    codes = torch.as_tensor(space.raw_values(other), dtype=torch.float32, device=device)
+                    nll[:, k] = bernoulli_nll(decoder(codes), images).cpu().numpy()
+                predicted = classes.copy()
+                predicted[:, j] = values[nll.argmin(axis=1)]
+                entry["score"] = readout_score(space, name, space.readout_targets(predicted, name), classes)
+            scores[name] = entry
+    return readout_columns(scores, "decoder_likelihood", 0, len(rows))
 
 
 def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarray, transform: np.ndarray,
@@ -105,5 +148,7 @@ def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | N
         out["train_nll"] = _mean(composition_nll(model, dataset.images, *train_triplets))
         out["test_nll"] = _mean(composition_nll(model, dataset.images, *test_triplets))
     out.update(nan_results())
-    out.update(no_readout(dataset.factor_space))  # the same keys as a VAE's row, with no readout
+    # the same keys as a VAE's row: the decoder's own readout, or none for the composition network
+    out.update(decoder_readout(model, dataset, train, seed=seed) if isinstance(model, GroundTruthDecoder)
+               else no_readout(dataset.factor_space))
     return out

@@ -44,10 +44,13 @@ import functools
 
 import numpy as np
 
-__all__ = ["FACTOR_NAMES", "FACTOR_SIZES", "factor_values", "render"]
+__all__ = ["FACTOR_NAMES", "FACTOR_SIZES", "ROTATIONAL_SYMMETRY", "factor_values", "render"]
 
 FACTOR_NAMES = ("shape", "scale", "orientation", "posX", "posY")
 FACTOR_SIZES = (3, 6, 40, 32, 32)
+# Turns after which each shape looks the same again, per shape class: a square every quarter turn,
+# an ellipse every half turn, a heart only after a whole turn.
+ROTATIONAL_SYMMETRY = (4, 2, 1)
 
 IMAGE_SIZE = 64
 

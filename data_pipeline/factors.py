@@ -5,6 +5,16 @@ combination of factor classes, the last factor varying fastest. The flat index o
 mixed-radix number of its class tuple. A :class:`FactorSpace` converts between the three ways of
 naming a point of the grid: its class tuple, its flat index and its factor values (raw, as the
 dataset's labels hold them, or normalised to [0, 1]).
+
+Each factor also has a **kind**, which says how a readout should score whether a representation
+holds it (docs/analysis.md, "Readout per factor"):
+
+- ``categorical``: unordered classes (a shape, a colour); read as a class, scored by accuracy;
+- ``ordinal``: ordered values (a position, a scale); read as a number, scored by R²;
+- ``circular``: an angle in radians, read as its cosine and sine and scored by R². Where the
+  image looks the same after a fraction of a turn that depends on another factor (dSprites: a
+  square after a quarter turn, an ellipse after a half turn), ``symmetry`` gives that factor and
+  the order per class, and the angle is read modulo its symmetry.
 """
 
 from __future__ import annotations
@@ -13,14 +23,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+FACTOR_KINDS = ("categorical", "ordinal", "circular")
+
 
 @dataclass(frozen=True)
 class FactorSpace:
-    """Names, sizes and raw values of a dataset's generative factors."""
+    """Names, sizes, raw values and kinds of a dataset's generative factors.
+
+    ``kinds``: one of :data:`FACTOR_KINDS` per factor (empty: every factor ordinal, the numbers a
+    user's labels hold). ``symmetry``: for a circular factor whose rotational symmetry depends on
+    another factor, ``(circular factor, that factor, order per class of that factor)``; an angle
+    θ of order k is read as (cos kθ, sin kθ)."""
 
     names: tuple[str, ...]
     sizes: tuple[int, ...]
     values: tuple[np.ndarray, ...]
+    kinds: tuple[str, ...] = ()
+    symmetry: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not (len(self.names) == len(self.sizes) == len(self.values)):
@@ -28,6 +47,17 @@ class FactorSpace:
         for name, size, vals in zip(self.names, self.sizes, self.values):
             if size < 1 or len(vals) != size:
                 raise ValueError(f"factor {name!r}: {len(vals)} values for size {size}")
+        kinds = tuple(self.kinds) or ("ordinal",) * len(self.names)
+        if len(kinds) != len(self.names) or any(k not in FACTOR_KINDS for k in kinds):
+            raise ValueError(f"kinds: expected one of {', '.join(FACTOR_KINDS)} for each of the "
+                             f"{len(self.names)} factors; got {self.kinds!r}")
+        object.__setattr__(self, "kinds", kinds)
+        for name, by, orders in self.symmetry:
+            if kinds[self.position(name)] != "circular":
+                raise ValueError(f"symmetry: {name!r} is {kinds[self.position(name)]}, not circular")
+            if len(orders) != self.sizes[self.position(by)] or min(orders) < 1:
+                raise ValueError(f"symmetry of {name!r}: expected an order ≥ 1 for each of the "
+                                 f"{self.sizes[self.position(by)]} classes of {by!r}; got {orders}")
 
     @property
     def n_factors(self) -> int:
@@ -87,6 +117,28 @@ class FactorSpace:
         classes = self.check_classes(classes)
         denominators = np.maximum(np.asarray(self.sizes) - 1, 1)
         return classes / denominators
+
+    def kind(self, name: str) -> str:
+        """The kind of factor ``name``: categorical, ordinal or circular."""
+        return self.kinds[self.position(name)]
+
+    def readout_targets(self, classes: np.ndarray, name: str) -> np.ndarray:
+        """What a readout of factor ``name`` predicts for each row of ``classes``: the class
+        (categorical), the raw value (ordinal), or (cos kθ, sin kθ) of the angle θ with k its
+        symmetry order on that row (circular, shape (N, 2))."""
+        classes = self.check_classes(classes)
+        column = self.position(name)
+        kind = self.kinds[column]
+        if kind == "categorical":
+            return classes[:, column]
+        values = np.asarray(self.values[column], dtype=float)[classes[:, column]]
+        if kind == "ordinal":
+            return values
+        order = np.ones(len(classes))
+        for circular, by, orders in self.symmetry:
+            if circular == name:
+                order = np.asarray(orders, dtype=float)[classes[:, self.position(by)]]
+        return np.stack([np.cos(order * values), np.sin(order * values)], axis=1)
 
     def all_classes(self) -> np.ndarray:
         """Every class tuple of the grid, in flat-index order."""

@@ -12,6 +12,9 @@ key                content
 ``factor_names``   optional (F,) strings (default ``factor_0`` … ``factor_{F-1}``)
 ``factor_bins``    optional (F,) integers: 0 keeps a factor's distinct values as its classes;
                    k ≥ 1 cuts its range into k equal-width bins
+``factor_kinds``   optional (F,) strings: ``categorical`` (unordered classes, such as an object
+                   id), ``ordinal`` (ordered values: the default) or ``circular`` (an angle in
+                   radians); how the readout per factor scores it (docs/analysis.md)
 =================  ==========================================================================
 
 Every split and metric of disgen works on factor *classes*, so each factor is discretised:
@@ -41,7 +44,7 @@ from data_pipeline.factors import FactorSpace
 
 NAME = "labelled"
 REQUIRED_KEYS = ("images", "factors")
-OPTIONAL_KEYS = ("factor_names", "factor_bins")
+OPTIONAL_KEYS = ("factor_names", "factor_bins", "factor_kinds")
 MAX_DISTINCT_CLASSES = 64  # with no factor_bins, a factor with more distinct values is binned
 DEFAULT_BINS = 20  # equal-width bins for such a factor (disentanglement_lib's histogram default)
 NPZ_SUFFIXES = (".npz",)
@@ -89,15 +92,17 @@ def _bins_per_factor(bins, names: Sequence[str], stored: np.ndarray | None) -> l
 
 
 def labelled_dataset(images: np.ndarray, factors: np.ndarray, factor_names: Sequence[str] | None = None,
-                     bins=None, name: str = NAME, source: str = "labelled data") -> GroundTruthDataset:
+                     bins=None, name: str = NAME, source: str = "labelled data",
+                     kinds: Sequence[str] | None = None) -> GroundTruthDataset:
     """A :class:`GroundTruthDataset` from arrays in the file layout (see the module docstring).
 
     ``bins`` overrides the file's ``factor_bins``: one int for every factor, a sequence (one per
-    factor, None to choose) or a dict ``{factor name: bins}``.
+    factor, None to choose) or a dict ``{factor name: bins}``. ``kinds``: the factors' kinds
+    (default: every factor ordinal).
     """
     images = np.asarray(images)
     _check_images(images, source)
-    classes, space = factor_classes(factors, len(images), factor_names, bins, source)
+    classes, space = factor_classes(factors, len(images), factor_names, bins, source, kinds)
     return GroundTruthDataset(name, stored_images(images), classes, space)
 
 
@@ -111,7 +116,8 @@ def stored_images(images: np.ndarray) -> np.ndarray:
 
 
 def factor_classes(factors: np.ndarray, n_images: int, factor_names: Sequence[str] | None = None, bins=None,
-                   source: str = "labelled data") -> tuple[np.ndarray, FactorSpace]:
+                   source: str = "labelled data",
+                   kinds: Sequence[str] | None = None) -> tuple[np.ndarray, FactorSpace]:
     """(classes (N, F), factor space) of a labelled file's factor values, checked (one row per
     image, finite numbers) and discretised (see the module docstring); the images are not needed."""
     factors = np.asarray(factors)
@@ -139,7 +145,13 @@ def factor_classes(factors: np.ndarray, n_images: int, factor_names: Sequence[st
             raise ValueError(f"{source}: factor {factor!r}: {error}") from None
         classes.append(c)
         values.append(v)
-    space = FactorSpace(names=names, sizes=tuple(len(v) for v in values), values=tuple(values))
+    kinds = () if kinds is None else tuple(k.decode() if isinstance(k, bytes) else str(k)
+                                           for k in np.asarray(kinds).reshape(-1))
+    try:
+        space = FactorSpace(names=names, sizes=tuple(len(v) for v in values), values=tuple(values),
+                            kinds=kinds)
+    except ValueError as error:
+        raise ValueError(f"{source}: factor_kinds: {error}") from None
     return np.stack(classes, axis=1), space
 
 
@@ -226,7 +238,8 @@ def _labels(arrays: dict, n_images: int, path: Path, bins) -> tuple[np.ndarray, 
             raise ValueError(f"{path}: factor_bins: expected {len(names)} entries (one per factor); "
                              f"got {len(stored)}")
     per_factor = None if names is None else _bins_per_factor(bins, names, stored)
-    return factor_classes(arrays["factors"], n_images, names, bins=per_factor, source=str(path))
+    return factor_classes(arrays["factors"], n_images, names, bins=per_factor, source=str(path),
+                          kinds=arrays.get("factor_kinds"))
 
 
 def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
@@ -244,19 +257,22 @@ def load_labelled(path, bins=None, name: str = NAME) -> GroundTruthDataset:
 
 def write_labelled(path, images: np.ndarray, factors: np.ndarray,
                    factor_names: Sequence[str] | None = None,
-                   factor_bins: Sequence[int] | None = None) -> Path:
+                   factor_bins: Sequence[int] | None = None,
+                   factor_kinds: Sequence[str] | None = None) -> Path:
     """Write arrays in the labelled-dataset format (.npz, or .h5/.hdf5 with h5py); the path.
 
     The arrays are checked first with the same rules as :func:`load_labelled`.
     """
     path = Path(path)
     labelled_dataset(images, factors, factor_names, bins=None if factor_bins is None else list(factor_bins),
-                     source=str(path))
+                     source=str(path), kinds=factor_kinds)
     arrays = {"images": np.asarray(images), "factors": np.asarray(factors)}
     if factor_names is not None:
         arrays["factor_names"] = np.asarray([str(n) for n in factor_names], dtype=str)
     if factor_bins is not None:
         arrays["factor_bins"] = np.asarray(factor_bins, dtype=np.int64)
+    if factor_kinds is not None:
+        arrays["factor_kinds"] = np.asarray([str(k) for k in factor_kinds], dtype=str)
     if path.suffix.lower() in NPZ_SUFFIXES:
         np.savez(path, **arrays)
     elif path.suffix.lower() in HDF5_SUFFIXES:
@@ -264,7 +280,7 @@ def write_labelled(path, images: np.ndarray, factors: np.ndarray,
 
         with h5py.File(path, "w") as out:
             for key, value in arrays.items():
-                out.create_dataset(key, data=value.astype("S") if key == "factor_names" else value)
+                out.create_dataset(key, data=value.astype("S") if value.dtype.kind == "U" else value)
     else:
         raise ValueError(f"{path}: expected a .npz, .h5 or .hdf5 file name; got suffix {path.suffix!r}")
     return path

@@ -132,6 +132,8 @@ def write_manifest(uri, dataset: str, space: FactorSpace, image_shape, blocks: l
         "format": FORMAT, "version": VERSION, "dataset": dataset,
         "factor_names": list(space.names), "factor_sizes": [int(s) for s in space.sizes],
         "factor_values": [np.asarray(v, dtype=float).tolist() for v in space.values],
+        "factor_kinds": list(space.kinds),
+        "factor_symmetry": [[name, by, [int(k) for k in orders]] for name, by, orders in space.symmetry],
         "n_images": expected, "image_shape": [int(s) for s in image_shape], "dtype": "uint8",
         "blocks": blocks, "classes": classes, "content_id": content_id(image_shape, blocks, classes),
         "source": source, "built_by": built_by, "seconds": round(float(seconds), 3),
@@ -174,8 +176,12 @@ def space_of(manifest: dict) -> FactorSpace:
         space = registered(manifest["dataset"])
         if space.names == names and space.sizes == sizes:
             return space
-    return FactorSpace(names=names, sizes=sizes, values=tuple(np.asarray(v, dtype=float)
-                                                              for v in manifest["factor_values"]))
+    # manifests written before factor kinds existed: every factor ordinal (FactorSpace's default)
+    return FactorSpace(names=names, sizes=sizes,
+                       values=tuple(np.asarray(v, dtype=float) for v in manifest["factor_values"]),
+                       kinds=tuple(manifest.get("factor_kinds", ())),
+                       symmetry=tuple((name, by, tuple(orders))
+                                      for name, by, orders in manifest.get("factor_symmetry", ())))
 
 
 def read_bytes(uri, name: str) -> bytes:

@@ -47,12 +47,16 @@ TWOSHAPES_SHAPES = ("square", "circle")
 
 
 def dsprites_space() -> FactorSpace:
-    """dSprites: shape values 1, 2, 3 (square, ellipse, heart), orientation in radians."""
+    """dSprites: shape values 1, 2, 3 (square, ellipse, heart), orientation in radians. A square
+    looks the same after a quarter turn and an ellipse after a half turn: orientation is circular
+    with symmetry order 4, 2, 1 by shape."""
     values = dsprites.factor_values()
     return FactorSpace(
         names=tuple(dsprites.FACTOR_NAMES),
         sizes=tuple(dsprites.FACTOR_SIZES),
         values=tuple(np.asarray(values[n], dtype=float) for n in dsprites.FACTOR_NAMES),
+        kinds=("categorical", "ordinal", "circular", "ordinal", "ordinal"),
+        symmetry=(("orientation", "shape", dsprites.ROTATIONAL_SYMMETRY),),
     )
 
 
@@ -65,6 +69,7 @@ def shapes3d_space() -> FactorSpace:
         sizes=(10, 10, 10, 8, 4, 15),
         values=(hues, hues.copy(), hues.copy(), np.linspace(0.75, 1.25, 8), np.arange(4.0),
                 np.linspace(-30.0, 30.0, 15)),
+        kinds=("categorical", "categorical", "categorical", "ordinal", "categorical", "ordinal"),
     )
 
 
@@ -79,19 +84,23 @@ def mpi3d_space(object_colours: int = 6, object_shapes: int = 6) -> FactorSpace:
                "horizontal_axis", "vertical_axis"),
         sizes=sizes,
         values=tuple(np.arange(float(s)) for s in sizes),
+        kinds=("categorical", "categorical", "ordinal", "ordinal", "categorical", "ordinal", "ordinal"),
     )
 
 
 def sprite_space(names: tuple[str, ...], sizes: tuple[int, ...]) -> FactorSpace:
-    """A Circles/Simple/TwoShapes space: positions are linspace(0, 1, n); shapes and hues are
-    their class numbers."""
-    values = []
+    """A Circles/Simple/TwoShapes space: positions are linspace(0, 1, n) (ordinal); shapes and hues
+    are their class numbers (categorical)."""
+    values, kinds = [], []
     for name, size in zip(names, sizes):
         if "pos" in name:
             values.append(np.linspace(0.0, 1.0, size))
+            kinds.append("ordinal")
         else:
             values.append(np.arange(float(size)))
-    return FactorSpace(names=tuple(names), sizes=tuple(int(s) for s in sizes), values=tuple(values))
+            kinds.append("categorical")
+    return FactorSpace(names=tuple(names), sizes=tuple(int(s) for s in sizes), values=tuple(values),
+                       kinds=tuple(kinds))
 
 
 CIRCLES_NAMES = ("posX", "posY")

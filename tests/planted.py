@@ -19,8 +19,14 @@ NAMES = ("a", "b", "object_hue")
 SIDE = 4  # images are 1 × 4 × 4
 
 
-def dataset(sizes=SIZES, names=NAMES) -> GroundTruthDataset:
-    space = FactorSpace(tuple(names), tuple(sizes), tuple(np.arange(s, dtype=float) for s in sizes))
+def dataset(sizes=SIZES, names=NAMES, kinds=None, space=None) -> GroundTruthDataset:
+    """The full grid of ``sizes`` (every factor categorical unless ``kinds`` says otherwise), or of
+    the given factor ``space``."""
+    if space is None:
+        kinds = ("categorical",) * len(sizes) if kinds is None else tuple(kinds)
+        values = tuple(np.arange(s, dtype=float) for s in sizes)
+        space = FactorSpace(tuple(names), tuple(sizes), values, kinds)
+    names, sizes = space.names, space.sizes
     classes = np.stack(np.unravel_index(np.arange(int(np.prod(sizes))), sizes), axis=1)
     images = np.zeros((len(classes), 1, SIDE, SIDE), np.uint8)
     images[:, 0, 0, : len(sizes)] = classes  # the classes, read back by the planted encoder

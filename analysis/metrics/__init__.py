@@ -9,7 +9,7 @@ from analysis.metrics._grid import GridPool, RowSampler, grid_pool
 from analysis.metrics.beta_vae_score import beta_vae_score, sampled_beta_vae_score
 from analysis.metrics.dci import dci
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis
-from analysis.metrics.factor_readout import forest_predictions, readout_accuracy
+from analysis.metrics.factor_readout import factor_readout_scores, readout_score
 from analysis.metrics.factor_vae_score import factor_vae_score, sampled_factor_vae_score
 from analysis.metrics.mig import mig
 from analysis.metrics.modularity_explicitness import modularity_explicitness
@@ -18,6 +18,6 @@ from analysis.metrics.sap import sap
 from analysis.metrics.transfer_score import transfer_score
 
 __all__ = ["GridPool", "RowSampler", "beta_vae_score", "dci", "encoder_decoder_diagnosis", "factor_vae_score",
-           "forest_predictions", "grid_pool", "mig", "modularity_explicitness", "readout_accuracy",
+           "factor_readout_scores", "grid_pool", "mig", "modularity_explicitness", "readout_score",
            "reconstruction_nll", "sampled_beta_vae_score", "sampled_factor_vae_score", "sap",
            "transfer_score"]

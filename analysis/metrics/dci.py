@@ -107,9 +107,8 @@ def dci(codes, factors, *, codes_test=None, factors_test=None, estimator="gbt", 
 
     Returns ``"disentanglement"``, ``"completeness"``, ``"informativeness_train"``,
     ``"informativeness_test"`` and ``"importance_matrix"`` (n_codes, n_factors). The classifiers
-    also give each factor's readout: ``"accuracy_test"`` (n_factors,; NaN for a factor constant on
-    the training set) and ``"predictions_test"`` (n_test, n_factors; a constant factor's one
-    class), which ``analysis.evaluation`` reads without fitting again. ``"lasso_m22"`` gives its
+    also give each factor's test accuracy, ``"accuracy_test"`` (n_factors,; NaN for a factor
+    constant on the training set). ``"lasso_m22"`` gives its
     matrix's rows in the reordered code order, ``"importance_matrix_padded"`` (with the noise
     targets, from which D and C are computed) and ``"code_order"`` (each row's original index).
     """
@@ -150,8 +149,7 @@ def _dci_classifier(codes, factors, codes_test, factors_test, estimator, n_jobs,
             "informativeness_train": mean_or_nan([r[1] for r in results]),
             "informativeness_test": mean_or_nan([r[2] for r in results]),
             "importance_matrix": importance,
-            "accuracy_test": np.array([r[2] for r in results], dtype=float),
-            "predictions_test": np.stack([r[3] for r in results], axis=1)}
+            "accuracy_test": np.array([r[2] for r in results], dtype=float)}
 
 
 def _dci_lasso(codes, factors, codes_test, factors_test, estimator, n_jobs, rng):
@@ -237,11 +235,10 @@ def _run(tasks, n_jobs):
 
 
 def _fit_one(x_train, y_train, x_test, y_test, estimator, seed):
-    """Fit one factor's estimator; return (importances over codes, train score, test score, test
-    predictions: a classifier's classes, None for a lasso). The inputs were checked before any
-    fitting, so scikit-learn's per-call checks are off: each of a boosted classifier's thousands of
-    small trees would re-validate them (a quarter of the fit's time on 300 samples). The numbers
-    are the same to the last bit."""
+    """Fit one factor's estimator; return (importances over codes, train score, test score). The
+    inputs were checked before any fitting, so scikit-learn's per-call checks are off: each of a
+    boosted classifier's thousands of small trees would re-validate them (a quarter of the fit's
+    time on 300 samples). The numbers are the same to the last bit."""
     with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
         return _fit_checked(x_train, y_train, x_test, y_test, estimator, seed)
 
@@ -250,7 +247,7 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
     n_codes = x_train.shape[1]
     if estimator in ("gbt", "hist_gbt"):
         if np.unique(y_train).size < 2:
-            return np.zeros(n_codes), np.nan, np.nan, np.full(len(x_test), y_train[0])
+            return np.zeros(n_codes), np.nan, np.nan
         if estimator == "gbt":
             model = GradientBoostingClassifier(random_state=seed).fit(x_train, y_train)
             importance = np.abs(model.feature_importances_)
@@ -259,8 +256,7 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
             model.fit(x_train, y_train)
             importance = _split_gain_importance(model, n_codes)
         train_score = np.mean(model.predict(x_train) == y_train)
-        predictions = model.predict(x_test)
-        return importance, train_score, np.mean(predictions == y_test), predictions
+        return importance, train_score, np.mean(model.predict(x_test) == y_test)
 
     model = LassoCV(cv=5, alphas=[0.02], selection="random", random_state=seed)
     with warnings.catch_warnings():
@@ -268,8 +264,8 @@ def _fit_checked(x_train, y_train, x_test, y_test, estimator, seed):
         model.fit(x_train, y_train)
     importance = np.abs(model.coef_)
     if y_test is None:  # a noise target of lasso_m22: only its importances are needed
-        return importance, np.nan, np.nan, None
-    return importance, model.score(x_train, y_train), model.score(x_test, y_test), None
+        return importance, np.nan, np.nan
+    return importance, model.score(x_train, y_train), model.score(x_test, y_test)
 
 
 def _split_gain_importance(model, n_codes):
@@ -301,12 +297,10 @@ def _safe_std(array):
 
 def score_dci(sample) -> dict:
     """The registry's DCI: the config's ``dci_estimator``, fitted on the training draws and tested
-    on the check draws. Its result is kept in ``sample.shared["dci"]``: a classifier's predictions
-    are the readout accuracy's (``analysis.evaluation.factor_readout``)."""
+    on the check draws."""
     result = dci(sample.codes, sample.factors, codes_test=sample.codes_check,
                  factors_test=sample.factors_check, estimator=sample.config.dci_estimator,
                  random_state=sample.seed, n_jobs=sample.n_jobs)
-    sample.shared["dci"] = result
     return {"dci_disentanglement": float(result["disentanglement"]),
             "dci_completeness": float(result["completeness"]),
             "dci_informativeness": float(result["informativeness_test"])}

@@ -41,7 +41,7 @@ INPUTS = {
     "model": ("encode", "decode", "dataset"),  # the model's encoder and decoder, the dataset
 }
 # What every metric may read without declaring it: its config and the evaluation's constants.
-ALWAYS = ("config", "seed", "n_jobs", "space", "split", "train", "likelihood", "factor_ranges", "shared")
+ALWAYS = ("config", "seed", "n_jobs", "space", "split", "train", "likelihood", "factor_ranges")
 
 
 @dataclass(frozen=True)

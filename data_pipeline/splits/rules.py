@@ -229,6 +229,15 @@ class Split:
         name = "+".join([self.name, *(m.name for m in modifiers)])
         return replace(self, name=name, aliases=(), modifiers=self.modifiers + tuple(modifiers))
 
+    def factor_names(self, space: FactorSpace) -> tuple[str, ...]:
+        """The factors the held-out rule names, in order: the keys of its clauses (their union,
+        for several), or a random-combinations rule's factors (every factor of ``space`` when it
+        names none). Modifiers only filter and add none."""
+        rule = self.test_when
+        if isinstance(rule, RandomCombinations):
+            return tuple(rule.factors) or tuple(space.names)
+        return tuple(dict.fromkeys(name for clause in _clauses(rule) for name in clause))
+
     def held_out_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
         """True where the rule holds the image out, ignoring modifiers."""
         classes = space.check_classes(classes)

@@ -241,3 +241,36 @@ def test_a_non_finite_loss_names_the_step_and_term(data):
     trainer.values[:] = float("nan")
     with pytest.raises(NonFiniteLossError, match="step 1: loss term loss, reconstruction is not finite"):
         list(trainer.run(report_every=3))
+
+
+class _OracleDecoder(GroundTruthDecoder):
+    """A ground-truth decoder that renders its input's grid point exactly (logits ±20), or, with
+    ``ignore``, renders that factor's first value whatever it is given."""
+
+    def __init__(self, ignore=None):
+        super().__init__(SPACE.n_factors, architecture="burgess")
+        self.ignore = ignore
+
+    def forward(self, factors):
+        classes = np.stack([np.abs(SPACE.values[j][None, :] - factors[:, j, None].numpy()).argmin(1)
+                            for j in range(SPACE.n_factors)], axis=1)
+        if self.ignore is not None:
+            classes[:, SPACE.position(self.ignore)] = 0
+        images = as_channels_first(render_simple(classes, SPACE)).astype(np.float32) / 255
+        return torch.as_tensor(40 * images - 20)
+
+
+def test_ground_truth_decoder_readout_asks_whether_it_renders_each_factor(data):
+    from analysis.task_evaluation import decoder_readout
+
+    perfect = decoder_readout(_OracleDecoder(), data, TRAIN, n_images=60)
+    assert perfect["readout_estimator"] == "decoder_likelihood" and perfect["readout_n_test"] == 60
+    assert perfect["accuracy_shape"] == 1.0 and perfect["r2_posX"] == 1.0 and perfect["r2_posY"] == 1.0
+    assert perfect["chance_shape"] == 1 / 3
+    # a decoder that draws every shape as a square has not learned shape: ties go to the first value,
+    # so it reads at the share of squares, about chance; posX is still rendered
+    blind = decoder_readout(_OracleDecoder(ignore="shape"), data, TRAIN, n_images=60)
+    assert blind["accuracy_shape"] < 0.5 and blind["r2_posX"] == 1.0
+    # the trained decoder's row carries its readout
+    metrics = evaluate_task(_OracleDecoder(), data, SPLIT, EvaluationConfig(n_nll=50))
+    assert metrics["readout_estimator"] == "decoder_likelihood" and metrics["accuracy_shape"] == 1.0
