@@ -307,15 +307,17 @@ def findings_section(found) -> str:
     for f in found:
         body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: "
                     f"{html.escape(f.status)}</h3><p><b>The paper:</b> {html.escape(f.paper)}</p>"
-                    f"<p><b>Here:</b> {html.escape(f.result)}</p>")
+                    f"<p><b>Here:</b> {html.escape(f.result)}</p>"
+                    + (f"<p><b>Note:</b> {html.escape(f.note)}</p>" if f.note else ""))
         if not f.table.empty:
             body.append(html_table(f.table))
         if f.precondition:
             body.append(f"<p><b>Precondition</b> (fixed before any result): {html.escape(f.precondition)}</p>"
                         f"<p><b>Did it hold?</b> {html.escape(f.precondition_result)}</p>")
         if not f.readout.empty:
-            body.append("<p>The readout accuracy per factor behind it (mean over the models, 95% interval, "
-                        "chance and the bar):</p>" + html_table(f.readout))
+            body.append("<p>The readout per factor behind it (per split and factor: its kind and score, the "
+                        "models read and how many learned it, the mean, lowest and highest score, chance "
+                        "and the bar):</p>" + html_table(f.readout))
     return "\n".join(body)
 
 
