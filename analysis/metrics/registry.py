@@ -137,12 +137,17 @@ METRICS: dict[str, Metric] = {
         for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")),
         ("training_draws", "held_out"), fills=("transfer_factor",), check=check_transfer),
     "encoder_decoder": Metric(score_encoder_decoder, (  # Montero et al. 2022, on the held-out images
-        Column("encoder_error_train", "linear readout MAE, training images"),
+        Column("encoder_error_train", "the decisive factor's linear readout error in [0, 1] (MAE, "
+               "misclassification rate or angle / π by its kind), training images"),
         Column("encoder_error_test", "the same on held-out images"),
         Column("decoder_nll_train", "NLL decoding the codes the images should have", unit="nats"),
         Column("decoder_nll_test", unit="nats"),
-        Column("encoder_fails", "encoder_error_test > ratio·train + margin", "bool"),
+        Column("encoder_fails", "any judged factor's error_test > ratio·train + margin", "bool"),
         Column("decoder_fails", "the same rule for decoder_nll", "bool"),
+        Column("encoder_factor", "the factor of the split's rule whose readout fails most (decides "
+               "encoder_fails)", "group", null="no factor of the split could be judged"),
+        Column("encoder_errors", 'JSON {factor: {"kind", "train", "test", "n_test", "fails"}}, every '
+               "factor judged (those the split's rule names)", "text"),
         Column("diagnosis_ratio", "the rule's parameters (disgen's, not M22's)", record=True),
         Column("diagnosis_encoder_margin", record=True),
         Column("diagnosis_decoder_margin", unit="nats", record=True),
