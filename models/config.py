@@ -187,9 +187,12 @@ class ModelConfig:
                                    "steps (0: off)", NON_NEGATIVE, unit="steps", packable=True)
     grad_clip_norm: float | None = setting("optimisation", None, "clips the global gradient norm (None: "
                                            "off)", POSITIVE, null="no gradient clipping", packable=True)
-    epochs: float | None = setting("optimisation", None, "when set, the run lasts this many passes over "
-                                   "the training rows", POSITIVE, unit="passes over the training images",
-                                   null="the run's length is steps")
+    epochs: float | None = setting("optimisation", None, "when set, the run lasts this many epochs: passes "
+                                   "over the training rows, or epoch_length steps each", POSITIVE,
+                                   unit="epochs", null="the run's length is steps")
+    epoch_length: int | None = setting("optimisation", None, "with epochs: the steps one epoch lasts (None: "
+                                       "a pass over the training rows)", at_least(1), unit="steps",
+                                       null="an epoch is a pass over the training rows")
     lr_milestones: tuple[int, ...] = setting("optimisation", (), "steps at which the learning rate is "
                                              "multiplied by lr_decay", INCREASING_STEPS, unit="steps",
                                              packable=True, normalise=lambda steps: tuple(map(int, steps)))
@@ -320,7 +323,7 @@ class ModelConfig:
         return self.loss.resolved_likelihood
 
     def total_steps(self, n_train: int) -> int:
-        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
+        """The run's length in steps: ``steps``, or ``epochs`` epochs (``OptimisationConfig``)."""
         return self.optimisation.total_steps(n_train)
 
     @classmethod
@@ -455,9 +458,12 @@ class OptimisationConfig:
     the KL warm-up, gradient clipping, the seed, Dittadi et al.'s input noise and bf16."""
 
     def total_steps(self, n_train: int) -> int:
-        """The run's length in steps: ``steps``, or ``epochs`` passes over ``n_train`` rows."""
+        """The run's length in steps: ``steps``, or ``epochs`` epochs, each ``epoch_length`` steps
+        (rounded up to a whole step) or, without it, a pass over ``n_train`` rows."""
         if self.epochs is None:
             return self.steps
+        if self.epoch_length is not None:
+            return max(1, math.ceil(round(self.epochs * self.epoch_length, 9)))
         return max(1, -(-int(round(self.epochs * n_train)) // self.batch_size))
 
 

@@ -63,14 +63,22 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
     return int((~get_split(dataset, split).test_mask(space.all_classes(), space)).sum())
 
 
-def training_images(trial) -> int:
-    """The images one trial trains on (a ``TrialConfig``). A trial that trains by epochs is counted
-    at the size of the full grid's training side; objectives on pairs (Ada-GVAE) encode and decode
-    both images of each of batch_size pairs."""
-    model, n_train = trial.model, trial.data.n_images
+def training_steps(trial) -> int:
+    """The steps one trial trains for (a ``TrialConfig``): its model's ``total_steps``. Where an
+    epoch is a pass over the training rows, they are counted as ``n_images`` rows, or the full
+    grid's training side (``n_images`` None); an ``epoch_length`` is that many steps an epoch,
+    whatever the data."""
+    n_train = trial.data.n_images
     if n_train is None:
         n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
-    return model.total_steps(n_train) * model.batch_size * (2 if model.needs_pairs else 1)
+    return trial.model.total_steps(n_train)
+
+
+def training_images(trial) -> int:
+    """The images one trial trains on (a ``TrialConfig``): ``training_steps`` batches; objectives on
+    pairs (Ada-GVAE) encode and decode both images of each of batch_size pairs."""
+    model = trial.model
+    return training_steps(trial) * model.batch_size * (2 if model.needs_pairs else 1)
 
 
 def relative_flops(trial) -> float:

@@ -1,10 +1,10 @@
 """A sweep's plan as text, for ``python -m sweeps.paper_grid ... --dry-run``: what a run would do,
 decided without Ray (which this module never imports) and without writing anything.
 
-It prints the trials and their packs (each pack's size, what its members share and what varies
-among them), the resources each Tune trial reserves and where its models are evaluated, the pack
-size and why, the estimated training cost (``sweeps.costs``), and last a line ``N trials in M
-packs``.
+It prints the trials and their packs (each pack's size, what its members share, the steps they
+train for and what varies among them), the resources each Tune trial reserves and where its
+models are evaluated, the pack size and why, the estimated training cost (``sweeps.costs``), and
+last a line ``N trials in M packs``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis import storage
-from sweeps.costs import trials_cost
+from sweeps.costs import training_steps, trials_cost
 from sweeps.errors import UsageError
 from sweeps.packing import make_packs, pack_size_and_reason
 from sweeps.trials import TrialConfig
@@ -50,6 +50,13 @@ def _varying(pack: Sequence[TrialConfig]) -> str:
     names = [n for n in pack[0] if n not in NOT_VARYING]
     counts = {n: len({repr(m.get(n)) for m in pack}) for n in names}
     return ", ".join(f"{n} ({count})" for n, count in counts.items() if count > 1)
+
+
+def _steps(pack: Sequence[TrialConfig]) -> str:
+    """How long a pack's members train (``sweeps.costs.training_steps``): one figure, or the range
+    where an epoch is a pass over each member's own training rows."""
+    steps = sorted({training_steps(member) for member in pack})
+    return f"{steps[0]:,} steps" if len(steps) == 1 else f"{steps[0]:,} to {steps[-1]:,} steps"
 
 
 def _hours(value: float) -> str:
@@ -90,6 +97,7 @@ def plan_text(args, planned: dict) -> str:
     for index, pack in enumerate(packs[:LISTED_PACKS], 1):
         model = pack[0].model
         shared = " ".join([pack[0].data.dataset, *(f"{n}={getattr(model, n)}" for n in SHOWN_SHARED)])
+        shared += f", {_steps(pack)}"
         members = f"varying: {_varying(pack)}" if len(pack) > 1 else f"trial {pack[0].dirname}"
         plural = "s" if len(pack) > 1 else " "
         lines.append(f"    pack {index:>{width}}: {len(pack):>3} trial{plural}  {shared}; {members}")

@@ -7,7 +7,7 @@ stores one row per member, with the member's own config, key and metrics. A pack
 process holds once and what one vmap needs: the dataset and its data settings (not the split:
 each member trains on its own split's rows), the evaluation settings, and the model's
 architecture, objective, task, latent size, batch size, image size, channels and run length
-(``steps``/``epochs``). Members may differ in everything else, every scalar hyperparameter
+(``steps``/``epochs``/``epoch_length``). Members may differ in everything else, every scalar hyperparameter
 included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
 inside the pack. Trials that differ in a shared setting are put in different packs, never refused.
 """
@@ -26,7 +26,7 @@ from sweeps.trials import TrialConfig
 # What a pack's members share, besides the data and evaluation settings: one network shape, one
 # objective and task (one vmap, one code path) and one run length.
 MODEL_SHARED = ("architecture", "objective", "task", "latent_dim", "batch_size", "image_size", "channels",
-                "steps", "epochs")
+                "steps", "epochs", "epoch_length")
 AUTO = "auto"
 # Without knowing a GPU's memory (an autoscaling cluster with no GPU node up yet), assume the
 # smallest of the common training GPUs: cluster.yaml's g5 instances have 24 GB A10Gs.

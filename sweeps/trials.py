@@ -173,8 +173,9 @@ class TrialConfig(Mapping):
         resolved: γ (None where the objective has none), the likelihood, the metrics (None: all).
         Sequences are lists. Left None: what the run resolves (``n_images`` None: the whole grid;
         ``transfer_factor`` None: the evaluation's choice) and what None means (``grad_clip_norm``:
-        no clipping; ``epochs``: the length is ``steps``). The trial key is not changed by any of
-        this: it stays a hash of the settings as given."""
+        no clipping; ``epochs``: the length is ``steps``; ``epoch_length``: an epoch is a pass over
+        the training rows). The trial key is not changed by any of this: it stays a hash of the
+        settings as given."""
         from models.registry import objective_class
 
         model = self.model.to_dict()

@@ -351,6 +351,36 @@ def test_training_by_epochs():
     assert [r["step"] for r in trainer.run(report_every=5)] == [5, 8]
 
 
+def test_an_epoch_of_epoch_length_steps_whatever_the_rows():
+    """With epoch_length, epochs × epoch_length steps (rounded up), at any training-set size and
+    batch (M21's ground-truth decoder: 500 epochs of 10 iterations); without it, passes over the rows."""
+    code = ModelConfig(epochs=500, epoch_length=10, batch_size=64)
+    assert [code.total_steps(n) for n in (1, 64, 1000, 737_280)] == [5000] * 4
+    assert ModelConfig(epochs=1000, epoch_length=10, batch_size=7).total_steps(10) == 10_000
+    assert ModelConfig(epochs=2.5, epoch_length=3).total_steps(10) == 8  # 7.5, up to a whole step
+    assert ModelConfig(epochs=0.1, epoch_length=30).total_steps(10) == 3  # 3.0000000000000004 is 3
+    assert ModelConfig(epochs=2, batch_size=64).total_steps(1000) == 32  # None: ceil(2000 / 64)
+    assert ModelConfig(steps=7, epoch_length=10).total_steps(1000) == 7  # no epochs: steps
+    images, _ = blobs(40)
+    config = ModelConfig(epochs=1.5, epoch_length=3, steps=999, batch_size=8)
+    trainer = Trainer(build(config), images, np.arange(40), config, "cpu")
+    assert trainer.total_steps == 5
+    assert [r["step"] for r in trainer.run(report_every=3)] == [3, 5]
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (0, ValueError, "epoch_length: must be at least 1 or None; got 0"),
+    (-1, ValueError, "epoch_length: must be at least 1 or None; got -1"),
+    (2.5, TypeError, "epoch_length: expected a whole number, or None; got 2.5"),
+    ("x", TypeError, "epoch_length: expected a whole number, or None; got 'x'"),
+])
+def test_a_bad_epoch_length_is_refused_in_one_line_naming_it(value, error, message):
+    assert ModelConfig().optimisation.epoch_length is None
+    with pytest.raises(error) as refused:
+        ModelConfig(epochs=500, epoch_length=value)
+    assert str(refused.value) == f"invalid model config: {message}"
+
+
 def test_input_noise_has_both_components():
     from models import add_input_noise
 

@@ -1,9 +1,12 @@
 """sweeps.costs against hand computations: the burgess network's FLOPs layer by layer, and the
 default preset's images, CPU-core-hours and GPU-hours from them."""
 
+import math
+
 import pytest
 
 from sweeps import costs
+from sweeps.grid import trial_configs
 
 
 def burgess_training_flops_by_hand() -> int:
@@ -64,3 +67,15 @@ def test_each_demo_trains_in_under_25_minutes_of_two_cores_by_the_cost_model(pre
     # training, by the cost model, leaves at least 5 of them for evaluation and start-up
     cost = costs.preset_cost(preset, "demo")
     assert cost["cpu_core_hours"] * 3600 / 2 < 25 * 60
+
+
+def test_an_epoch_length_counts_its_steps_not_passes_over_the_grid():
+    """montero2021 full: the ground-truth decoder trains 1,000 epochs of 10 steps at batch 64 on
+    every split, 640,000 images a trial; as passes over its training side, hundreds of millions."""
+    trials = trial_configs(costs.PRESETS["montero2021"], "montero2021", "full", [0, 1, 2])
+    decoders = [t for t in trials if t.model.task == "ground_truth_decoder"]
+    assert len(decoders) == 18 and {costs.training_steps(t) for t in decoders} == {10_000}
+    assert costs.trials_cost(decoders)["images"] == 18 * 10_000 * 64
+    by_passes = decoders[0].replace("search", epoch_length=None)
+    n_train = costs._full_grid_train_size(by_passes.data.dataset, by_passes.data.split)
+    assert costs.training_images(by_passes) == math.ceil(1000 * n_train / 64) * 64 > 10**8

@@ -39,6 +39,14 @@ def test_the_paper_grids_plan_into_wide_packs_without_ray(tmp_path):
         assert re.search(r"cost: +[\d,]+ training images; [\d,.]+ GPU-hours .*; [\d,.]+ CPU-core-hours", plan)
         # no GPU was asked: the one assumed is too small for 64 of the larger networks, and it says so
         assert "pack size:   64 (as asked; warning: it would not fit the GPU assumed here" in plan
+        # each pack says how long its members train: one figure, or a range over their splits
+        lengths = re.findall(r"^    pack .*batch_size=\d+, [\d,]+( to [\d,]+)? steps; ", plan, re.M)
+        assert len(lengths) == packs
+    # M21's ground-truth decoder: 1,000 epochs of 10 steps (M21's code's epoch) on every split, not
+    # 1,000 passes over each split's training images
+    decoders = re.findall(r"^    pack +\d+: +(\d+) trials? +(\w+) .*task=ground_truth_decoder "
+                          r".*batch_size=64, ([\d,]+(?: to [\d,]+)?) steps; ", plans[0], re.M)
+    assert decoders == [("9", "dsprites", "10,000"), ("9", "shapes3d", "10,000")], decoders
 
 
 @pytest.mark.slow

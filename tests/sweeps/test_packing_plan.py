@@ -44,7 +44,15 @@ def test_paper_grids_pack_wide():
         assert sorted(m.trial_key for p in packs for m in p) == sorted(t.trial_key for t in trials)
         for pack in packs:  # what one process and one vmap share
             assert len({(m.data.dataset, m.model.architecture, m.model.objective, m.model.task,
-                         m.model.latent_dim, m.model.batch_size, m.model.epochs) for m in pack}) == 1
+                         m.model.latent_dim, m.model.batch_size, m.model.epochs, m.model.epoch_length)
+                        for m in pack}) == 1
+
+
+def test_trials_of_different_run_lengths_do_not_share_a_pack():
+    """A pack's members share one run length: steps, epochs and what an epoch lasts (epoch_length)."""
+    base = trial_configs(PRESETS["default"], "default", "tiny", [0])[0].replace("search", epochs=2.0)
+    ten, five = base.replace("search", epoch_length=10), base.replace("search", epoch_length=5)
+    assert [len(p) for p in make_packs([base, ten, five, ten.replace("search", seed=1)], 8)] == [1, 2, 1]
 
 
 def test_a_trials_model_takes_the_datasets_channels():

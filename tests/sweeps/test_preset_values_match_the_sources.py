@@ -13,6 +13,10 @@ def test_montero2021_ground_truth_decoder_trains_1000_epochs_and_factor_vae_uses
     configs = full("montero2021")
     tasks = configs["task"].fillna("vae") if "task" in configs else pd.Series("vae", index=configs.index)
     assert set(configs.loc[tasks == "ground_truth_decoder", "epochs"]) == {1000}  # M21 appendix A
+    # an epoch as M21's code runs the decoder's: 10 iterations (mmrl/disent-and-gen
+    # scripts/experiments/decoders.py, trainer.run(..., max_epochs=epochs, epoch_length=10))
+    assert set(configs.loc[tasks == "ground_truth_decoder", "epoch_length"]) == {10}
+    assert configs.loc[tasks != "ground_truth_decoder", "epoch_length"].isna().all()  # VAEs: passes
     factor = configs[configs["objective"] == "factor_vae"]
     assert set(factor["architecture"]) == {"kim"}  # on dSprites too
     assert set(factor["discriminator_layers"]) == {7} and set(factor["discriminator_width"]) == {1000}
@@ -84,3 +88,22 @@ def test_transfer_settings_are_validated_with_the_field_named():
                          ({"transfer_regressors": "gbt"}, "transfer_regressors: expected a non-empty list")]:
         with pytest.raises(UsageError, match=message):
             TrialConfig.complete({**base, **bad})
+
+
+def test_montero2021_ground_truth_decoder_trains_the_steps_of_m21s_code():
+    """The paper's 1,000 epochs at full scale, and the code's 500 at lr 1e-3 (M21_GT_DECODER_CODE;
+    scripts/configs/training.py generation(): epochs 500, batch 64, lr 0.001), each epoch 10
+    iterations: 10,000 and 5,000 steps of 64 images on every split."""
+    from models import ModelConfig
+    from sweeps.costs import training_steps
+    from sweeps.presets import M21_GT_DECODER_CODE
+
+    decoders = [t for t in trial_configs(get_spec("montero2021"), "montero2021", "full", [0, 1, 2])
+                if t.model.task == "ground_truth_decoder"]
+    assert len(decoders) == 18 and {t.data.split for t in decoders} >= {"blank_side", "fhue_gt50"}
+    assert {training_steps(t) for t in decoders} == {10_000}
+    assert {(t.model.batch_size, t.model.lr) for t in decoders} == {(64, 1e-4)}  # the preset's (M21 §3)
+    code = ModelConfig.from_dict(M21_GT_DECODER_CODE)
+    assert (code.task, code.epochs, code.epoch_length, code.batch_size, code.lr) == (
+        "ground_truth_decoder", 500, 10, 64, 1e-3)
+    assert {code.total_steps(n) for n in (480_000, 737_280)} == {5_000}
