@@ -6,8 +6,15 @@ trained with) and the readout accuracy per factor, then runs each metric of
 ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
 :class:`Sample` of codes of training images, drawn and encoded once; the registry's line of each
 metric names the columns it writes (NaN where a metric is not configured or not defined). Every
-row records the sample sizes it used. docs/analysis.md, "Evaluating a trained model", gives the
-samples, the likelihoods and the readout in full.
+row records the sample sizes it used.
+
+The held-out images (:func:`held_out_sample`) are drawn from the whole held-out part of the factor
+grid wherever the dataset can produce any grid point (``dataset.observe``: a generator renders
+them, a file that holds the whole grid indexes them), not only from the images the trial's subset
+happens to hold; without ``observe`` (a user's labelled data), from the dataset's own held-out
+rows. One draw serves ``test_nll`` and the metrics' held-out input alike.
+docs/analysis.md, "Evaluating a trained model", gives the samples, the likelihoods and the
+readout in full.
 """
 
 from __future__ import annotations
@@ -29,14 +36,13 @@ from models.evaluation import reconstruct as _reconstruct
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["EvaluationConfig", "METRICS", "Sample", "evaluate", "factor_readout", "grid_score_sizes",
-           "model_likelihood", "no_readout", "readout_columns", "reconstruction_nll_per_image",
-           "sample_without_replacement", "transfer_factor_of"]
+__all__ = ["EvaluationConfig", "HeldOut", "METRICS", "Sample", "evaluate", "factor_readout",
+           "grid_score_sizes", "held_out_sample", "model_likelihood", "no_readout", "readout_columns",
+           "reconstruction_nll_per_image", "sample_without_replacement", "transfer_factor_of"]
 
 
 def sample_without_replacement(indices: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
-    """At most ``budget`` of ``indices`` without replacement, in order (the NLL's and the held-out
-    sample's draw)."""
+    """At most ``budget`` of ``indices`` without replacement, in order (the training NLL's draw)."""
     if len(indices) <= budget:
         return indices
     return np.sort(rng.choice(indices, size=budget, replace=False))
@@ -45,6 +51,80 @@ def sample_without_replacement(indices: np.ndarray, budget: int, rng: np.random.
 def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` rows drawn uniformly with replacement (disentanglement_lib's sampling)."""
     return indices[rng.integers(0, len(indices), n)] if len(indices) else indices
+
+
+class HeldOut:
+    """The held-out images of one evaluation, in a random order (:func:`held_out_sample`): every
+    consumer reads a prefix of it, ``test_nll`` the first ``n_nll`` and the metrics the first
+    ``n_metric``, so the smaller sample is part of the larger.
+
+    ``classes`` (n, F) are the drawn combinations in draw order; ``rows`` the dataset's rows
+    they are (None where they are grid points, produced by ``dataset.observe``); ``pool`` the
+    number of held-out combinations (``source`` "grid") or rows ("rows") drawn from. Indexing
+    (``held_out[positions]``) gives images (M, C, H, W) uint8 like a dataset's ``images``; the
+    first ``keep`` are produced once and kept, the others produced when asked."""
+
+    def __init__(self, classes: np.ndarray, rows: np.ndarray | None, pool: int, source: str, fetch,
+                 keep: int = 0):
+        self.classes, self.rows, self.pool, self.source = classes, rows, int(pool), source
+        self._fetch, self.keep = fetch, min(int(keep), len(classes))
+        self._kept: np.ndarray | None = None
+        self._n_kept = 0
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def _produce(self, positions: np.ndarray) -> np.ndarray:
+        return self._fetch(self.classes[positions] if self.rows is None else self.rows[positions])
+
+    def _keep_up_to(self, stop: int) -> None:
+        if stop <= self._n_kept:
+            return
+        images = self._produce(np.arange(self._n_kept, stop))
+        if self._kept is None:
+            self._kept = np.empty((self.keep, *images.shape[1:]), dtype=images.dtype)
+        self._kept[self._n_kept:stop] = images
+        self._n_kept = stop
+
+    def __getitem__(self, positions) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        if len(positions) and positions.min() < self.keep:
+            self._keep_up_to(min(self.keep, int(positions.max()) + 1))
+        kept = positions < self._n_kept
+        if kept.all() and self._kept is not None:
+            return self._kept[positions]
+        images = self._produce(positions[~kept])
+        if not kept.any():
+            return images
+        out = np.empty((len(positions), *images.shape[1:]), dtype=images.dtype)
+        out[kept], out[~kept] = self._kept[positions[kept]], images
+        return out
+
+
+def held_out_sample(dataset, split, test: np.ndarray, budget: int, seed: int, *, n_nll: int,
+                    keep: int = 0) -> HeldOut:
+    """At most ``budget`` held-out images of ``split``, without replacement, in a random order
+    seeded by ``seed`` alone (a stream of its own, so every task's evaluation of a seed draws the
+    same ones): from every combination of the whole factor grid the split's test set takes
+    (modifiers included; :meth:`~data_pipeline.splits.rules.Split.test_grid_indices`) where
+    ``dataset.observe`` can produce any grid point, else from the dataset's held-out rows
+    ``test``. Logs a warning where fewer than ``n_nll`` are available. ``keep``: see
+    :class:`HeldOut`."""
+    space, observe = dataset.factor_space, dataset.observe
+    if observe is not None:
+        pool, source = split.test_grid_indices(space), "grid"
+        what = "held-out combinations of the factor grid"
+    else:
+        pool, source, what = np.asarray(test, dtype=np.int64), "rows", "held-out images in the dataset"
+    # a permutation's prefix: the same images for the NLL whatever n_metric is, and the reverse
+    order = np.random.default_rng([seed, 4]).permutation(len(pool))[:budget]
+    drawn = pool[order]
+    if len(pool) < n_nll:
+        _log.warning("split %s on %s has %d %s, fewer than n_nll = %d: test_nll uses all %d",
+                     split.name, dataset.name, len(pool), what, n_nll, len(pool))
+    if source == "grid":
+        return HeldOut(space.classes_of(drawn), None, len(pool), source, observe, keep)
+    return HeldOut(dataset.classes[drawn], drawn, len(pool), source, lambda rows: dataset.images[rows], keep)
 
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
@@ -67,9 +147,21 @@ def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, li
     the exact Bernoulli NLL from the logits, or the Gaussian one from the decoded pixel values."""
     if likelihood == "bernoulli":
         return nll_per_image(model, images, rows)
-    out = [numpy_nll(images[part], _reconstruct(model, images[part]), likelihood=likelihood)
-           for part in np.array_split(rows, max(1, -(-len(rows) // 512)))] if len(rows) else []
+    out = []
+    for part in np.array_split(rows, max(1, -(-len(rows) // 512))) if len(rows) else []:
+        x = images[part]
+        out.append(numpy_nll(x, _reconstruct(model, x), likelihood=likelihood))
     return np.concatenate(out) if out else np.zeros(0)
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def _reads_held_out(config: EvaluationConfig) -> bool:
+    """Whether a metric ``config`` runs reads the held-out images (their ``held_out`` input)."""
+    return config.dci_estimator != "none" and any("held_out" in METRICS[name].inputs
+                                                  for name in config.chosen_metrics)
 
 
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
@@ -86,18 +178,21 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     rng = np.random.default_rng(seed)
     likelihood = model_likelihood(model)
+    keep = config.n_metric if _reads_held_out(config) else 0  # the metrics' held-out images, kept
+    held_out = held_out_sample(dataset, split, test, max(config.n_nll, keep), seed, n_nll=config.n_nll,
+                               keep=keep)
+    tested = np.arange(min(config.n_nll, len(held_out)))
     out: dict[str, float] = {
         "n_train_images": int(len(train)),
-        "n_test_images": int(len(test)),
+        "n_test_images": held_out.pool,
+        "test_nll_images": int(len(tested)),
         "nll_likelihood": likelihood,
-        "train_nll": float(reconstruction_nll_per_image(
-            model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood).mean()),
-        "test_nll": float(reconstruction_nll_per_image(
-            model, dataset.images, sample_without_replacement(test, config.n_nll, rng), likelihood).mean()),
+        "train_nll": _mean(reconstruction_nll_per_image(
+            model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood)),
+        "test_nll": _mean(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
         **nan_results(),
     }
-    # the held-out sample takes the NLL's stream where it left off
-    sample = Sample(model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood)
+    sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood)
     if config.dci_estimator != "none":
         out.update(metric_n_train=int(len(sample.rows)), metric_n_test=int(len(sample.rows_check)))
         for name in chosen:
@@ -118,14 +213,16 @@ class Sample:
     """What the metrics of one evaluation read, each part drawn and encoded once, when first asked
     (``analysis.metrics.registry.INPUTS`` names the parts and what each is): ``n_metric`` training
     draws and ``n_metric_test`` (default ``n_metric // 2``) independent check draws, uniform with
-    replacement (disentanglement_lib's two batches); at most ``n_metric`` held-out images, without
-    replacement; the BetaVAE/FactorVAE ``score_pool`` (source None where fewer than 2 training
-    images); the model's ``encode(rows)`` and ``decode(codes)`` (float64 pixel probabilities).
-    ``factor_ranges`` is each factor's class range."""
+    replacement (disentanglement_lib's two batches); the first ``n_metric`` images of the
+    evaluation's :class:`HeldOut` sample (the one ``test_nll`` reads; rendered from the whole grid
+    where the dataset can), their images, codes and factor classes; the BetaVAE/FactorVAE
+    ``score_pool`` (source None where fewer than 2 training images); the model's ``encode(rows)``
+    and ``decode(codes)`` (float64 pixel probabilities). ``factor_ranges`` is each factor's class
+    range."""
 
-    def __init__(self, model, dataset, split, config, seed, n_jobs, train, test, rng, likelihood):
+    def __init__(self, model, dataset, split, config, seed, n_jobs, train, held_out: HeldOut, likelihood):
         self.model, self.dataset, self.split, self.config = model, dataset, split, config
-        self.seed, self.n_jobs, self.train, self._test, self._rng = seed, n_jobs, train, test, rng
+        self.seed, self.n_jobs, self.train, self._held_out = seed, n_jobs, train, held_out
         self.likelihood, self.space = likelihood, dataset.factor_space
         sizes = np.asarray(self.space.sizes)
         self.factor_ranges = np.stack([np.zeros(self.space.n_factors), sizes - 1.0], axis=1)
@@ -160,8 +257,10 @@ class Sample:
         return self.encode(rows), self.dataset.classes[rows]
 
     def _draw_held_out(self):
-        rows = sample_without_replacement(self._test, self.config.n_metric, self._rng)
-        return rows, self.encode(rows), self.dataset.classes[rows]
+        positions = np.arange(min(self.config.n_metric, len(self._held_out)))
+        images = self._held_out[positions]
+        codes = encode_means(self.model, images, np.arange(len(images)))
+        return images, codes, self._held_out.classes[positions]
 
     rows = property(lambda self: self._part("training")[0])
     rows_check = property(lambda self: self._part("training")[1])
@@ -169,7 +268,7 @@ class Sample:
     factors = property(lambda self: self._part("codes")[1])
     codes_check = property(lambda self: self._part("check")[0])
     factors_check = property(lambda self: self._part("check")[1])
-    held_out_rows = property(lambda self: self._part("held_out")[0])
+    held_out_images = property(lambda self: self._part("held_out")[0])
     held_out_codes = property(lambda self: self._part("held_out")[1])
     held_out_factors = property(lambda self: self._part("held_out")[2])
     score_pool = property(lambda self: self._part("score_pool"))

@@ -65,6 +65,7 @@ SETTING_NULLS = {
 UNITS = {
     **{name: setting.unit for name, setting in MODEL_DECLARATIONS.items() if setting.unit},
     "report_every": "steps", "n_images": "images", "n_nll": "images", "n_metric": "images",
+    "test_nll_images": "images",
     "trained_steps": "steps", "train_nll": "nats", "test_nll": "nats", "train_seconds": "s",
     "eval_seconds": "s", "images_per_second": "images/s",
 }
@@ -136,8 +137,16 @@ METRIC_KINDS = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "g
 METRIC_FIELDS = [
     pa.field("train_nll", pa.float64()),  # mean NLL per training image under nll_likelihood, nats
     pa.field("test_nll", pa.float64()),  # the same on the held-out condition's test images
-    pa.field("n_train_images", pa.int64()),
+    pa.field("n_train_images", pa.int64()),  # the trial's training images (its subset's rows)
+    # The held-out pool test_nll's images were drawn from: the combinations of the whole factor grid
+    # that the split holds out (modifiers included) where the dataset can produce any grid point (a
+    # generator, or a file holding the whole grid), else the held-out rows of the trial's own data (a
+    # user's labelled data). Before test_nll_images existed: always the trial's held-out rows.
     pa.field("n_test_images", pa.int64()),
+    # the held-out images test_nll averages over: min(n_nll, n_test_images), fewer where a split holds
+    # out fewer combinations than n_nll (and for the composition network, the targets it could
+    # compose); null in files written before the column
+    pa.field("test_nll_images", pa.int64()),
     pa.field("nll_likelihood", GROUP),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
     # every registered metric's columns (analysis.metrics.registry.METRICS), its unit and what a
     # null means in their metadata; the OOD1 factor of the transfer scores is the setting

@@ -215,7 +215,10 @@ def open_reference(reference: DatasetReference, n_images: int | None = None, see
     """The dataset a trial trains on: ``reference`` materialised in this node's cache (once) and
     memory-mapped, then ``n_images`` rows chosen with ``seed`` as an index set
     (:func:`data_pipeline.subsets.subset_rows`). A procedural reference already holds just the
-    grid points drawn for its own ``n_images`` and ``seed``."""
+    grid points drawn for its own ``n_images`` and ``seed``. A subset keeps the stored data's
+    ``observe`` wherever it has one (a generator renders any grid point, and a whole-grid file
+    indexes any grid point from the same memory map), so its evaluation can draw held-out images
+    and score pools from the whole grid."""
     from data_pipeline.subsets import subset_rows
 
     folder = materialise(reference, cache_dir)
@@ -226,5 +229,5 @@ def open_reference(reference: DatasetReference, n_images: int | None = None, see
     rows = subset_rows(data.name, data.classes, data.factor_space, n_images, seed)
     if rows is None:
         return data
-    return data.subset(rows, observe=manifest["source"].get("kind") == "procedural")
+    return data.subset(rows, observe=True)
 

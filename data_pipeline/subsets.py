@@ -5,7 +5,8 @@ so the driver and a trial choose the same rows. Where the data holds every grid 
 ``load_procedural(name, n, seed)`` would render (a file or prepared folder with the whole factor
 grid, or one prepared from the generator with that draw), those are the rows, so a real, a
 prepared and a procedural trial of the same config see the same factor combinations; a whole-grid
-dataset can also ``observe`` any grid point (the BetaVAE and FactorVAE scores sample their own).
+dataset can also ``observe`` any grid point, and so can its subsets (the BetaVAE and FactorVAE
+scores sample their own, and the evaluation draws its held-out images from the whole grid).
 Otherwise ``n`` rows are drawn at random (seeded, in stored order). A subset is an index set
 (:meth:`GroundTruthDataset.subset`): no image is copied.
 """
@@ -70,10 +71,11 @@ def subset_rows(name: str, classes: np.ndarray, space, n_images: int | None, see
 
 
 def subsample(data: GroundTruthDataset, n_images: int | None, seed: int,
-              keep_observe: bool = False) -> GroundTruthDataset:
+              keep_observe: bool = True) -> GroundTruthDataset:
     """``n_images`` rows of ``data`` (all of them for None), by index (see the module docstring).
-    A subset keeps ``observe`` only with ``keep_observe`` (a generator renders any grid point);
-    ValueError if the data holds fewer rows."""
+    A subset keeps ``data.observe`` unless ``keep_observe`` is False: where the data has one it
+    reaches any grid point (a generator renders it, a whole-grid dataset indexes it), so it still
+    serves the subset; ValueError if the data holds fewer rows."""
     rows = subset_rows(data.name, data.classes, data.factor_space, n_images, seed)
     if rows is None:
         return data

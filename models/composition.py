@@ -199,23 +199,31 @@ class TripletSampler:
         target, action) for the targets that got a triplet within ``max_tries`` draws (all of
         them on a full grid)."""
         targets = np.asarray(targets, dtype=np.int64)
-        out = [np.full(len(targets), -1, np.int64) for _ in range(4)]
-        todo = np.arange(len(targets))
+        reference, transform, served, action = self.sample_onto_classes(self.classes[targets], rng)
+        return reference, transform, targets[served], action
+
+    def sample_onto_classes(self, wanted: np.ndarray, rng: np.random.Generator):
+        """:meth:`sample_onto` for targets given by their factor classes ``wanted`` (N, F), which
+        need not be rows at all (grid points rendered for evaluation): (reference, transform,
+        position in ``wanted``, action) for the targets served. Reference and transform are pool
+        rows."""
+        wanted = np.asarray(wanted, dtype=np.int64).reshape(-1, self.classes.shape[1])
+        out = [np.full(len(wanted), -1, np.int64) for _ in range(4)]
+        todo = np.arange(len(wanted))
         for _ in range(self.max_tries):
             m = len(todo)
             if m == 0:
                 break
-            target = targets[todo]
             action = self.actions[rng.integers(len(self.actions), size=m)]
-            wanted = self.classes[target]
-            reference_classes = wanted.copy()
+            target = wanted[todo]
+            reference_classes = target.copy()
             donor = self.pool[rng.integers(len(self.pool), size=m)]
             reference_classes[np.arange(m), action] = self.classes[donor, action]
             transform_classes = self.classes[self.pool[rng.integers(len(self.pool), size=m)]].copy()
-            transform_classes[np.arange(m), action] = wanted[np.arange(m), action]
+            transform_classes[np.arange(m), action] = target[np.arange(m), action]
             reference, transform = self.row_of(reference_classes), self.row_of(transform_classes)
             ok = (reference >= 0) & (transform >= 0)
-            for array, value in zip(out, (reference, transform, target, action)):
+            for array, value in zip(out, (reference, transform, todo, action)):
                 array[todo[ok]] = value[ok]
             todo = todo[~ok]
         drawn = out[0] >= 0

@@ -3,8 +3,9 @@ decided without Ray (which this module never imports) and without writing anythi
 
 It prints the trials and their packs (each pack's size, what its members share, the steps they
 train for and what varies among them), the resources each Tune trial reserves and where its
-models are evaluated, the pack size and why, the estimated training cost (``sweeps.costs``), and
-last a line ``N trials in M packs``.
+models are evaluated, the pack size and why, the estimated training cost (``sweeps.costs``), a
+line for each split whose held-out part of the factor grid has fewer combinations than its
+trials' ``n_nll`` (:func:`held_out_shortfalls`), and last a line ``N trials in M packs``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,32 @@ def _steps(pack: Sequence[TrialConfig]) -> str:
     return f"{steps[0]:,} steps" if len(steps) == 1 else f"{steps[0]:,} to {steps[-1]:,} steps"
 
 
+def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
+    """One line for each (dataset, split) of the procedural trials whose held-out part of the
+    generator's factor grid (modifiers included) has fewer combinations than some of its trials'
+    ``n_nll``: their ``test_nll`` averages over every one of those combinations, fewer images than
+    asked (``test_nll_images`` in their rows). A few ms a split. Trials on a real file or prepared
+    data are left out: their grid is the data's, which the plan does not open."""
+    from data_pipeline.spaces import factor_space
+    from data_pipeline.splits import get_split
+
+    asked: dict[tuple[str, str], set[int]] = {}
+    for trial in trials:
+        if trial.data.data_source == "procedural":
+            asked.setdefault((trial.data.dataset, trial.data.split), set()).add(trial.evaluation.n_nll)
+    lines = []
+    for (dataset, name), n_nlls in asked.items():
+        space = factor_space(dataset)
+        available = len(get_split(dataset, name, space=space).test_grid_indices(space))
+        short = sorted(n for n in n_nlls if n > available)
+        if short:
+            n_nll = ", ".join(f"{n:,}" for n in short)
+            lines.append(f"  held out:    {dataset} {name}: {available:,} held-out combinations of the "
+                         f"{space.n_images:,}-point grid, fewer than n_nll {n_nll}: its test_nll uses all "
+                         f"{available:,}")
+    return lines
+
+
 def _hours(value: float) -> str:
     return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
@@ -103,5 +130,6 @@ def plan_text(args, planned: dict) -> str:
         lines.append(f"    pack {index:>{width}}: {len(pack):>3} trial{plural}  {shared}; {members}")
     if len(packs) > LISTED_PACKS:
         lines.append(f"    … and {len(packs) - LISTED_PACKS} more packs")
+    lines.extend(held_out_shortfalls(trials))
     lines.append(f"{len(trials)} trials in {len(packs)} packs")
     return "\n".join(lines)

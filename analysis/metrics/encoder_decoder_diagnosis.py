@@ -286,7 +286,7 @@ def score_encoder_decoder(sample) -> dict:
     result = encoder_decoder_diagnosis(
         sample.encode(unique), dataset.classes[unique], sample.held_out_codes, sample.held_out_factors,
         space=sample.space, factors_judged=judged_factors(sample.split, sample.space),
-        decode=sample.decode, images=dataset.images[unique], images_test=dataset.images[sample.held_out_rows],
+        decode=sample.decode, images=dataset.images[unique], images_test=sample.held_out_images,
         factor_ranges=sample.factor_ranges, ratio=config.diagnosis_ratio,
         encoder_margin=config.diagnosis_encoder_margin, decoder_margin=config.diagnosis_decoder_margin,
         likelihood=sample.likelihood, random_state=sample.seed)

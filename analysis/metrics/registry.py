@@ -36,7 +36,10 @@ KINDS = ("float", "int", "bool", "group", "text")
 INPUTS = {
     "training_draws": ("codes", "factors", "rows"),  # n_metric training images, with replacement
     "check_draws": ("codes_check", "factors_check", "rows_check"),  # n_metric_test more, independent
-    "held_out": ("held_out_codes", "held_out_factors", "held_out_rows"),  # <= n_metric held-out images
+    # <= n_metric held-out images (their pixels, codes and factor classes): the first of the held-out
+    # sample test_nll reads, drawn from the whole held-out part of the grid where the dataset can
+    # produce any grid point (dataset.observe), else from its own held-out rows
+    "held_out": ("held_out_codes", "held_out_factors", "held_out_images"),
     "score_pool": ("score_pool",),  # the BetaVAE/FactorVAE scores' sample (analysis.evaluation)
     "model": ("encode", "decode", "dataset"),  # the model's encoder and decoder, the dataset
 }

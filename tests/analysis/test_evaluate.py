@@ -19,16 +19,35 @@ def trained():
     return trainer.model, data, split
 
 
+def _numpy_nll(model, images):
+    x = images.astype(np.float64) / 255
+    p = np.clip(reconstruct(model, images).astype(np.float64), 1e-12, 1 - 1e-12)
+    return -(x * np.log(p) + (1 - x) * np.log(1 - p)).sum(axis=(1, 2, 3)).mean()
+
+
 def test_nll_matches_an_independent_numpy_computation(trained):
+    import dataclasses
+
     model, data, split = trained
-    metrics = evaluate(model, data, split, EvaluationConfig(n_nll=10_000, n_metric=100, dci_estimator="none"))
+    rendered = []
+
+    def observe(classes):
+        rendered.append(np.asarray(classes))
+        return data.observe(classes)
+
+    recording = dataclasses.replace(data, observe=observe)
+    config = EvaluationConfig(n_nll=2000, n_metric=100, dci_estimator="none")
+    metrics = evaluate(model, recording, split, config)
     train_rows, test_rows = split.train_test_indices(data.classes, data.factor_space)
-    assert metrics["n_train_images"] == len(train_rows) and metrics["n_test_images"] == len(test_rows)
-    for rows, key in [(train_rows, "train_nll"), (test_rows, "test_nll")]:
-        x = data.images[rows].astype(np.float64) / 255
-        p = np.clip(reconstruct(model, data.images[rows]).astype(np.float64), 1e-12, 1 - 1e-12)
-        nll = -(x * np.log(p) + (1 - x) * np.log(1 - p)).sum(axis=(1, 2, 3)).mean()
-        assert metrics[key] == pytest.approx(nll, rel=1e-3)
+    assert metrics["n_train_images"] == len(train_rows) < 2000
+    assert metrics["train_nll"] == pytest.approx(_numpy_nll(model, data.images[train_rows]), rel=1e-3)
+    # the held-out images: 2,000 of the whole grid's posX > 0.5 (3 shapes × 6 scales × 40 orientations ×
+    # 16 posX × 32 posY), rendered, though the 1,500 images hold only len(test_rows) of them
+    held = np.concatenate(rendered)
+    assert metrics["n_test_images"] == 3 * 6 * 40 * 16 * 32 and len(test_rows) < 2000
+    assert metrics["test_nll_images"] == len(held) == len(np.unique(held, axis=0)) == 2000
+    assert (held[:, data.factor_space.position("posX")] >= 16).all()
+    assert metrics["test_nll"] == pytest.approx(_numpy_nll(model, data.observe(held)), rel=1e-3)
 
 
 def test_disentanglement_scores_are_in_range_and_budgets_bound_the_work(trained):
@@ -91,7 +110,9 @@ def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_defau
     assert sum(tuple(row) not in held for row in np.concatenate(rendered)) > 400
     rendered.clear()
     evaluate(model, recording, split, EvaluationConfig(n_nll=20, n_metric=120, metrics=scores), seed=2)
-    assert not rendered  # the default reads the training images
+    # the default reads the training images: what it renders is the held-out sample of test_nll only
+    rendered = np.concatenate(rendered)
+    assert len(rendered) == 20 and (rendered[:, data.factor_space.position("posX")] >= 16).all()
 
 
 def test_without_observe_the_scores_read_the_training_images_and_grid_sampling_is_refused(trained):

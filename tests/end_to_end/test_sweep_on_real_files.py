@@ -59,7 +59,9 @@ def test_a_whole_real_grid_observes_any_grid_point_and_subsets_follow_the_seeded
     drawn = space.classes_of(np.sort(np.random.default_rng(3).choice(36, 10, replace=False)))
     assert np.array_equal(subset.classes, drawn)  # the grid points load_procedural draws
     assert np.array_equal(subset.images[np.arange(10)][:, 0], render("circles", drawn, space))
-    assert subset.observe is None
+    # the subset keeps the whole grid's observe (an index into the same memory map): its evaluation
+    # draws held-out images from the whole grid, not only from the 10 rows it holds
+    assert np.array_equal(subset.observe(asked)[:, 0], render("circles", asked, space))
     assert len(materialisations(cache)) == 1  # the file was converted once; the subset is an index set
 
 

@@ -1,7 +1,10 @@
 """The ground-truth decoder and composition tasks: training, exact resume, held-out hygiene and
 evaluation (models.tasks, models.ground_truth, models.composition, analysis.task_evaluation)."""
 
+import dataclasses
 import io
+import itertools
+import logging
 
 import numpy as np
 import pytest
@@ -26,7 +29,7 @@ from models import (
 )
 
 # Simple (posX, posY, shape) on a 6 × 6 × 3 grid: 108 images; the split holds out circles
-# (shape 1) on the right half: 9 images, which are made all black so that an NLL on them is
+# (shape 1) on the right half: 18 images, which are made all black so that an NLL on them is
 # recognisable.
 SPACE = sprite_space(SIMPLE_NAMES, (6, 6, 3))
 CLASSES = SPACE.all_classes()
@@ -191,6 +194,47 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     per_image = on * np.logaddexp(0, -b) + (pixels - on) * np.logaddexp(0, b)
     assert per_image.min() - 1e-3 <= constant["train_nll"] <= per_image.max() + 1e-3
     assert constant["train_nll"] > constant["test_nll"] + 10
+
+
+def _subset_of_the_grid(data):
+    """The training images and just 2 of the 18 held-out ones, with an ``observe`` that indexes the
+    whole grid (``data`` holds it in flat-index order), as a subset of a whole-grid file has."""
+    whole = dataclasses.replace(data, observe=lambda classes: data.images[SPACE.index_of(classes)])
+    return whole.subset(np.sort(np.concatenate([TRAIN, TEST[:2]])), observe=True)
+
+
+def test_ground_truth_decoder_test_nll_reads_the_grids_held_out_images(data, trained, caplog):
+    trainer, _, _ = trained["ground_truth_decoder"]
+    subset = _subset_of_the_grid(data)
+    with caplog.at_level(logging.WARNING, logger="analysis.evaluation"):
+        metrics = evaluate_task(trainer, subset, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
+    assert "split circle_right on simple has 18 held-out combinations" in caplog.text
+    # all 18 held-out combinations of the grid, not the subset's 2: each black, so Σ softplus(logit)
+    assert metrics["test_nll_images"] == metrics["n_test_images"] == len(TEST) == 18
+    with torch.no_grad():
+        logits = trainer.model(torch.as_tensor(SPACE.raw_values(CLASSES), dtype=torch.float32)).numpy()
+    black = np.logaddexp(0, logits[TEST].astype(np.float64)).reshape(len(TEST), -1).sum(1)
+    assert metrics["test_nll"] == pytest.approx(black.mean(), rel=1e-5)
+    assert metrics["test_nll"] != pytest.approx(black[:2].mean(), rel=1e-3)
+    # n_nll below the pool: that many, drawn without replacement
+    five = evaluate_task(trainer, subset, SPLIT, EvaluationConfig(n_nll=5), seed=0)
+    assert five["test_nll_images"] == 5 and five["n_test_images"] == 18
+    assert any(five["test_nll"] == pytest.approx(black[list(chosen)].mean(), rel=1e-5)
+               for chosen in itertools.combinations(range(18), 5))
+
+
+def test_composition_test_targets_are_the_grids_held_out_images(data):
+    # a decoder that ignores its code and says logit b for every pixel: each black target costs
+    # exactly P·softplus(b); reference and transform are rows of the subset
+    net = CompositionNet(CONFIGS["composition"].network, n_actions=3)
+    last = [m for m in net.decoder.modules() if isinstance(m, (torch.nn.ConvTranspose2d, torch.nn.Conv2d,
+                                                                torch.nn.Linear))][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(-3.0)
+    metrics = evaluate_task(net, _subset_of_the_grid(data), SPLIT, EvaluationConfig(n_nll=200), seed=0)
+    assert metrics["test_nll_images"] == metrics["n_test_images"] == 18  # every held-out target composed
+    assert metrics["test_nll"] == pytest.approx(64 * 64 * np.logaddexp(0, -3.0), rel=1e-5)
 
 
 def test_evaluate_task_returns_evaluates_keys(data):

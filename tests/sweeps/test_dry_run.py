@@ -67,3 +67,24 @@ def test_a_dry_run_checks_its_input_and_plans_cpu_trials(tmp_path, capsys):
     assert size and 4 <= int(size[1]) == int(size[2]) < 64
     assert out.rstrip().endswith("4 trials in 1 packs")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_plan_names_each_split_that_holds_out_fewer_grid_combinations_than_n_nll():
+    from sweeps.dry_run import held_out_shortfalls
+    from sweeps.trials import TrialConfig
+
+    def trial(split, n_nll, source="procedural", dataset="dsprites"):
+        return TrialConfig.complete({"dataset": dataset, "split": split, "n_images": 20_000, "data_seed": 0,
+                                     "data_source": source, "report_every": 5, "n_nll": n_nll,
+                                     "n_metric": 100})
+
+    # leave1out: 1 shape × 4 scales × 12 orientations × 11 × 11 positions of the 737,280-point grid
+    lines = held_out_shortfalls([
+        trial("leave1out", 10_000), trial("leave1out", 1_000), trial("leave1out", 6_000),
+        trial("blank_side", 10_000), trial("leave1out", 10_000, "real"),
+        trial("leave1out", 100, dataset="shapes3d")])
+    assert lines == [
+        "  held out:    dsprites leave1out: 5,808 held-out combinations of the 737,280-point grid, "
+        "fewer than n_nll 6,000, 10,000: its test_nll uses all 5,808",
+        "  held out:    shapes3d leave1out: 72 held-out combinations of the 480,000-point grid, "
+        "fewer than n_nll 100: its test_nll uses all 72"]
