@@ -45,8 +45,10 @@ def recording(data):
 
 
 def subset_with_two_held_out(split=RIGHT, observe=True):
-    """Every training image of the planted grid and just 2 of ``split``'s held-out images."""
-    whole = planted.dataset()
+    """Every training image of the planted grid and just 2 of ``split``'s held-out images. Its
+    factors are ordinal: the encoder's diagnosis can then read the held-out values of ``a`` (no
+    classifier names a class it never saw)."""
+    whole = planted.dataset(kinds=("ordinal",) * 3)
     train, test = split.train_test_indices(whole.classes, whole.factor_space)
     return whole.subset(np.sort(np.concatenate([train, test[[0, -1]]])), observe=observe), test[[0, -1]]
 

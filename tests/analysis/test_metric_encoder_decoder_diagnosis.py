@@ -238,7 +238,7 @@ def test_the_registry_metric_judges_the_splits_factors_and_writes_the_errors_as_
     sample = SimpleNamespace(
         rows=train_rows, dataset=SimpleNamespace(classes=classes, images=images),
         encode=lambda rows: bad[rows],
-        held_out_rows=test_rows, held_out_codes=bad[test_rows], held_out_factors=classes[test_rows],
+        held_out_images=images[test_rows], held_out_codes=bad[test_rows], held_out_factors=classes[test_rows],
         decode=lambda z: 1 / (1 + np.exp(-(z @ weights))), space=DSPRITES_LIKE, split=SHAPE2TX,
         factor_ranges=np.stack([np.zeros(5), np.asarray(DSPRITES_LIKE.sizes) - 1.0], axis=1),
         likelihood="bernoulli", seed=0,
