@@ -1,8 +1,9 @@
 """The papers' findings on a laptop: run the ``demo`` scale of montero2021, montero2022 and
 dittadi2021, one after the other, then write one report whose Findings section puts each paper's
-headline statement beside what the demo shows (✓ reproduced, ✗ not, ? inconclusive).
+headline statements beside what the demo shows (✓ reproduced, ✗ not, ? inconclusive); each paper
+has a finding the demo is sized to decide.
 
-    python -m sweeps.demo                       # all three (about an hour on 2 cores), then the report
+    python -m sweeps.demo                       # all three (under an hour on 2 cores), then the report
     python -m sweeps.demo --studies dittadi2021 # one of them
 
 A study that was interrupted, or already ran, is resumed: finished trials are kept and not rerun.
@@ -33,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.demo",
         formatter_class=HelpFormatter,
-        description="Run the demo scale of the three papers' studies on a local Ray (each under 30 "
-                    "minutes on 2 CPU cores) and write a report whose Findings section says, for each "
-                    "paper's headline statement, whether the demo reproduces it.")
+        description="Run the demo scale of the three papers' studies on a local Ray (the three in "
+                    "under an hour on 2 CPU cores) and write a report whose Findings section says, for "
+                    "each paper's headline statements, whether the demo reproduces them.")
     parser.add_argument("--studies", default=",".join(STUDIES),
                         help="comma-separated presets to run, from: " + ", ".join(STUDIES))
     parser.add_argument("--storage-path", default=paper_grid.DEFAULT_STORAGE,

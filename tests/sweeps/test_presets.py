@@ -61,4 +61,4 @@ def test_dittadi2021_tiny_runs_ada_gvae_on_pairs(ray_session, tmp_path, capsys):
     # the readout accuracy per factor comes through Ray into trials.parquet (tiny skips DCI: the forest)
     assert trials["readout_estimator"].eq("random_forest").all() and trials["readout_n_test"].gt(0).all()
     assert trials["accuracy_object_hue"].between(0, 1).all() and trials["chance_object_hue"].eq(1 / 8).all()
-    assert trials["accuracy_posX"].isna().all()  # not a 3DShapes factor
+    assert trials["r2_posX"].isna().all() and trials["r2_scale"].notna().all()  # posX: not a 3DShapes factor
