@@ -79,7 +79,22 @@ def test_writer_round_trips_and_load_real_finds_it_by_name(tmp_path):
     assert np.array_equal(same.classes, data.classes)
 
 
+def test_factor_kinds_are_read_from_the_file_and_ordinal_by_default(tmp_path):
+    images, factors = d21_like(n=12)
+    for name in ("labelled.npz", "labelled.h5"):
+        write_labelled(tmp_path / name, images, factors, ["joint", "hue", "height"],
+                       factor_kinds=["ordinal", "categorical", "ordinal"])
+        space = load_labelled(tmp_path / name).factor_space
+        assert space.kinds == ("ordinal", "categorical", "ordinal") and space.kind("hue") == "categorical"
+    write_labelled(tmp_path / "plain.npz", images, factors)
+    assert load_labelled(tmp_path / "plain.npz").factor_space.kinds == ("ordinal",) * 3
+
+
 @pytest.mark.parametrize("arrays, message", [
+    (dict(images=np.zeros((4, 8, 8), np.uint8), factors=np.zeros((4, 2)), factor_kinds=np.array(["ordinal"])),
+     "factor_kinds: kinds: expected one of categorical, ordinal, circular for each of the 2 factors"),
+    (dict(images=np.zeros((4, 8, 8), np.uint8), factors=np.zeros((4, 1)), factor_kinds=np.array(["round"])),
+     "factor_kinds: kinds: expected one of"),
     (dict(images=np.zeros((4, 8, 8), np.uint8)), "missing factors"),
     (dict(images=np.zeros((4, 8, 8), np.float32), factors=np.zeros((4, 1))), "expected dtype uint8"),
     (dict(images=np.zeros((4, 3, 8, 8), np.uint8), factors=np.zeros((4, 1))),

@@ -33,6 +33,20 @@ def test_ray_data_blocks_read_back_equal_the_generator(ray_session, tmp_path):
         manifest["content_id"]
 
 
+def test_the_manifest_keeps_the_factor_kinds_and_an_older_one_reads_as_ordinal(tmp_path):
+    from data_pipeline.factors import FactorSpace
+
+    manifest = prepare_single_process("dsprites", tmp_path, n_images=50)
+    assert manifest["factor_kinds"] == ["categorical", "ordinal", "circular", "ordinal", "ordinal"]
+    assert manifest["factor_symmetry"] == [["orientation", "shape", [4, 2, 1]]]
+    space = prepared.space_of({**manifest, "dataset": "a_users_copy"})  # not the registered space
+    assert space.kinds == tuple(manifest["factor_kinds"]) and space.symmetry == (("orientation", "shape", (4, 2, 1)),)
+    older = {k: v for k, v in manifest.items() if k not in ("factor_kinds", "factor_symmetry")}
+    older["dataset"] = "a_users_copy"
+    assert prepared.space_of(older).kinds == ("ordinal",) * 5
+    assert isinstance(prepared.space_of(manifest), FactorSpace)
+
+
 def test_blocks_are_memory_mapped_and_a_damaged_block_is_refused(tmp_path):
     manifest = prepare_single_process("circles", tmp_path, rows_per_block=500)
     files = sorted(p.name for p in tmp_path.iterdir())
