@@ -233,9 +233,11 @@ def readout_values(part: pd.DataFrame, dataset: str, factor: str) -> tuple[str, 
 def _model_label(row) -> str:
     """A model's short name in a sentence: its objective and β or γ, and its seed."""
     bits = [str(row.get("objective") or row.get("task") or "model")]
-    for name, symbol in (("beta", "β"), ("gamma", "γ")):
+    for name, symbol in (("beta", "β"), ("gamma", "γ"), ("mmd_weight", "λ1")):
         value = row.get(name)
-        if value is not None and not pd.isna(value) and (name == "beta" or bits[0] == "factor_vae"):
+        weighs = {"beta": not bits[0].startswith("wae"), "gamma": bits[0] == "factor_vae",
+                  "mmd_weight": bits[0] == "wae_mmd"}[name]
+        if value is not None and not pd.isna(value) and weighs:
             bits.append(f"{symbol}={float(value):g}")
     if row.get("seed") is not None and not pd.isna(row.get("seed")):
         bits.append(f"seed {int(row['seed'])}")

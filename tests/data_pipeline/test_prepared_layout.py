@@ -40,7 +40,8 @@ def test_the_manifest_keeps_the_factor_kinds_and_an_older_one_reads_as_ordinal(t
     assert manifest["factor_kinds"] == ["categorical", "ordinal", "circular", "ordinal", "ordinal"]
     assert manifest["factor_symmetry"] == [["orientation", "shape", [4, 2, 1]]]
     space = prepared.space_of({**manifest, "dataset": "a_users_copy"})  # not the registered space
-    assert space.kinds == tuple(manifest["factor_kinds"]) and space.symmetry == (("orientation", "shape", (4, 2, 1)),)
+    assert space.kinds == tuple(manifest["factor_kinds"])
+    assert space.symmetry == (("orientation", "shape", (4, 2, 1)),)
     older = {k: v for k, v in manifest.items() if k not in ("factor_kinds", "factor_symmetry")}
     older["dataset"] = "a_users_copy"
     assert prepared.space_of(older).kinds == ("ordinal",) * 5
