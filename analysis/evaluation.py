@@ -25,6 +25,7 @@ import logging
 import numpy as np
 
 from analysis.metrics import GridPool, RowSampler, grid_pool
+from analysis.metrics._checks import mean_or_nan
 from analysis.metrics.factor_readout import READOUT_SCORES, factor_readout_scores
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
@@ -154,10 +155,6 @@ def reconstruction_nll_per_image(model, images: np.ndarray, rows: np.ndarray, li
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def _mean(values: np.ndarray) -> float:
-    return float(values.mean()) if len(values) else float("nan")
-
-
 def _reads_held_out(config: EvaluationConfig) -> bool:
     """Whether a metric ``config`` runs reads the held-out images (their ``held_out`` input)."""
     return config.dci_estimator != "none" and any("held_out" in METRICS[name].inputs
@@ -187,9 +184,9 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
         "n_test_images": held_out.pool,
         "test_nll_images": int(len(tested)),
         "nll_likelihood": likelihood,
-        "train_nll": _mean(reconstruction_nll_per_image(
+        "train_nll": mean_or_nan(reconstruction_nll_per_image(
             model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood)),
-        "test_nll": _mean(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
+        "test_nll": mean_or_nan(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
         **nan_results(),
     }
     sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood)

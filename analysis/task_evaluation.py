@@ -49,6 +49,7 @@ from analysis.evaluation import (
     readout_columns,
     sample_without_replacement,
 )
+from analysis.metrics._checks import mean_or_nan
 from analysis.metrics.factor_readout import readout_score
 from analysis.metrics.registry import EvaluationConfig, nan_results
 from models.composition import CompositionNet, TripletSampler
@@ -131,10 +132,6 @@ def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarr
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
 
-def _mean(values: np.ndarray) -> float:
-    return float(values.mean()) if len(values) else float("nan")
-
-
 def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
                   n_jobs: int | None = 1) -> dict[str, float]:
     """``evaluate``'s metrics for a trained ground-truth decoder or composition network (module
@@ -154,10 +151,10 @@ def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | N
     out: dict[str, float] = {"n_train_images": int(len(train)), "n_test_images": held_out.pool,
                              "nll_likelihood": "bernoulli"}
     if isinstance(model, GroundTruthDecoder):
-        out["train_nll"] = _mean(ground_truth_nll(model, dataset.images, space.raw_values(dataset.classes),
-                                                  sample_without_replacement(train, n_nll, rng)))
-        out["test_nll"] = _mean(ground_truth_nll(model, held_out, space.raw_values(held_out.classes),
-                                                 np.arange(len(held_out))))
+        values, train_rows = space.raw_values(dataset.classes), sample_without_replacement(train, n_nll, rng)
+        out["train_nll"] = mean_or_nan(ground_truth_nll(model, dataset.images, values, train_rows))
+        out["test_nll"] = mean_or_nan(ground_truth_nll(model, held_out, space.raw_values(held_out.classes),
+                                                       np.arange(len(held_out))))
         out["test_nll_images"] = len(held_out)
     else:
         train_triplets = TripletSampler(dataset.classes, train).sample(rng, n_nll)
@@ -167,9 +164,9 @@ def evaluate_task(trainer_or_model, dataset, split, config: EvaluationConfig | N
         if len(target) == 0:
             _log.info("test_nll is NaN: no held-out image of split %s could be composed from the dataset's "
                       "images (the composition task needs a full factor grid)", split.name)
-        out["train_nll"] = _mean(composition_nll(model, dataset.images, *train_triplets))
-        out["test_nll"] = _mean(composition_nll(model, dataset.images, *sources, target, action,
-                                                targets=held_out))
+        out["train_nll"] = mean_or_nan(composition_nll(model, dataset.images, *train_triplets))
+        out["test_nll"] = mean_or_nan(composition_nll(model, dataset.images, *sources, target, action,
+                                                      targets=held_out))
         out["test_nll_images"] = int(len(target))
     out.update(nan_results())
     # the same keys as a VAE's row: the decoder's own readout, or none for the composition network

@@ -49,7 +49,7 @@ import numpy as np
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import train_test_split
 
-from analysis.metrics._checks import check_pair, check_test_pair
+from analysis.metrics._checks import check_pair, check_test_pair, mean_or_nan
 from analysis.metrics.reconstruction_nll import nll_per_image
 
 __all__ = ["encoder_decoder_diagnosis", "fails", "score_encoder_decoder", "judged_factors", "RATIO",
@@ -70,11 +70,6 @@ def fails(error_train, error_test, ratio=RATIO, margin=0.0):
     return float(error_test > ratio * error_train + margin)
 
 
-def _mean_or_nan(values) -> float:
-    values = np.asarray(values, dtype=float)
-    return float(values.mean()) if values.size else float("nan")
-
-
 def _angle_error(predicted: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """|angle between predicted and true (cos, sin)| / π, per row, in [0, 1]."""
     difference = (np.arctan2(predicted[:, 1], predicted[:, 0]) - np.arctan2(truth[:, 1], truth[:, 0]))
@@ -93,16 +88,16 @@ def _factor_errors(kind, codes, target, codes_test, target_test, fit_rows, check
                 codes[fit_rows], target[fit_rows]).predict
         check = check_rows[np.isin(target[check_rows], known)]
         seen = np.isin(target_test, known)
-        train = _mean_or_nan(predict(codes[check]) != target[check]) if len(check) else float("nan")
-        test = _mean_or_nan(predict(codes_test[seen]) != target_test[seen]) if seen.any() else float("nan")
+        train = mean_or_nan(predict(codes[check]) != target[check]) if len(check) else float("nan")
+        test = mean_or_nan(predict(codes_test[seen]) != target_test[seen]) if seen.any() else float("nan")
         return train, test, int(seen.sum())
     readout = LinearRegression().fit(codes[fit_rows], target[fit_rows])
     if kind == "circular":
         error = _angle_error
     else:
         error = lambda predicted, truth: np.abs(predicted - truth)
-    train = _mean_or_nan(error(readout.predict(codes[check_rows]), target[check_rows]))
-    test = _mean_or_nan(error(readout.predict(codes_test), target_test))
+    train = mean_or_nan(error(readout.predict(codes[check_rows]), target[check_rows]))
+    test = mean_or_nan(error(readout.predict(codes_test), target_test))
     return train, test, len(codes_test)
 
 
