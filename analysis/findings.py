@@ -306,8 +306,9 @@ def precondition(part: pd.DataFrame, dataset: str, factors, *, minimum: int = MI
 
 
 def _join(items) -> str:
+    """'a', 'a and b', 'a, b and c'."""
     items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+    return "".join(items) if len(items) < 2 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def split_precondition(part: pd.DataFrame, dataset: str, split: str, *,

@@ -30,9 +30,11 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 
 
 @functools.cache
-def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int) -> float:
-    """Forward and backward FLOPs of one image through the VAE's encoder and decoder, counted on
-    the meta device (nothing is allocated or computed)."""
+def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
+                             decoder_only: bool = False) -> float:
+    """Forward and backward FLOPs of one image through the VAE's encoder and decoder (only the
+    decoder for ``decoder_only``: the ground-truth decoder has no encoder), counted on the meta
+    device (nothing is allocated or computed)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -43,9 +45,11 @@ def training_flops_per_image(architecture: str, image_size: int, channels: int, 
     with torch.device("meta"):
         model = VAE(config.network)
         batch = torch.empty(4, channels, image_size, image_size)
+        codes = torch.empty(4, latent_dim)
     with FlopCounterMode(display=False) as counter:
-        mean, _ = model.encode(batch)
-        model.decode(mean)
+        if not decoder_only:
+            codes, _ = model.encode(batch)
+        model.decode(codes)
     return BACKWARD_FACTOR * counter.get_total_flops() / 4
 
 
@@ -83,9 +87,11 @@ def training_images(trial) -> int:
 
 def relative_flops(trial) -> float:
     """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one
-    channel, 10 latents), whose CPU speed is the measured figure."""
+    channel, 10 latents), whose CPU speed is the measured figure. The ground-truth decoder counts
+    its decoder alone."""
     model = trial.model
-    return (training_flops_per_image(model.architecture, model.image_size, model.channels, model.latent_dim)
+    return (training_flops_per_image(model.architecture, model.image_size, model.channels, model.latent_dim,
+                                     model.task == "ground_truth_decoder")
             / training_flops_per_image("burgess", 64, 1, 10))
 
 

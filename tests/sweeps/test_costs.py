@@ -25,6 +25,15 @@ def test_burgess_flops_per_image_match_the_hand_count():
     assert costs.training_flops_per_image("burgess", 64, 1, 10) == burgess_training_flops_by_hand()
 
 
+def test_the_ground_truth_decoder_counts_its_decoder_alone():
+    # Higgins et al.'s MLP decoder, 10 inputs → 1200 → 1200 → 1200 → 64 × 64: in × out multiply-adds
+    decoder = 10 * 1200 + 1200 * 1200 + 1200 * 1200 + 1200 * 4096
+    assert costs.training_flops_per_image("higgins", 64, 1, 10, decoder_only=True) == 3 * 2 * decoder
+    trial = trial_configs(costs.PRESETS["montero2021"], "montero2021", "demo", [0])[0]
+    assert trial.model.task == "ground_truth_decoder"
+    assert costs.relative_flops(trial) == pytest.approx(3 * 2 * decoder / burgess_training_flops_by_hand())
+
+
 @pytest.mark.parametrize("scale, steps, batch", [("tiny", 20, 32), ("smoke", 400, 64)])
 def test_the_default_presets_cost_matches_a_hand_computation(scale, steps, batch):
     cost = costs.preset_cost("default", scale)
@@ -54,19 +63,21 @@ def test_the_table_lists_every_preset_and_scale():
 
 
 def test_pair_objectives_count_both_images_of_each_pair():
-    # dittadi2021 demo: 6 β-VAEs and 6 Ada-GVAEs (k = 1), 400 steps at batch 64; an Ada-GVAE step
+    # dittadi2021 demo: 6 β-VAEs and 6 Ada-GVAEs (k = 1), 1,200 steps at batch 64; an Ada-GVAE step
     # trains on 64 pairs, 128 images
     cost = costs.preset_cost("dittadi2021", "demo")
     assert cost["trials"] == 12
-    assert cost["images"] == 6 * 400 * 64 + 6 * 400 * 128
+    assert cost["images"] == 6 * 1200 * 64 + 6 * 1200 * 128
 
 
-@pytest.mark.parametrize("preset", ["montero2021", "montero2022", "dittadi2021"])
-def test_each_demo_trains_in_under_25_minutes_of_two_cores_by_the_cost_model(preset):
-    # the demo's budget is 30 minutes on 2 cores (benchmarks/README.md has the measured times);
-    # training, by the cost model, leaves at least 5 of them for evaluation and start-up
-    cost = costs.preset_cost(preset, "demo")
-    assert cost["cpu_core_hours"] * 3600 / 2 < 25 * 60
+def test_the_three_demos_train_within_their_budget_by_the_cost_model():
+    # the demo's budget is an hour on 2 cores for the three; measured 45 min 27 s with evaluation and
+    # start-up (benchmarks/README.md), where the cost model prices their training at about 68 minutes
+    # of two cores (it scales by FLOPs from the burgess network, and these CPUs run the decoder's MLP
+    # and the 3-channel burgess faster than that): 75 minutes by the model is the demo's ceiling
+    minutes = sum(costs.preset_cost(p, "demo")["cpu_core_hours"] for p in ("montero2021", "montero2022",
+                                                                           "dittadi2021")) * 60 / 2
+    assert 50 < minutes < 75, minutes
 
 
 def test_an_epoch_length_counts_its_steps_not_passes_over_the_grid():
