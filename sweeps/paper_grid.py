@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "estimated GPU- and CPU-hours")
     parser.add_argument("--scale", default="smoke", metavar="{" + ",".join(SCALES) + "}",
                         help="how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; "
-                             "demo: the papers' findings in under 30 minutes each; small: hours on one "
+                             "demo: a verdict on each paper, the three in under an hour; small: hours on one "
                              "GPU; full: the paper)")
     parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
                         help="folder that receives the experiment folder")
