@@ -109,17 +109,6 @@ class RandomCombinations:
         uniform = (state >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
         return uniform < self.fraction
 
-    def grid_mask(self, space: FactorSpace) -> np.ndarray:
-        """:meth:`mask` over the whole grid of ``space``, by broadcasting: a boolean array that
-        broadcasts to ``space.sizes`` (flat index order once raveled), never a class array."""
-        columns = [space.position(f) for f in self.factors] or range(space.n_factors)
-        with np.errstate(over="ignore"):
-            state = _splitmix64(np.full((1,) * space.n_factors, self.seed, dtype=np.uint64))
-            for col in columns:
-                state = _splitmix64(state ^ _along(space, col, np.arange(space.sizes[col], dtype=np.uint64)))
-        uniform = (state >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-        return uniform < self.fraction
-
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 mixing function on a uint64 array (wrapping arithmetic)."""
@@ -154,32 +143,6 @@ def rule_mask(rule: Rule, classes: np.ndarray, space: FactorSpace) -> np.ndarray
                 allowed = allowed.classes(space.sizes[col])
             part &= np.isin(classes[:, col], np.asarray(allowed, dtype=np.int64))
         mask |= part
-    return mask
-
-
-def _along(space: FactorSpace, col: int, values: np.ndarray) -> np.ndarray:
-    """A factor's per-class ``values`` on its own axis of the grid (size 1 on every other axis)."""
-    shape = [1] * space.n_factors
-    shape[col] = len(values)
-    return values.reshape(shape)
-
-
-def rule_grid_mask(rule: Rule, space: FactorSpace) -> np.ndarray:
-    """:func:`rule_mask` over the whole grid of ``space``: a boolean array that broadcasts to
-    ``space.sizes``, computed factor by factor (each clause is a product of per-factor masks), so
-    neither the grid's class array nor a row per grid point is ever built."""
-    if isinstance(rule, RandomCombinations):
-        return rule.grid_mask(space)
-    mask = np.zeros((1,) * space.n_factors, dtype=bool)
-    for clause in _clauses(rule):
-        part = np.ones((1,) * space.n_factors, dtype=bool)
-        for factor, allowed in clause.items():
-            col = space.position(factor)
-            if isinstance(allowed, Range):
-                allowed = allowed.classes(space.sizes[col])
-            classes = np.arange(space.sizes[col])
-            part = part & _along(space, col, np.isin(classes, np.asarray(allowed, dtype=np.int64)))
-        mask = mask | part
     return mask
 
 
@@ -233,22 +196,6 @@ class Modifier:
             # |ca/na - cb/nb| > gap, in integers: |ca*nb - cb*na| > gap * na * nb
             diff = np.abs(classes[:, ia] * nb - classes[:, ib] * na)
             mask &= diff * gap.denominator > gap.numerator * na * nb
-        return mask
-
-    def keep_grid_mask(self, space: FactorSpace) -> np.ndarray:
-        """:meth:`keep_mask` over the whole grid of ``space``, by broadcasting (see
-        :func:`rule_grid_mask`)."""
-        if self.keep_when:
-            mask = rule_grid_mask(self.keep_when, space)
-        else:
-            mask = np.ones((1,) * space.n_factors, dtype=bool)
-        for a, b, gap in self.apart:
-            ia, ib = space.position(a), space.position(b)
-            na, nb = max(space.sizes[ia] - 1, 1), max(space.sizes[ib] - 1, 1)
-            gap = Fraction(gap)
-            ca = _along(space, ia, np.arange(space.sizes[ia], dtype=np.int64))
-            cb = _along(space, ib, np.arange(space.sizes[ib], dtype=np.int64))
-            mask = mask & (np.abs(ca * nb - cb * na) * gap.denominator > gap.numerator * na * nb)
         return mask
 
 
@@ -310,13 +257,10 @@ class Split:
 
     def test_grid_indices(self, space: FactorSpace) -> np.ndarray:
         """The flat grid indices (``space.index_of``'s, ascending) of every combination of the
-        whole factor grid of ``space`` that the test set takes: :meth:`test_mask` over
-        ``space.all_classes()``, computed by broadcasting per-factor masks (a few ms and a byte
-        per grid point for dSprites' 737,280 or MPI3D's 1,036,800 combinations)."""
-        mask = rule_grid_mask(self.test_when, space)
-        for modifier in self.modifiers:
-            mask = mask & modifier.keep_grid_mask(space)
-        return np.flatnonzero(np.broadcast_to(mask, space.sizes)).astype(np.int64)
+        whole factor grid of ``space`` that the test set takes (modifiers included): the held-out
+        images a generator can render. About 0.1 s for dSprites' 737,280 combinations and 0.2 s
+        for MPI3D's 1,036,800."""
+        return np.flatnonzero(self.test_mask(space.all_classes(), space)).astype(np.int64)
 
     def train_mask(self, classes: np.ndarray, space: FactorSpace) -> np.ndarray:
         """Boolean mask over rows of ``classes``: True where the image is in the training set."""
