@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,78 +55,47 @@ def _draw(indices: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     return indices[rng.integers(0, len(indices), n)] if len(indices) else indices
 
 
+@dataclass(frozen=True)
 class HeldOut:
     """The held-out images of one evaluation, in a random order (:func:`held_out_sample`): every
-    consumer reads a prefix of it, ``test_nll`` the first ``n_nll`` and the metrics the first
-    ``n_metric``, so the smaller sample is part of the larger.
+    consumer reads a prefix of them, ``test_nll`` the first ``n_nll`` and the metrics the first
+    ``n_metric``, so the smaller sample is part of the larger. ``classes`` (n, F) are the drawn
+    combinations, ``images`` (n, C, H, W) uint8 their images, produced once; ``pool`` the number of
+    held-out combinations (or rows) they were drawn from. Indexing (``held_out[positions]``) gives
+    images, like a dataset's ``images``."""
 
-    ``classes`` (n, F) are the drawn combinations in draw order; ``rows`` the dataset's rows
-    they are (None where they are grid points, produced by ``dataset.observe``); ``pool`` the
-    number of held-out combinations (``source`` "grid") or rows ("rows") drawn from. Indexing
-    (``held_out[positions]``) gives images (M, C, H, W) uint8 like a dataset's ``images``; the
-    first ``keep`` are produced once and kept, the others produced when asked."""
-
-    def __init__(self, classes: np.ndarray, rows: np.ndarray | None, pool: int, source: str, fetch,
-                 keep: int = 0):
-        self.classes, self.rows, self.pool, self.source = classes, rows, int(pool), source
-        self._fetch, self.keep = fetch, min(int(keep), len(classes))
-        self._kept: np.ndarray | None = None
-        self._n_kept = 0
+    classes: np.ndarray
+    images: np.ndarray
+    pool: int
 
     def __len__(self) -> int:
         return len(self.classes)
 
-    def _produce(self, positions: np.ndarray) -> np.ndarray:
-        return self._fetch(self.classes[positions] if self.rows is None else self.rows[positions])
-
-    def _keep_up_to(self, stop: int) -> None:
-        if stop <= self._n_kept:
-            return
-        images = self._produce(np.arange(self._n_kept, stop))
-        if self._kept is None:
-            self._kept = np.empty((self.keep, *images.shape[1:]), dtype=images.dtype)
-        self._kept[self._n_kept:stop] = images
-        self._n_kept = stop
-
     def __getitem__(self, positions) -> np.ndarray:
-        positions = np.asarray(positions, dtype=np.int64)
-        if len(positions) and positions.min() < self.keep:
-            self._keep_up_to(min(self.keep, int(positions.max()) + 1))
-        kept = positions < self._n_kept
-        if kept.all() and self._kept is not None:
-            return self._kept[positions]
-        images = self._produce(positions[~kept])
-        if not kept.any():
-            return images
-        out = np.empty((len(positions), *images.shape[1:]), dtype=images.dtype)
-        out[kept], out[~kept] = self._kept[positions[kept]], images
-        return out
+        return self.images[positions]
 
 
-def held_out_sample(dataset, split, test: np.ndarray, budget: int, seed: int, *, n_nll: int,
-                    keep: int = 0) -> HeldOut:
+def held_out_sample(dataset, split, test: np.ndarray, budget: int, seed: int, *, n_nll: int) -> HeldOut:
     """At most ``budget`` held-out images of ``split``, without replacement, in a random order
     seeded by ``seed`` alone (a stream of its own, so every task's evaluation of a seed draws the
     same ones): from every combination of the whole factor grid the split's test set takes
-    (modifiers included; :meth:`~data_pipeline.splits.rules.Split.test_grid_indices`) where
-    ``dataset.observe`` can produce any grid point, else from the dataset's held-out rows
-    ``test``. Logs a warning where fewer than ``n_nll`` are available. ``keep``: see
-    :class:`HeldOut`."""
+    (modifiers included; :meth:`~data_pipeline.splits.rules.Split.test_grid_indices`), rendered or
+    indexed by ``dataset.observe``, where the dataset can produce any grid point; else from the
+    dataset's held-out rows ``test``. Logs a warning where fewer than ``n_nll`` are available."""
     space, observe = dataset.factor_space, dataset.observe
     if observe is not None:
-        pool, source = split.test_grid_indices(space), "grid"
-        what = "held-out combinations of the factor grid"
+        pool, what = split.test_grid_indices(space), "held-out combinations of the factor grid"
     else:
-        pool, source, what = np.asarray(test, dtype=np.int64), "rows", "held-out images in the dataset"
+        pool, what = np.asarray(test, dtype=np.int64), "held-out images in the dataset"
     # a permutation's prefix: the same images for the NLL whatever n_metric is, and the reverse
-    order = np.random.default_rng([seed, 4]).permutation(len(pool))[:budget]
-    drawn = pool[order]
+    drawn = pool[np.random.default_rng([seed, 4]).permutation(len(pool))[:budget]]
     if len(pool) < n_nll:
         _log.warning("split %s on %s has %d %s, fewer than n_nll = %d: test_nll uses all %d",
                      split.name, dataset.name, len(pool), what, n_nll, len(pool))
-    if source == "grid":
-        return HeldOut(space.classes_of(drawn), None, len(pool), source, observe, keep)
-    return HeldOut(dataset.classes[drawn], drawn, len(pool), source, lambda rows: dataset.images[rows], keep)
+    if observe is not None:
+        classes = space.classes_of(drawn)
+        return HeldOut(classes, observe(classes), len(pool))
+    return HeldOut(dataset.classes[drawn], dataset.images[drawn], len(pool))
 
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
@@ -175,9 +145,8 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
     train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
     rng = np.random.default_rng(seed)
     likelihood = model_likelihood(model)
-    keep = config.n_metric if _reads_held_out(config) else 0  # the metrics' held-out images, kept
-    held_out = held_out_sample(dataset, split, test, max(config.n_nll, keep), seed, n_nll=config.n_nll,
-                               keep=keep)
+    wanted = max(config.n_nll, config.n_metric if _reads_held_out(config) else 0)
+    held_out = held_out_sample(dataset, split, test, wanted, seed, n_nll=config.n_nll)
     tested = np.arange(min(config.n_nll, len(held_out)))
     out: dict[str, float] = {
         "n_train_images": int(len(train)),
