@@ -686,7 +686,9 @@ def _shown(table: pd.DataFrame, extra: list[str]) -> pd.DataFrame:
                          "x", "y", "rho") if c in table.columns]
     shown = table[order + [c for c in extra if c in table.columns and c not in order]].copy()
     for column in shown.columns:
-        if pd.api.types.is_float_dtype(shown[column]):
+        if column in ("models", "n", "test_images"):
+            shown[column] = shown[column].astype("Int64")  # counts, with a null where not recorded
+        elif pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].round(3)
     return shown
 
