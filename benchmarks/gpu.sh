@@ -8,8 +8,8 @@
 #                                                from this script's start, is 510 s)
 #   benchmarks/gpu.sh OUT_DIR                    every part, one after another, each with its own deadline
 #   benchmarks/gpu.sh --cpu-smoke OUT_DIR [--part N]
-#                                                every measurement at tiny sizes on the CPU (CI runs it:
-#                                                .ci/gpu_smoke)
+#                                                every measurement at tiny sizes on the CPU (CI runs each
+#                                                part: .ci/gpu_smoke)
 #   --deadline SECONDS                           another deadline, from the part's start
 #
 # Everything printed (stdout and stderr) is also appended to OUT_DIR/gpu.log. First it prints the
@@ -88,12 +88,16 @@ PY
              "machine, or with --cpu-smoke to run every measurement at tiny sizes on the CPU"
         return 2
     fi
-    local status=0 rc guard=()
-    # a guard behind the part's own deadline: SIGTERM at 570 s, which the part takes as its deadline
-    if (( ! smoke )) && command -v timeout >/dev/null 2>&1; then guard=(timeout -k 10 570); fi
+    local status=0 rc guard
     for p in "${parts[@]}"; do
         [[ "$p" == "${parts[0]}" ]] || started=$(date +%s.%N)  # each later part's clock starts at its launch
         echo "== part $p: $out/gpu_figures_part$p.json"
+        # a guard behind the part's own deadline (510 s): SIGTERM at 530 s from the part's start, which
+        # the part takes as its deadline (it writes what it has and exits 3), SIGKILL 5 s later: 535 s
+        guard=()
+        if (( ! smoke )) && command -v timeout >/dev/null 2>&1; then
+            guard=(timeout -k 5 $(( 530 - ($(date +%s) - ${started%.*}) )))
+        fi
         DISGEN_GPU_FIGURES_STARTED="$started" ${guard[@]+"${guard[@]}"} "$python_bin" -u benchmarks/gpu_figures.py \
             "$out" --part "$p" $( ((smoke)) && echo --cpu-smoke) ${extra[@]+"${extra[@]}"}
         rc=$?

@@ -18,9 +18,11 @@ writes ``OUT_DIR/gpu_figures_part1.json``. The parts:
    network at 128 px and at the preset's 64 px) and ``projection.dittadi2021``;
    ``evaluation_beside_training`` (a K = 32 pack's images/s alone and while CPU processes run
    ``analysis.evaluation.evaluate``); ``pytest_gpu``.
-3. ``switches``: K = 32 bf16 with each ``GPUSettings`` switch (compile, cuda_graph,
-   device_sampling) on and off; a switch this checkout's ``GPUSettings`` lacks is recorded as "not
-   available in this checkout".
+3. ``switches``: a K = 32 burgess pack in bf16 with each on/off switch of ``GPUSettings`` on and
+   off (``tf32`` in float32), ``device_sampling`` and ``cuda_graph`` first, and both on together
+   (``gpu_step``); a wanted switch this checkout's ``GPUSettings`` lacks is recorded as "not
+   available in this checkout", and on a CPU those that act on CUDA only as "not measured: needs
+   CUDA".
 4. ``default_study`` (Ray): only where ``import ray`` works, else "skipped: Ray is not installed".
 
 Parts 1-3 import neither Ray nor Optuna (CI runs them with both made unimportable: .ci/gpu_smoke).
@@ -33,7 +35,7 @@ time left cannot hold is recorded as "not run: deadline", and at the deadline (o
 watchdog records the measurement under way and every one not reached as "not run: deadline", stops
 the part's child processes and exits 3. A measurement that fails records its error (under
 ``errors`` too) and the part goes on; it exits 1. On a CPU, what only a GPU measures is recorded as
-"not measured on cpu".
+"not measured: needs CUDA".
 
 MFU is the model FLOPs rate (forward and backward FLOPs per image, ``sweeps.costs.
 training_flops_per_image``, times images/s) over the device's dense datasheet peak of the
@@ -70,6 +72,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from packed_throughput import (  # noqa: E402
+    NOT_ON_CPU,
     _timed,
     images_per_step,
     measure_pack,
@@ -86,7 +89,6 @@ from models.packed import PackedTrainer, dataset_bytes, max_pack_size, member_me
 PARTS = (1, 2, 3, 4)
 # What a figure holds when it was not measured, and why (check_gpu_figures.py reads these)
 DEADLINE = "not run: deadline"
-NOT_ON_CPU = "not measured on cpu"
 NOT_AVAILABLE = "not available in this checkout"
 NO_RAY = "skipped: Ray is not installed"
 
@@ -117,8 +119,14 @@ EXTRA_NETWORKS = {
     "kim_factor_vae": dict(architecture="kim", channels=1, objective="factor_vae", gamma=20.0, batch_size=128,
                            discriminator_layers=7, discriminator_width=1000),
 }
-# The GPUSettings switches part 3 measures on and off (the latter two come with a later models/)
-SWITCHES = ("cuda_graph", "device_sampling", "compile")
+# Part 3 measures every on/off switch of ``GPUSettings`` (``switch_names``); these it must report on
+# even where this checkout's GPUSettings lacks them (as NOT_AVAILABLE), and measures first
+WANTED_SWITCHES = ("device_sampling", "cuda_graph", "compile")
+# the step built for the GPU: these on together (``switches.gpu_step``)
+GPU_STEP_SWITCHES = ("device_sampling", "cuda_graph")
+# the switches that act on a CPU too (models/device.py: the others are ignored there)
+ANY_DEVICE_SWITCHES = frozenset({"compile", "device_sampling"})
+SMOKE_COMPILE = "not run in the cpu smoke: torch.compile compiles for minutes on a CPU"
 
 # Sizes of the two modes: the GPU run's, and the CPU smoke's (every measurement, tiny). ``need``:
 # the seconds a measurement of each kind is given at least (else "not run: deadline").
@@ -321,20 +329,59 @@ def ray_or_optuna_imported() -> list[str]:
     return sorted(name for name in sys.modules if name.split(".")[0] in ("ray", "optuna"))
 
 
-def stop_children() -> None:
-    """Kill every process this one started (evaluation workers and their joblib workers, pytest),
-    so nothing outlives the part and holds its output open."""
+def imported_packages() -> list[str]:
+    """The top-level packages outside the standard library and this project that this process
+    imported: what the lent machine's image must hold for the part to run."""
+    own = {"models", "analysis", "data_pipeline", "sweeps", "packed_throughput", "gpu_figures", "__main__"}
+    tops = {name.partition(".")[0] for name in list(sys.modules)} - set(sys.stdlib_module_names) - own
+    return sorted(name for name in tops if not name.startswith("_") and "__" not in name
+                  and name not in ("sitecustomize", "usercustomize", "cython_runtime"))
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """The ids of every process below ``pid`` (this one), children before grandchildren: psutil's
+    answer where it is installed, else read from /proc (Linux; the lent machine's image may lack
+    psutil)."""
+    pid = os.getpid() if pid is None else pid
     try:
         import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency of the project and on the GPU image
-        return
-    children = psutil.Process().children(recursive=True)
+
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except ImportError:
+        pass
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    # "pid (name) state ppid ...": the name may hold spaces and parentheses
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier and child not in found]
+        found += children
+        frontier = children
+    return found
+
+
+def stop_children() -> None:
+    """Kill every process this one started (evaluation workers and their joblib workers, pytest,
+    the default study), so nothing outlives the part and holds its output open."""
+    children = descendants()
     for child in children:
         try:
-            child.kill()
-        except psutil.Error:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
             pass
-    psutil.wait_procs(children, timeout=5)
+    deadline = time.time() + 5
+    for child in children:
+        try:  # reap those that are this process's own children (the rest are their parents' to reap)
+            while time.time() < deadline and os.waitpid(child, os.WNOHANG) == (0, 0):
+                time.sleep(0.05)
+        except ChildProcessError:
+            pass
 
 
 def wait_for(process: subprocess.Popen, run: Run, margin: float = 5.0) -> tuple[str, str]:
@@ -830,23 +877,49 @@ def pytest_gpu(run: Run) -> dict:
 # -- part 3: the GPUSettings switches -----------------------------------------------------------
 
 
+def switch_names() -> list[str]:
+    """Every on/off switch this checkout's ``GPUSettings`` has (its true-or-false fields), those of
+    ``WANTED_SWITCHES`` first."""
+    present = [field.name for field in dataclasses.fields(GPUSettings) if field.type in ("bool", bool)]
+    return [n for n in WANTED_SWITCHES if n in present] + [n for n in present if n not in WANTED_SWITCHES]
+
+
 def step_switches(run: Run, device, sizes, mode: str, data: Data) -> None:
-    """K = pack_k bf16 burgess with each switch on and off (the other settings at their defaults)."""
-    available = {field.name for field in dataclasses.fields(GPUSettings)}
+    """K = pack_k burgess in bf16 (float32 for ``tf32``) with each switch on and off, the others
+    at their defaults; then the step built for the GPU (``device_sampling`` and ``cuda_graph`` on
+    together). A wanted switch this checkout lacks is recorded as not available; on a CPU a switch
+    that only acts on CUDA is recorded as "not measured: needs CUDA"."""
+    present = switch_names()
     k = sizes["pack_k"]
-    for name in SWITCHES:
-        if name not in available:
+    for name in WANTED_SWITCHES:
+        if name not in present:
             run.set(f"switches.{name}", NOT_AVAILABLE)
-            continue
+
+    def measure(key: str, settings: dict, precision: str = "bf16", need: str = "switch"):
+        return run.measure(key, lambda: throughput(device, sizes, NETWORKS["burgess"], k, precision, data,
+                                                   None, None, GPUSettings(**settings)), need=run.need(need))
+
+    combined = [n for n in GPU_STEP_SWITCHES if n in present]
+    key = "switches.gpu_step"
+    if len(combined) < len(GPU_STEP_SWITCHES):
+        run.set(key, f"{NOT_AVAILABLE}: {', '.join(n for n in GPU_STEP_SWITCHES if n not in present)}")
+    elif device.type != "cuda":
+        run.set(key, NOT_ON_CPU)
+    else:
+        measure(key, dict.fromkeys(GPU_STEP_SWITCHES, True))
+    for name in present:
         for state in ("off", "on"):
             key = f"switches.{name}.{state}"
-            if name == "compile" and state == "on" and mode == "cpu-smoke":
-                run.set(key, "not run in the cpu smoke: torch.compile compiles for minutes on a CPU")
-                continue
-            settings = GPUSettings(**{name: state == "on"})
-            need = run.need("compile" if name == "compile" and state == "on" else "switch")
-            run.measure(key, lambda settings=settings: throughput(
-                device, sizes, NETWORKS["burgess"], k, "bf16", data, None, None, settings), need=need)
+            if device.type != "cuda" and name not in ANY_DEVICE_SWITCHES:
+                run.set(key, NOT_ON_CPU)
+            elif name == "compile" and state == "on" and mode == "cpu-smoke":
+                run.set(key, SMOKE_COMPILE)
+            else:
+                measure(key, {name: state == "on"}, "tf32" if name == "tf32" else "bf16",
+                        "compile" if name == "compile" and state == "on" else "switch")
+        on, off = run.get(f"switches.{name}.on"), run.get(f"switches.{name}.off")
+        if all(isinstance(v, dict) and "images_per_second" in v for v in (on, off)):
+            run.set(f"switches.{name}.on_over_off", on["images_per_second"] / off["images_per_second"])
 
 
 # -- part 4: Ray --------------------------------------------------------------------------------
@@ -898,9 +971,10 @@ def expected_keys(part: int, sizes: dict) -> list[str]:
         keys += [f"dittadi.d21_64px.k{k}_bf16" for k in sizes["d21_ks"]]
         return keys + ["projection.dittadi2021", "evaluation_beside_training", "pytest_gpu"]
     if part == 3:
-        available = {field.name for field in dataclasses.fields(GPUSettings)}
-        return [f"switches.{name}.{state}" if name in available else f"switches.{name}"
-                for name in SWITCHES for state in ("off", "on") if name in available or state == "off"]
+        present = switch_names()
+        absent = [f"switches.{name}" for name in WANTED_SWITCHES if name not in present]
+        both = [f"switches.{name}.{state}" for name in present for state in ("off", "on")]
+        return ["switches.gpu_step"] + absent + both
     return ["default_study"]
 
 
@@ -973,6 +1047,7 @@ def main(argv=None) -> int:
         run.stopping = True  # a SIGTERM from here on leaves the record alone
         figures["missing"] = missing
         figures["imported_ray_or_optuna"] = ray_or_optuna_imported()
+        figures["imported_packages"] = imported_packages()
         figures["seconds"]["total"] = time.time() - began
         run.write()
     cut = figures["not_run"]
