@@ -15,14 +15,14 @@ writes ``OUT_DIR/gpu_figures_part1.json``. The parts:
    montero2021``: the hours of Montero et al. 2021's full grid at the measured rates.
 2. ``memory``: bytes per member, the slope of a pack's peak memory over K, beside
    ``models.packed.member_memory_bytes``; ``resident_vs_streamed``; ``dittadi`` (Dittadi et al.'s
-   network at 128 px and at the preset's 64 px) and ``projection.dittadi2021``;
+   network at 128 px and at the preset's 64 px) and ``projection.dittadi2021``; ``pytest_gpu``;
    ``evaluation_beside_training`` (a K = 32 pack's images/s alone and while CPU processes run
-   ``analysis.evaluation.evaluate``); ``pytest_gpu``.
+   ``analysis.evaluation.evaluate``; last, as it runs until done or the deadline is near).
 3. ``switches``: a K = 32 burgess pack in bf16 with each on/off switch of ``GPUSettings`` on and
-   off (``tf32`` in float32), ``device_sampling`` and ``cuda_graph`` first, and both on together
-   (``gpu_step``); a wanted switch this checkout's ``GPUSettings`` lacks is recorded as "not
-   available in this checkout", and on a CPU those that act on CUDA only as "not measured: needs
-   CUDA".
+   off (``tf32`` in float32): both of ``device_sampling`` and ``cuda_graph`` on together
+   (``gpu_step``) first, then each of them, the others, ``compile`` last; a wanted switch this
+   checkout's ``GPUSettings`` lacks is recorded as "not available in this checkout", and on a
+   CPU those that act on CUDA only as "not measured: needs CUDA".
 4. ``default_study`` (Ray): only where ``import ray`` works, else "skipped: Ray is not installed".
 
 Parts 1-3 import neither Ray nor Optuna (CI runs them with both made unimportable: .ci/gpu_smoke).
@@ -137,7 +137,7 @@ SIZES = {
                 dittadi_pack_most=32, dittadi_warmup=2, d21_size=64, d21_ks=(1, 8, 16),
                 eval_models=4, eval_images=60_000, n_metric=10_000, n_nll=10_000, eval_train_steps=200,
                 dci_estimator="gbt", study_scale="smoke", deadline_seconds=510,
-                need=dict(matmul=10, throughput=15, memory=10, resident=20, dittadi=30, projection=10,
+                need=dict(matmul=10, throughput=15, memory=10, resident=20, dittadi=30, projection=3,
                           evaluation=150, pytest=60, switch=20, compile=150, default_study=240)),
     "cpu-smoke": dict(batch=8, images=256, steps=2, rounds=1, warmup=1, timing_repeats=2,
                       ks=(1, 2), precisions=("bf16", "tf32"), pack_k=2, memory_ks=(2, 3),
@@ -468,13 +468,16 @@ def throughput(device, sizes, network: dict, k: int, precision: str, data: Data,
 
 
 def step_throughput(run: Run, device, sizes, peak, matmul, data: Data) -> None:
-    for name, network in NETWORKS.items():
-        for precision in sizes["precisions"]:
+    """bf16 first (every network, then the FactorVAE runs: what the projection reads), then TF32,
+    then float32, so a deadline cuts the least wanted."""
+    for precision in sizes["precisions"]:
+        for name, network in NETWORKS.items():
             for k in sizes["ks"]:
                 measure_throughput(run, device, sizes, name, network, k, precision, data, peak, matmul)
-    for name, network in EXTRA_NETWORKS.items():
-        for k in (1, sizes["pack_k"]):
-            measure_throughput(run, device, sizes, name, network, k, "bf16", data, peak, matmul)
+        if precision == "bf16":
+            for name, network in EXTRA_NETWORKS.items():
+                for k in (1, sizes["pack_k"]):
+                    measure_throughput(run, device, sizes, name, network, k, "bf16", data, peak, matmul)
     measure_throughput(run, device, sizes, "burgess", NETWORKS["burgess"], 1, "fp32", data, peak, matmul)
 
 
@@ -878,10 +881,13 @@ def pytest_gpu(run: Run) -> dict:
 
 
 def switch_names() -> list[str]:
-    """Every on/off switch this checkout's ``GPUSettings`` has (its true-or-false fields), those of
-    ``WANTED_SWITCHES`` first."""
+    """Every on/off switch this checkout's ``GPUSettings`` has (its true-or-false fields), in the
+    order measured: ``device_sampling`` and ``cuda_graph``, the others, ``compile``."""
     present = [field.name for field in dataclasses.fields(GPUSettings) if field.type in ("bool", bool)]
-    return [n for n in WANTED_SWITCHES if n in present] + [n for n in present if n not in WANTED_SWITCHES]
+    first = [n for n in WANTED_SWITCHES if n in present and n != "compile"]
+    # compile last: it compiles for minutes, so a deadline cuts it rather than the others
+    last = [n for n in ("compile",) if n in present]
+    return first + [n for n in present if n not in WANTED_SWITCHES] + last
 
 
 def step_switches(run: Run, device, sizes, mode: str, data: Data) -> None:
@@ -1085,9 +1091,10 @@ def measure_part(run: Run, part: int, device, mode: str, sizes: dict, peak) -> N
         run.measure("projection.dittadi2021",
                     lambda: project("dittadi2021", measured_rates(run, "dittadi", d21)),
                     need=run.need("projection"))
+        # pytest first: evaluation beside training runs until it is done or the deadline is near
+        run.measure("pytest_gpu", lambda: pytest_gpu(run), need=run.need("pytest"))
         run.measure("evaluation_beside_training", lambda: evaluation_beside_training(run, device, sizes),
                     need=run.need("evaluation"))
-        run.measure("pytest_gpu", lambda: pytest_gpu(run), need=run.need("pytest"))
     elif part == 3:
         step_switches(run, device, sizes, mode, Data(sizes["images"]))
     else:
