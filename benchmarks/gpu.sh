@@ -53,16 +53,19 @@ cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, in every subprocess too
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 
+# a command with a time limit where `timeout` is there (a hung driver must not eat the part's time)
+limited() { if command -v timeout >/dev/null 2>&1; then timeout -k 5 "$@"; else shift; "$@"; fi; }
+
 main() {
     echo "== benchmarks/gpu.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'): parts ${parts[*]}$( ((smoke)) && echo ' (cpu smoke)'); $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
     if command -v nvidia-smi >/dev/null 2>&1; then
-        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
+        limited 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
             | sed 's/^/GPU (nvidia-smi): /' || echo "nvidia-smi failed"
     else
         echo "nvidia-smi: not found"
     fi
     local found=0
-    "$python_bin" - <<'PY' || found=$?
+    limited 120 "$python_bin" - <<'PY' || found=$?
 import platform
 import sys
 
@@ -80,7 +83,7 @@ else:
     sys.exit(3)
 PY
     if (( found != 0 && found != 3 )); then
-        echo "benchmarks/gpu.sh: $python_bin could not import torch (exit $found)"
+        echo "benchmarks/gpu.sh: $python_bin could not import torch or query the GPU (exit $found; 124: timed out)"
         return 2
     fi
     if (( found == 3 && ! smoke )); then

@@ -931,9 +931,13 @@ def step_switches(run: Run, device, sizes, mode: str, data: Data) -> None:
 # -- part 4: Ray --------------------------------------------------------------------------------
 
 
-def ray_importable() -> bool:
-    """Whether ``import ray`` works, asked of a child process (this one never imports Ray)."""
-    return subprocess.run([sys.executable, "-c", "import ray"], capture_output=True).returncode == 0
+def ray_importable(run: Run) -> bool:
+    """Whether ``import ray`` works, asked of a child process (this one never imports Ray), which
+    is given until 5 s before the deadline."""
+    process = subprocess.Popen([sys.executable, "-c", "import ray"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    wait_for(process, run)
+    return process.returncode == 0
 
 
 def parse_default_study(text: str) -> dict:
@@ -945,7 +949,7 @@ def parse_default_study(text: str) -> dict:
 
 
 def default_study(run: Run, sizes) -> dict | str:
-    if not ray_importable():
+    if not ray_importable(run):
         return NO_RAY
     command = [sys.executable, str(REPO / "benchmarks" / "default_study.py"), "--scale", sizes["study_scale"]]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
