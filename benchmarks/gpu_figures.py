@@ -91,6 +91,7 @@ PARTS = (1, 2, 3, 4)
 DEADLINE = "not run: deadline"
 NOT_AVAILABLE = "not available in this checkout"
 NO_RAY = "skipped: Ray is not installed"
+UNKNOWN_PEAK = "no datasheet peak for this GPU in PEAK_TFLOPS: see fraction_of_measured_matmul"
 
 # Dense peak TFLOP/s, NVIDIA's datasheets (without sparsity), by a fragment of the device's name
 # (the first that matches). ``matmul`` measures the device's own rate on every run.
@@ -170,13 +171,18 @@ def network_flops(network: dict, image_size: int = 64) -> float:
 
 
 def with_mfu(result: dict, flops: float, precision: str, peak: dict | None, measured: dict | None) -> dict:
-    """``result`` with its model TFLOP/s and MFU against the datasheet peak and the measured
-    matmul rate of ``precision`` (on a CPU: not measured)."""
+    """``result`` with its model TFLOP/s, its MFU against the datasheet peak of ``precision`` and
+    against the bf16 peak, and its fraction of the measured matmul rate. ``peak``: None on a CPU
+    (not measured), empty for a GPU that ``PEAK_TFLOPS`` does not know."""
     achieved = flops * result["images_per_second"] / 1e12
     result.update(precision=precision, flops_per_image=flops, model_tflops=achieved)
-    result["mfu"] = achieved / peak[precision] if peak else NOT_ON_CPU
-    if peak:
-        result["peak_tflops"] = peak[precision]
+    if peak is None:
+        result["mfu"] = result["mfu_of_bf16_peak"] = NOT_ON_CPU
+    elif precision in peak:
+        result.update(mfu=achieved / peak[precision], peak_tflops=peak[precision],
+                      mfu_of_bf16_peak=achieved / peak["bf16"])
+    else:
+        result["mfu"] = result["mfu_of_bf16_peak"] = UNKNOWN_PEAK
     if measured and isinstance(measured.get(precision), float):
         result["fraction_of_measured_matmul"] = achieved / measured[precision]
     return result
@@ -647,15 +653,14 @@ def memory_point(device, sizes, network: dict, k: int, data: Data) -> dict:
                                                "peak_reserved_bytes", "stepped", "halvings")}
 
 
-def step_resident_vs_streamed(run: Run, device, sizes, data: Data) -> None:
+def step_resident_vs_streamed(run: Run, device, sizes, data: Data, peak) -> None:
     """A K = pack_k bf16 burgess pack with the dataset resident on the GPU and streamed from host
     memory (``GPUSettings(resident_data=...)``): images/s, and the host-to-device traffic of a step."""
     k = sizes["pack_k"]
     for label, resident in (("resident", True), ("streamed", False)):
         def one(resident=resident):
             settings = GPUSettings(resident_data=resident)
-            result = throughput(device, sizes, NETWORKS["burgess"], k, "bf16", data, None, None, settings)
-            result.pop("mfu", None)
+            result = throughput(device, sizes, NETWORKS["burgess"], k, "bf16", data, peak, None, settings)
             result.update(batch_transfer(device, data.images(1), k * sizes["batch"], resident))
             return result
 
@@ -890,7 +895,7 @@ def switch_names() -> list[str]:
     return first + [n for n in present if n not in WANTED_SWITCHES] + last
 
 
-def step_switches(run: Run, device, sizes, mode: str, data: Data) -> None:
+def step_switches(run: Run, device, sizes, mode: str, data: Data, peak) -> None:
     """K = pack_k burgess in bf16 (float32 for ``tf32``) with each switch on and off, the others
     at their defaults; then the step built for the GPU (``device_sampling`` and ``cuda_graph`` on
     together). A wanted switch this checkout lacks is recorded as not available; on a CPU a switch
@@ -903,7 +908,7 @@ def step_switches(run: Run, device, sizes, mode: str, data: Data) -> None:
 
     def measure(key: str, settings: dict, precision: str = "bf16", need: str = "switch"):
         return run.measure(key, lambda: throughput(device, sizes, NETWORKS["burgess"], k, precision, data,
-                                                   None, None, GPUSettings(**settings)), need=run.need(need))
+                                                   peak, None, GPUSettings(**settings)), need=run.need(need))
 
     combined = [n for n in GPU_STEP_SWITCHES if n in present]
     key = "switches.gpu_step"
@@ -1034,12 +1039,12 @@ def main(argv=None) -> int:
     began = started_at()
     deadline = args.deadline if args.deadline is not None else sizes["deadline_seconds"]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    peak = peak_of(name) if device.type == "cuda" else None
+    peak = (peak_of(name) or {}) if device.type == "cuda" else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figures: dict = {"part": args.part, "mode": mode, "machine": machine(device), "sizes": sizes,
                      "deadline_seconds": deadline, "imports_seconds": time.time() - began,
-                     "peak_tflops": peak or (NOT_ON_CPU if device.type != "cuda" else "unknown device"),
+                     "peak_tflops": NOT_ON_CPU if peak is None else peak or UNKNOWN_PEAK,
                      "peak_source": "NVIDIA datasheets, dense (benchmarks/gpu_figures.py PEAK_TFLOPS)"}
     run = Run(out / f"gpu_figures_part{args.part}.json", figures, began + deadline,
               expected_keys(args.part, sizes), device, sizes["need"], args.skip)
@@ -1088,7 +1093,7 @@ def measure_part(run: Run, part: int, device, mode: str, sizes: dict, peak) -> N
     elif part == 2:
         data = Data(sizes["images"])
         step_memory(run, device, sizes, data)
-        step_resident_vs_streamed(run, device, sizes, data)
+        step_resident_vs_streamed(run, device, sizes, data, peak)
         del data
         step_dittadi(run, device, sizes, peak, None)
         d21 = {"d21_64px": dict(architecture="dittadi", channels=3, image_size=sizes["d21_size"])}
@@ -1100,7 +1105,7 @@ def measure_part(run: Run, part: int, device, mode: str, sizes: dict, peak) -> N
         run.measure("evaluation_beside_training", lambda: evaluation_beside_training(run, device, sizes),
                     need=run.need("evaluation"))
     elif part == 3:
-        step_switches(run, device, sizes, mode, Data(sizes["images"]))
+        step_switches(run, device, sizes, mode, Data(sizes["images"]), peak)
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         run.measure("default_study", lambda: default_study(run, sizes), need=run.need("default_study"))

