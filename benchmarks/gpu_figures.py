@@ -130,7 +130,8 @@ ANY_DEVICE_SWITCHES = frozenset({"compile", "device_sampling"})
 SMOKE_COMPILE = "not run in the cpu smoke: torch.compile compiles for minutes on a CPU"
 
 # Sizes of the two modes: the GPU run's, and the CPU smoke's (every measurement, tiny). ``need``:
-# the seconds a measurement of each kind is given at least (else "not run: deadline").
+# the seconds a measurement of each kind is given at least (else "not run: deadline"), and
+# ``pytest_limit`` the most that ``pytest -m gpu`` may take.
 SIZES = {
     "gpu": dict(batch=64, images=20_000, steps=50, rounds=3, warmup=10, timing_repeats=5,
                 ks=(1, 8, 32, 64), precisions=("bf16", "tf32"), pack_k=32, memory_ks=(8, 16, 32, 64),
@@ -139,7 +140,8 @@ SIZES = {
                 eval_models=4, eval_images=60_000, n_metric=10_000, n_nll=10_000, eval_train_steps=200,
                 dci_estimator="gbt", study_scale="smoke", deadline_seconds=510,
                 need=dict(matmul=10, throughput=15, memory=10, resident=20, dittadi=30, projection=3,
-                          evaluation=150, pytest=60, switch=20, compile=150, default_study=240)),
+                          evaluation=150, pytest=60, pytest_limit=150, switch=20, compile=150,
+                          default_study=240)),
     "cpu-smoke": dict(batch=8, images=256, steps=2, rounds=1, warmup=1, timing_repeats=2,
                       ks=(1, 2), precisions=("bf16", "tf32"), pack_k=2, memory_ks=(2, 3),
                       memory_steps=1, dittadi_size=64, dittadi_batch=2, dittadi_images=8, dittadi_steps=1,
@@ -263,8 +265,8 @@ class Run:
         started = time.perf_counter()
         try:
             value = function()
-        except Stopped:
-            value = f"{DEADLINE} (stopped after {time.perf_counter() - started:.0f} s)"
+        except Stopped as stopped:
+            value = str(stopped) or f"{DEADLINE} (stopped after {time.perf_counter() - started:.0f} s)"
         except Exception as error:  # recorded, and the part goes on to the next measurement
             message = f"{type(error).__name__}: {error}\n{traceback.format_exc()[-3000:]}"
             print(message, file=sys.stderr, flush=True)
@@ -390,14 +392,18 @@ def stop_children() -> None:
             pass
 
 
-def wait_for(process: subprocess.Popen, run: Run, margin: float = 5.0) -> tuple[str, str]:
-    """A child's output, waiting at most until ``margin`` seconds before the deadline (then it is
-    killed and ``Stopped`` raised)."""
+def wait_for(process: subprocess.Popen, run: Run, margin: float = 5.0,
+             limit: float | None = None) -> tuple[str, str]:
+    """A child's output, waiting at most until ``margin`` seconds before the deadline, and at most
+    ``limit`` seconds (then it is killed and ``Stopped`` raised)."""
+    left = run.seconds_left() - margin
     try:
-        return process.communicate(timeout=max(1.0, run.seconds_left() - margin))
+        return process.communicate(timeout=max(1.0, left if limit is None else min(left, limit)))
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
+        if limit is not None and limit < left:
+            raise Stopped(f"not run: stopped at its limit of {limit:.0f} s") from None
         raise Stopped from None
 
 
@@ -870,7 +876,7 @@ def pytest_gpu(run: Run) -> dict:
                *gpu_test_files()]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    text, _ = wait_for(process, run)
+    text, _ = wait_for(process, run, limit=run.need("pytest_limit") or None)
     tail = text.strip().splitlines()
     counts = {name: int(n) for n, name in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)",
                                                       tail[-1] if tail else "")}
