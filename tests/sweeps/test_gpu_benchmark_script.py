@@ -1,10 +1,13 @@
 """benchmarks/gpu.sh and its driver, benchmarks/gpu_figures.py: without CUDA it refuses clearly
-(unless --cpu-smoke, which CI runs whole: .ci/run); its steps measure and record what they claim,
-and a step that fails is recorded and fails the run."""
+(unless --cpu-smoke, whose every part CI runs: .ci/gpu_smoke); its measurements record what they
+claim, a measurement that fails is recorded and fails the part, and the deadline's watchdog marks
+what it cut as not run."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,54 +16,102 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import check_gpu_figures  # noqa: E402
 import gpu_figures  # noqa: E402
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu.sh would run")
 def test_gpu_sh_without_cuda_exits_2_and_says_why(tmp_path):
-    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), str(tmp_path / "out.json")],
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), str(out), "--part", "1"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "no CUDA device" in done.stderr and "--cpu-smoke" in done.stderr
-    assert not (tmp_path / "out.json").exists()
+    assert done.returncode == 2 and "no CUDA device" in done.stdout and "--cpu-smoke" in done.stdout
+    assert not (out / "gpu_figures_part1.json").exists()
+    # what it printed is in the log under OUT, which the lent machine brings back; versions first
+    log = (out / "gpu.log").read_text()
+    assert "no CUDA device" in log and "torch " in log and log.index("torch ") < log.index("no CUDA device")
+
+
+def test_gpu_sh_refuses_a_run_without_an_output_folder_or_with_an_unknown_part(tmp_path):
+    script = str(REPO / "benchmarks" / "gpu.sh")
+    for arguments in ([], [str(tmp_path), "--part", "5"]):
+        done = subprocess.run(["bash", script, *arguments], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "gpu.sh" in done.stderr
 
 
 def test_the_peak_table_knows_each_h100_and_the_precisions():
     assert gpu_figures.peak_of("NVIDIA H100 80GB HBM3") == {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0}
     assert gpu_figures.peak_of("NVIDIA H100 PCIe")["bf16"] == 756.0
     assert gpu_figures.peak_of("NVIDIA H200")["tf32"] == 494.0
+    assert gpu_figures.peak_of("NVIDIA A100-SXM4-80GB")["bf16"] == 312.0
     assert gpu_figures.peak_of("Some Future GPU") is None
     result = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "bf16", {"bf16": 1000.0}, {"bf16": 800.0})
     assert result["model_tflops"] == pytest.approx(200.0) and result["mfu"] == pytest.approx(0.2)
     assert result["fraction_of_measured_matmul"] == pytest.approx(0.25)
+    peaks = {"bf16": 1000.0, "tf32": 500.0}
+    tf32 = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "tf32", peaks, None)
+    assert tf32["mfu"] == pytest.approx(0.4) and tf32["mfu_of_bf16_peak"] == pytest.approx(0.2)
+    unknown = gpu_figures.with_mfu({"images_per_second": 1e6}, 2e8, "bf16", {}, {"bf16": 800.0})
+    assert unknown["mfu"] == gpu_figures.UNKNOWN_PEAK and unknown["fraction_of_measured_matmul"] == 0.25
 
 
-@pytest.mark.slow
-def test_the_throughput_steps_measure_the_plain_path_and_packs_against_it():
+def test_bytes_per_member_is_the_least_squares_slope_over_k():
+    points = [(8, 8 * 3e6 + 5e8 + 1), (16, 16 * 3e6 + 5e8 - 1), (32, 32 * 3e6 + 5e8)]
+    per_member, fixed = gpu_figures.slope(points)
+    assert per_member == pytest.approx(3e6, rel=1e-6) and fixed == pytest.approx(5e8, rel=1e-6)
+
+
+def test_the_throughput_measurement_runs_the_plain_path_and_a_pack_against_it():
     sizes = gpu_figures.SIZES["cpu-smoke"]
-    images = gpu_figures.synthetic_images(sizes["images"])
+    data = gpu_figures.Data(sizes["images"])
     cpu = torch.device("cpu")
-    plain = gpu_figures.step_plain(cpu, sizes, None, None, images)
-    assert set(plain) == {"flops_per_image", "fp32", "tf32", "bf16"}
-    assert plain["bf16"]["images_per_second"] > 0 and plain["bf16"]["bf16"] is False  # CPU: float32
-    packed = gpu_figures.step_packed(cpu, sizes, None, None, images, plain)
-    two = packed["2_bf16"]
-    assert two["members"] == 2 and two["mode"] == "vmap" and two["vmapped_group_sizes"] == [2]
-    assert two["over_plain_same_precision"] == pytest.approx(
-        two["images_per_second"] / plain["bf16"]["images_per_second"])
-
-
-def test_a_failing_step_is_recorded_and_fails_the_run(tmp_path, monkeypatch):
-    def broken(*_arguments):
-        raise RuntimeError("a step that rotted")
-
-    monkeypatch.setattr(gpu_figures, "step_plain", broken)
-    out = tmp_path / "figures.json"
-    skip = ["packed", "dittadi", "pytest_gpu", "evaluation", "default_study"]
     threads = torch.get_num_threads()
     try:
-        assert gpu_figures.main(["--cpu-smoke", str(out), "--skip", *skip]) == 1
+        burgess = gpu_figures.NETWORKS["burgess"]
+        plain = gpu_figures.throughput(cpu, sizes, burgess, 1, "bf16", data, None, None)
+        packed = gpu_figures.throughput(cpu, sizes, burgess, 2, "bf16", data, None, None)
+    finally:
+        torch.set_num_threads(threads)
+    assert plain["members"] == 1 and plain["images_per_second"] > 0 and plain["bf16"] is False  # CPU: float32
+    assert plain["mfu"] == gpu_figures.NOT_ON_CPU and plain["host_enqueue_ms_per_step"] > 0
+    assert packed["members"] == 2 and packed["mode"] == "vmap" and packed["vmapped_group_sizes"] == [2]
+    assert packed["flops_per_image"] == plain["flops_per_image"] > 0
+
+
+def _part(tmp_path, *arguments, env=None) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_figures.py"), str(tmp_path),
+                           "--cpu-smoke", *arguments], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+    part = arguments[arguments.index("--part") + 1]
+    return done.returncode, json.loads((tmp_path / f"gpu_figures_part{part}.json").read_text())
+
+
+def test_a_failing_measurement_is_recorded_and_fails_the_part(tmp_path, monkeypatch):
+    def broken(*_arguments, **_keywords):
+        raise RuntimeError("a measurement that rotted")
+
+    monkeypatch.setattr(gpu_figures, "throughput", broken)
+    threads = torch.get_num_threads()
+    try:
+        assert gpu_figures.main([str(tmp_path), "--part", "3", "--cpu-smoke"]) == 1
     finally:
         torch.set_num_threads(threads)  # the smoke runs on one thread
-    figures = json.loads(out.read_text())
-    assert "a step that rotted" in figures["errors"]["plain"] and figures["plain"] is None
-    assert figures["packed"] == {"skipped": "--skip"} and figures["mode"] == "cpu-smoke"
+    figures = json.loads((tmp_path / "gpu_figures_part3.json").read_text())
+    assert "a measurement that rotted" in figures["errors"]["switches.compile.off"]
+    assert figures["switches"]["compile"]["off"] == {"error": "RuntimeError: a measurement that rotted"}
+    assert figures["mode"] == "cpu-smoke" and figures["imported_ray_or_optuna"] == []
+    assert "part 3: switches.compile.off: error: RuntimeError: a measurement that rotted" \
+        in check_gpu_figures.check(tmp_path, [3])
+
+
+def test_the_deadline_counts_from_the_start_and_marks_every_figure_not_reached(tmp_path):
+    """A part whose start (gpu.sh's, passed on) is already past its deadline: the watchdog writes
+    every expected figure as "not run: deadline" and exits 3; the checker fails it."""
+    started = {"DISGEN_GPU_FIGURES_STARTED": str(time.time() - 100)}
+    rc, figures = _part(tmp_path, "--part", "3", "--deadline", "50", env=started)
+    assert rc == 3 and figures["stopped"].startswith("deadline")
+    expected = gpu_figures.expected_keys(3, gpu_figures.SIZES["cpu-smoke"])
+    values = [check_gpu_figures._found(figures, key)[0] for key in expected]
+    assert all(isinstance(v, str) for v in values)
+    assert any(v.startswith(gpu_figures.DEADLINE) for v in values)
+    assert check_gpu_figures.check(tmp_path, [3])

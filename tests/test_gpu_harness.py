@@ -1,0 +1,166 @@
+"""What .ci/gpu_smoke rests on: the import blocker really makes Ray and Optuna unimportable (in
+the process and in its children), and benchmarks/check_gpu_figures.py fails a part whose JSON
+lacks a figure, holds an error or a deadline cut, or holds a CPU-only reason in a GPU run."""
+
+import copy
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCKER = REPO / ".ci" / "block_ray_optuna"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import check_gpu_figures  # noqa: E402
+import gpu_figures  # noqa: E402
+
+
+def _python(code: str, blocked: bool) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(BLOCKER) if blocked else ""}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+
+
+TRY_IMPORTS = """
+import importlib, subprocess, sys
+for name in ("ray", "optuna", "ray.tune", "optuna.samplers"):
+    try:
+        importlib.import_module(name)
+        print("imported", name)
+    except ModuleNotFoundError as error:
+        print("blocked", name, error.name)
+import numpy  # everything else still imports
+# a child process inherits the blocker through PYTHONPATH
+child = subprocess.run([sys.executable, "-c", "import ray"], capture_output=True)
+print("child", "blocked" if child.returncode else "imported")
+"""
+
+
+def test_the_import_blocker_makes_ray_and_optuna_unimportable_in_the_process_and_its_children():
+    done = _python(TRY_IMPORTS, blocked=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:5] == ["blocked ray ray", "blocked optuna optuna", "blocked ray.tune ray",
+                                           "blocked optuna.samplers optuna", "child blocked"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None or importlib.util.find_spec("optuna") is None,
+                    reason="Ray or Optuna is not installed here")
+def test_without_the_blocker_ray_and_optuna_import_here():
+    """The check above could fail: in this environment both are installed (the project's
+    dependencies), so only the blocker stops them."""
+    done = _python(TRY_IMPORTS, blocked=False)
+    assert done.returncode == 0, done.stderr
+    assert "imported ray" in done.stdout and "imported optuna" in done.stdout
+    assert "child imported" in done.stdout
+
+
+def _complete(part: int, mode: str) -> dict:
+    """A part's JSON with every expected figure measured (a number), as the part writes it."""
+    figures = {"part": part, "mode": mode, "errors": {}, "not_run": [], "missing": [],
+               "imported_ray_or_optuna": [], "seconds": {"total": 1.0}}
+    for key in gpu_figures.expected_keys(part, gpu_figures.SIZES[mode]):
+        node = figures
+        *parents, last = key.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        mfu = 0.1 if mode == "gpu" else gpu_figures.NOT_ON_CPU
+        node[last] = {"images_per_second": 1.0, "inner": {"mfu": mfu}}
+    return figures
+
+
+def _set(figures: dict, key: str, value) -> dict:
+    node = figures
+    *parents, last = key.split(".")
+    for name in parents:
+        node = node[name]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return figures
+
+
+@pytest.mark.parametrize("part", [1, 2, 3, 4])
+@pytest.mark.parametrize("mode", ["cpu-smoke", "gpu"])
+def test_the_checker_passes_a_complete_part_and_fails_one_without_a_figure(part, mode):
+    complete = _complete(part, mode)
+    assert check_gpu_figures.check_figures(complete, part) == []
+    for key in gpu_figures.expected_keys(part, gpu_figures.SIZES[mode]):
+        problems = check_gpu_figures.check_figures(_set(copy.deepcopy(complete), key, None), part)
+        assert problems == [f"part {part}: {key}: missing"]
+
+
+def test_the_checker_fails_errors_deadline_cuts_and_reasons_out_of_place():
+    key = "throughput.kim.k1_bf16"
+    smoke = _complete(1, "cpu-smoke")
+    check = check_gpu_figures.check_figures
+    assert check(_set(copy.deepcopy(smoke), key, gpu_figures.NOT_ON_CPU), 1) == []
+    assert check(_set(copy.deepcopy(smoke), key, {"error": "RuntimeError: rotted"}), 1) \
+        == [f"part 1: {key}: error: RuntimeError: rotted"]
+    assert check(_set(copy.deepcopy(smoke), key, gpu_figures.DEADLINE), 1) \
+        == [f"part 1: {key}: not run: deadline"]
+    rounds = {"images_per_second": 1.0, "rounds": [1.0, gpu_figures.DEADLINE]}
+    inside = _set(copy.deepcopy(smoke), key, rounds)
+    assert check(inside, 1) == [f"part 1: {key}.rounds[1]: not run: deadline"]
+    assert check(_set(copy.deepcopy(smoke), key, "skipped: --skip"), 1) == [f"part 1: {key}: skipped: --skip"]
+    # a GPU run must measure what the CPU smoke may leave to CUDA
+    gpu = _complete(1, "gpu")
+    assert check(_set(copy.deepcopy(gpu), "matmul.bf16", gpu_figures.NOT_ON_CPU), 1) \
+        == ["part 1: matmul.bf16: not measured: needs CUDA"]
+    assert check(_set(copy.deepcopy(gpu), key, {"mfu": gpu_figures.NOT_ON_CPU}), 1) \
+        == [f"part 1: {key}.mfu: not measured: needs CUDA"]
+    # "skipped: Ray is not installed" stands in for part 4's study only
+    assert check(_set(_complete(4, "gpu"), "default_study", gpu_figures.NO_RAY), 4) == []
+    assert check(_set(copy.deepcopy(smoke), key, gpu_figures.NO_RAY), 1) \
+        == [f"part 1: {key}: {gpu_figures.NO_RAY}"]
+    imported = dict(copy.deepcopy(smoke), imported_ray_or_optuna=["ray"])
+    assert check(imported, 1) == ["part 1: imported ray"]
+    assert check(dict(copy.deepcopy(smoke), errors={"x": "boom"}), 1) == ["part 1: x: error recorded"]
+    assert check(dict(copy.deepcopy(smoke), part=2), 1) == ["part 1: the file is part 2's"]
+
+
+def test_the_checker_script_exits_1_on_a_missing_figure_and_0_on_complete_parts(tmp_path):
+    for part in (1, 2, 3, 4):
+        (tmp_path / f"gpu_figures_part{part}.json").write_text(json.dumps(_complete(part, "cpu-smoke")))
+    assert check_gpu_figures.main([str(tmp_path)]) == 0
+    figures = _complete(2, "cpu-smoke")
+    del figures["pytest_gpu"]
+    (tmp_path / "gpu_figures_part2.json").write_text(json.dumps(figures))
+    assert check_gpu_figures.main([str(tmp_path)]) == 1
+    assert check_gpu_figures.check(tmp_path) == ["part 2: pytest_gpu: missing"]
+    (tmp_path / "gpu_figures_part3.json").unlink()
+    assert len(check_gpu_figures.check(tmp_path, [3])) == 1
+
+
+def _kind(key: str) -> str:
+    """A figure's key with its pack size and Dittadi image size left out."""
+    return re.sub(r"\bk\d+", "kN", key)
+
+
+@pytest.mark.parametrize("part", [1, 2, 3, 4])
+def test_the_cpu_smoke_expects_every_kind_of_figure_the_gpu_run_does(part):
+    gpu = {_kind(k) for k in gpu_figures.expected_keys(part, gpu_figures.SIZES["gpu"])}
+    smoke = {_kind(k) for k in gpu_figures.expected_keys(part, gpu_figures.SIZES["cpu-smoke"])}
+    assert gpu == smoke
+
+
+def test_the_gpu_run_expects_the_issues_figures():
+    """Issue 31's list: images/s at K = 1, 8, 32, 64 in bf16 and TF32 for burgess and Montero
+    et al.'s networks (the ground-truth decoder's included); the measured matmul peak; bytes per
+    member; resident against streamed; both projections; training beside evaluation; every switch."""
+    keys = [k for part in (1, 2, 3) for k in gpu_figures.expected_keys(part, gpu_figures.SIZES["gpu"])]
+    for name in ("burgess", "burgess_v2", "kim", "higgins_decoder"):
+        for precision in ("bf16", "tf32"):
+            assert {f"throughput.{name}.k{k}_{precision}" for k in (1, 8, 32, 64)} <= set(keys)
+        assert f"memory.{name}.bytes_per_member" in keys
+    assert gpu_figures.NETWORKS["higgins_decoder"]["task"] == "ground_truth_decoder"
+    for key in ("matmul.bf16", "matmul.tf32", "resident_vs_streamed.resident",
+                "resident_vs_streamed.streamed", "projection.montero2021", "projection.dittadi2021",
+                "evaluation_beside_training", "switches.gpu_step"):
+        assert key in keys
+    for name in gpu_figures.WANTED_SWITCHES:
+        assert f"switches.{name}" in keys or {f"switches.{name}.on", f"switches.{name}.off"} <= set(keys)
