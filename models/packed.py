@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -61,13 +62,14 @@ from models.engine import (
     Trainer,
     add_input_noise,
     clip_coefficient,
+    like_parameter,
     train_together,
 )
 from models.objectives import Schedule
 from models.registry import build, build_objective, objective_class
 
 __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
-           "pack_memory_bytes", "resident_images", "split_into_packs", "vmap_group_key"]
+           "pack_memory_bytes", "resident_images", "split_into_packs", "step_memory", "vmap_group_key"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
 # no code path, those declared ``packable`` in models/config.py. Everything else (architecture,
@@ -123,39 +125,104 @@ def member_train_indices(train_indices, members: int) -> list[np.ndarray]:
 # allocator's slack. An estimate, not a measurement: benchmarks/gpu.sh reports a process's peak
 # against ``pack_memory_bytes``.
 CUDA_PROCESS_BYTES = 3 * 2**29
-# Copies of every layer's activations a vmapped training step holds: the saved activation, its
-# gradient, and the copy vmap's batching rules make (a grouped convolution reads the members side
-# by side in its channels).
-ACTIVATION_COPIES = 3
+# Copies of a member's parameters that a vmapped group keeps: the member's own module, the stacked
+# copy, Adam's two stacked moments, and the two moments ``write_member`` gives the member's own
+# optimiser at a checkpoint (they stay).
+KEPT_PARAMETER_COPIES = 6
+# ... and those that live during the update only: the gradients, Adam's denominators and its
+# update (the clipped gradients replace the raw ones before the denominators exist).
+UPDATE_PARAMETER_COPIES = 3
+# The step's small tensors besides those counted (loss terms, norms, step sizes: under 1 KiB a
+# member measured on CPU), rounded up.
+SMALL_TENSOR_BYTES = 2**16
+# Members the count stacks (any two: every term it keeps is per member).
+_COUNTED_MEMBERS = 2
+
+
+class StepMemory(NamedTuple):
+    """What one member's training step holds, in bytes (``step_memory``)."""
+
+    parameters: int  # one copy of its parameters (the model's and its objective's own)
+    saved: int  # every tensor its forward pass saves for the backward pass
+    largest: int  # the largest of those
+    inputs: int  # its float batch, the noisy copy of it, and its noise
+
+
+_step_memory_cache: dict[tuple, StepMemory] = {}
+
+
+def step_memory(config: ModelConfig) -> StepMemory:
+    """One member's training step, counted on PyTorch's meta device (nothing is allocated; on
+    the CPU for an objective that reads its tensors' values, CascadeVAE). The forward is the real
+    one: a vmapped pack's objective over two stacked members (one model's where the objective
+    cannot vmap or the config is not a VAE task), under ``torch.autograd.graph.saved_tensors_hooks``,
+    which sees every tensor autograd saves. Each is counted once per storage (views, and tensors
+    two operations save, share one), parameters not at all; so residual additions, activations,
+    interpolations and vmap's batching copies count, which a count of leaf modules' outputs
+    misses. Cached per ``vmap_group_key``."""
+    key = vmap_group_key(config)
+    if key not in _step_memory_cache:
+        vmapped = config.task == "vae" and getattr(objective_class(config.objective), "packable", True)
+        with torch.random.fork_rng(devices=[]):  # building the models draws from the global generator
+            try:
+                _step_memory_cache[key] = _count_step(config, "meta", vmapped)
+            except (NotImplementedError, RuntimeError):  # "cannot copy out of meta tensor"
+                _step_memory_cache[key] = _count_step(config, "cpu", vmapped)
+    return _step_memory_cache[key]
+
+
+def _count_step(config: ModelConfig, device: str, vmapped: bool) -> StepMemory:
+    objective_type = objective_class(config.objective)
+    members = _COUNTED_MEMBERS if vmapped else 1
+    rows = config.optimisation.batch_size * (2 if config.needs_pairs else 1)
+    network = config.network
+    with torch.device(device):
+        modules = [_Member(objective_type.model_class(network, config.loss), build_objective(config))
+                   for _ in range(members)]
+        x = torch.zeros(members, rows, network.channels, network.image_size, network.image_size)
+        noise = modules[0].objective.draw_noise(None, rows, device, members=members)
+        kl_weight, capacity = torch.ones(members), torch.zeros(members)
+    params, buffers = stack_module_state(modules)
+    stacked = {p.untyped_storage()._cdata for p in params.values()}
+    saved: dict[int, int] = {}
+    keep: list[torch.Tensor] = []  # alive until counted, so no storage's key is reused
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        keep.append(tensor)
+        key = tensor.untyped_storage()._cdata
+        if key not in stacked:
+            saved[key] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    base = modules[0]
+
+    def member_terms(p, b, x, x_in, noise, kl_weight, capacity, step):
+        return functional_call(base, (p, b), (x, x_in, noise, kl_weight, capacity, step))
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        if vmapped:
+            vmap(member_terms, in_dims=(0, 0, 0, 0, 0, 0, 0, None))(
+                params, buffers, x, x, noise, kl_weight, capacity, torch.tensor(0))
+        else:
+            first = [{name: t[0] for name, t in part.items()} for part in (params, buffers, noise)]
+            member_terms(first[0], first[1], x[0], x[0], first[2], kl_weight[0], capacity[0], 0)
+    inputs = 2 * x[0].nbytes + sum(t[0].nbytes for t in noise.values())
+    return StepMemory(parameters=sum(p.numel() * p.element_size() for p in base.parameters()),
+                      saved=sum(saved.values()) // members, largest=max(saved.values(), default=0) // members,
+                      inputs=inputs)
 
 
 def member_memory_bytes(config: ModelConfig) -> int:
-    """An estimate of one member's training memory in float32: parameters, gradients and Adam's
-    two moments (4 copies), plus every layer's activations at the batch size (``ACTIVATION_COPIES``
-    copies), plus the float batch and its noisy copy. The model is built on PyTorch's meta device,
-    so this allocates nothing."""
-    from models.vae import VAE
-
-    with torch.device("meta"):
-        model = VAE(config.network)
-        objective = build_objective(config)
-    parameters = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in objective.parameters())
-    activations = [0]
-
-    def count(_module, _inputs, output):
-        outputs = output if isinstance(output, tuple) else (output,)
-        activations[0] += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
-
-    hooks = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
-    rows = config.optimisation.batch_size * (2 if config.needs_pairs else 1)
-    network = config.network
-    with torch.device("meta"):
-        batch = torch.empty(rows, network.channels, network.image_size, network.image_size)
-        mean, _ = model.encode(batch)
-        model.decode(mean)
-    for hook in hooks:
-        hook.remove()
-    return 4 * (4 * parameters + ACTIVATION_COPIES * activations[0] + 2 * batch.numel())
+    """An estimate of one member's peak training memory in float32 (bf16 autocast saves less):
+    ``KEPT_PARAMETER_COPIES`` copies of its parameters, plus the larger of the update's
+    ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the forward saved
+    for it, all the gradients, two activation-sized gradients in flight), plus its inputs and
+    ``SMALL_TENSOR_BYTES`` (``step_memory``). Checked against a real step's peak on CPU for every
+    architecture (tests/models/test_pack_memory_estimate.py)."""
+    step = step_memory(config)
+    backward = step.saved + step.parameters + 2 * step.largest
+    return (KEPT_PARAMETER_COPIES * step.parameters + max(backward, UPDATE_PARAMETER_COPIES * step.parameters)
+            + step.inputs + SMALL_TENSOR_BYTES)
 
 
 def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
@@ -222,11 +289,18 @@ class _StackedAdam:
         self.exp_avg_sq = [torch.zeros_like(t) for t in tensors]
 
     @torch.no_grad()
-    def step(self, tensors, grads, lr: torch.Tensor, count: int) -> None:
-        """The update of Adam's step number ``count`` (1 for the first); ``lr`` (K,) on the device."""
+    def step(self, tensors, grads, lr: torch.Tensor, count: int | torch.Tensor) -> None:
+        """The update of Adam's step number ``count`` (1 for the first); ``lr`` (K,) on the device.
+        ``count`` is a host number, or (a captured CUDA graph's step, which reads no host number
+        at replay) a float64 0-d tensor on the device: the same float64 arithmetic, rounded to
+        float32 where the host number would be."""
         beta1, beta2 = self.betas
-        bias_correction1 = 1 - beta1 ** count
-        bias_correction2_sqrt = math.sqrt(1 - beta2 ** count)
+        if isinstance(count, torch.Tensor):
+            bias_correction1 = (1 - beta1 ** count).float()
+            bias_correction2_sqrt = (1 - beta2 ** count).sqrt().float()
+        else:
+            bias_correction1 = 1 - beta1 ** count
+            bias_correction2_sqrt = math.sqrt(1 - beta2 ** count)
         torch._foreach_lerp_(self.exp_avg, list(grads), 1 - beta1)
         torch._foreach_mul_(self.exp_avg_sq, beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, list(grads), list(grads), value=1 - beta2)
@@ -249,13 +323,21 @@ class _StackedAdam:
 
     def save_member(self, position: int, optimizer: torch.optim.Optimizer, params: list, steps: int) -> None:
         """Write member ``position``'s moments into its own Adam optimiser, at step ``steps``, so
-        its ``state_dict`` is an ordinary one."""
+        its ``state_dict`` is an ordinary one: each moment with its parameter's layout (strides),
+        dtype and device, and the step count where that optimiser keeps it (on the parameter's
+        device for a fused or capturable Adam), as ``torch.optim.Adam`` would have made them. A
+        fused Adam, the plain path's on CUDA, refuses moments laid out unlike their parameters
+        (a slice of the stack differs in the strides of its size-1 dimensions)."""
         if steps == 0:
             return
+        group = optimizer.param_groups[0]
+        on_device = bool(group.get("fused") or group.get("capturable"))
         for index, p in enumerate(params):
-            optimizer.state[p] = {"step": torch.tensor(float(steps)),
-                                  "exp_avg": self.exp_avg[index][position].clone(),
-                                  "exp_avg_sq": self.exp_avg_sq[index][position].clone()}
+            count_device = p.device if on_device else torch.device("cpu")
+            optimizer.state[p] = {
+                "step": torch.tensor(float(steps), dtype=torch.float32, device=count_device),
+                "exp_avg": like_parameter(self.exp_avg[index][position], p),
+                "exp_avg_sq": like_parameter(self.exp_avg_sq[index][position], p)}
 
 
 class _VmapGroup:
@@ -458,6 +540,7 @@ class PackedTrainer:
             raise ValueError("configs: a pack needs at least one model config")
         self.device = select_device(device)
         self.settings = settings or GPUSettings()
+        self.settings.apply(self.device)
         self.mode = ("vmap" if self.device.type == "cuda" else "loop") if mode == "auto" else mode
         data = resident_images(images, self.device, self.settings)
         rows = member_train_indices(train_indices, len(configs))
