@@ -237,6 +237,18 @@ def test_moments_written_back_from_the_stack_are_laid_out_like_their_parameters(
         assert member.step == before + 1
 
 
+@pytest.mark.gpu
+def test_moments_written_back_on_cuda_suit_the_members_fused_adam(data):
+    # the case of issue 31: channels-last weights and a fused Adam whose step count is on the GPU
+    trainer = pack(data, settings=GPUSettings(tf32=False), rows=np.arange(N_IMAGES), device="cuda")
+    trainer.advance(2)
+    trainer.sync()
+    for member in trainer.members:
+        assert member.optimizer.param_groups[0]["fused"]
+        assert_laid_out_like_parameters(member.optimizer)
+        member.advance(1)
+
+
 def test_moments_read_from_a_checkpoint_are_laid_out_like_their_parameters(data):
     images, _ = data
     config = small()
