@@ -26,6 +26,15 @@ asynchronous copy with the schedules' values (KL weight, capacity, learning rate
 each step gathers all members' batches from the resident dataset in one indexing. The loss terms
 stay on the device until the report.
 
+Two GPU settings (``models.device.GPUSettings``), off by default until measured on a GPU, rebuild
+a vmapped group's step for a GPU. ``device_sampling`` (``_DeviceSampler``): every member's rows,
+input noise and objective noise drawn at once on the device from one generator seeded from the
+members' seeds and the step, nothing read back to the host; deterministic, but a member then sees
+other batches and noise than alone. ``cuda_graph`` (``_CapturedStep``, with ``device_sampling``,
+on CUDA only): the forward, backward, clipping and Adam over static buffers, captured once as a
+CUDA graph and replayed. ``compile`` compiles the vmapped loss. Without them, on a CPU in
+particular, the step is the one described above.
+
 Members that differ in anything but the scalar hyperparameters of ``SCALAR_FIELDS`` (and the seed
 and the training rows) are split into separate vmapped groups automatically (``split_into_packs``);
 groups step side by side. A member whose loss turns NaN or infinite stops alone; the others go
