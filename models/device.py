@@ -5,15 +5,16 @@
   ``cudnn.benchmark``, channels-last weights, a fused Adam, the dataset uploaded once), each with a
   switch to turn it off; the process's share of the GPU's memory (``memory_share``, enforced on
   the caching allocator when below 1); and three opt-ins, off by default until measured on a
-  GPU: ``compile`` (``torch.compile`` of the loss, plain and vmapped), ``cuda_graph`` (a vmapped
-  group's whole step, forward, backward, clipping and Adam, captured once in a CUDA graph and
-  replayed; nothing on a CPU) and ``device_sampling`` (a vmapped group's batch rows and noise
-  drawn for all its members at once on the device, from one generator seeded from the members'
-  seeds, instead of each member's own generators on the host: deterministic given the seeds, but
-  a member no longer sees the batches and noise it would see alone; it applies to vmapped groups
-  on any device, and changes nothing elsewhere). Apart from ``device_sampling``, they apply on
-  CUDA only: on a CPU nothing here changes a number. (bf16 autocast is the model config's
-  ``bf16`` field, because it changes the numbers a run gives: on by default on CUDA too.)
+  GPU: ``compile`` (``torch.compile`` of the loss, plain and vmapped), ``device_sampling`` (a
+  vmapped group's batch rows and noise drawn for all its members at once on the device, from one
+  generator seeded from the members' seeds and the step, instead of each member's own generators
+  on the host: deterministic given the seeds, but a member no longer sees the batches and noise
+  it would see alone; it applies to vmapped groups on any device, and changes nothing elsewhere)
+  and ``cuda_graph`` (with ``device_sampling``, a vmapped group's step after its draws, forward,
+  backward, clipping and Adam, captured once in a CUDA graph and replayed; nothing on a CPU).
+  Apart from ``device_sampling``, they apply on CUDA only: on a CPU nothing here changes a
+  number. (bf16 autocast is the model config's ``bf16`` field, because it changes the numbers a
+  run gives: on by default on CUDA too.)
 - ``resident_images``: the uint8 dataset copied to the GPU once, when it takes at most half of the
   process's share of the GPU's memory; else each batch travels from host memory.
 - ``Rows``: the row indices of some steps' batches, on the host and, on a GPU, uploaded in one
@@ -67,7 +68,7 @@ class GPUSettings:
     compile: bool = False  # torch.compile of the loss (plain and vmapped); off until measured on a GPU
     memory_share: float = 1.0  # the share of the GPU's memory this process may use (Ray's num_gpus)
     device_sampling: bool = False  # a vmapped group's rows and noise drawn on its device, for all members
-    cuda_graph: bool = False  # a vmapped group's step captured in a CUDA graph and replayed
+    cuda_graph: bool = False  # with device_sampling, a vmapped group's step captured in a CUDA graph
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -483,7 +483,7 @@ class _CapturedStep:
             if self.graph is None:
                 self.graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(self.graph):
-                    self.outputs = self.run()
+                    self.outputs = {name: value.detach() for name, value in self.run().items()}
             self.graph.replay()
             terms = {name: value.clone() for name, value in self.outputs.items()}
         self.steps_taken += 1
