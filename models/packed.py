@@ -358,8 +358,8 @@ class _DeviceSampler:
     noise, and one ``draw_noise(..., members=K)``. All from one generator on the device, seeded
     at each step from the members' seeds and the step's number: the same seeds give the same
     numbers, however often the run reports, and a resumed run draws what the uninterrupted run
-    drew. Nothing is read back to the host. A member sees other batches and noise than it would alone (its own
-    numpy and torch generators are not used, and not advanced)."""
+    drew. Nothing is read back to the host. A member sees other batches and noise than it would
+    alone (its own numpy and torch generators are not used, and not advanced)."""
 
     def __init__(self, members: list[Trainer], images: torch.Tensor):
         device = members[0].device
