@@ -3,9 +3,18 @@
 - ``select_device``: cuda, then mps, then cpu, unless one is named.
 - ``GPUSettings``: the fast settings a CUDA run uses by default (TF32 matmuls and convolutions,
   ``cudnn.benchmark``, channels-last weights, a fused Adam, the dataset uploaded once), each with a
-  switch to turn it off, and ``torch.compile`` as an opt-in. They apply on CUDA only: on a CPU
-  nothing here changes a number. (bf16 autocast is the model config's ``bf16`` field, because it
-  changes the numbers a run gives: on by default on CUDA too.)
+  switch to turn it off; the process's share of the GPU's memory (``memory_share``, enforced on
+  the caching allocator when below 1); and three opt-ins, off by default until measured on a
+  GPU: ``compile`` (``torch.compile`` of the loss, plain and vmapped), ``device_sampling`` (a
+  vmapped group's batch rows and noise drawn for all its members at once on the device, from one
+  generator seeded from the members' seeds and the step, instead of each member's own generators
+  on the host: deterministic given the seeds, but a member no longer sees the batches and noise
+  it would see alone; it applies to vmapped groups on any device, and changes nothing elsewhere)
+  and ``cuda_graph`` (with ``device_sampling``, a vmapped group's step after its draws, forward,
+  backward, clipping and Adam, captured once in a CUDA graph and replayed; nothing on a CPU).
+  Apart from ``device_sampling``, they apply on CUDA only: on a CPU nothing here changes a
+  number. (bf16 autocast is the model config's ``bf16`` field, because it changes the numbers a
+  run gives: on by default on CUDA too.)
 - ``resident_images``: the uint8 dataset copied to the GPU once, when it takes at most half of the
   process's share of the GPU's memory; else each batch travels from host memory.
 - ``Rows``: the row indices of some steps' batches, on the host and, on a GPU, uploaded in one
@@ -46,8 +55,10 @@ def to_float(batch: np.ndarray, device: torch.device) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GPUSettings:
-    """How training uses a CUDA device. Every field but ``compile`` is on by default; on any other
-    device all are ignored (a CPU run's numbers do not depend on them)."""
+    """How training uses a CUDA device. Every switch but ``compile``, ``device_sampling`` and
+    ``cuda_graph`` is on by default; on any other device all are ignored (a CPU run's numbers do
+    not depend on them), but ``device_sampling``, which changes what a vmapped group draws on any
+    device (a CPU pack is vmapped only when ``mode="vmap"`` is asked for)."""
 
     tf32: bool = True  # float32 matmuls and convolutions on TF32 tensor cores (process-wide flags)
     cudnn_benchmark: bool = True  # cuDNN times its algorithms once per shape and keeps the fastest
@@ -56,6 +67,8 @@ class GPUSettings:
     resident_data: bool = True  # the uint8 dataset uploaded once (when it fits in half the share)
     compile: bool = False  # torch.compile of the loss (plain and vmapped); off until measured on a GPU
     memory_share: float = 1.0  # the share of the GPU's memory this process may use (Ray's num_gpus)
+    device_sampling: bool = False  # a vmapped group's rows and noise drawn on its device, for all members
+    cuda_graph: bool = False  # with device_sampling, a vmapped group's step captured in a CUDA graph
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -95,12 +108,17 @@ class GPUSettings:
 
     def apply(self, device: torch.device) -> None:
         """Set the process-wide flags these settings name (TF32, cuDNN benchmark) for a CUDA
-        device; nothing for any other."""
+        device, and with a ``memory_share`` below 1 cap the process's caching allocator at that
+        share of the device's memory (``torch.cuda.set_per_process_memory_fraction``: past it,
+        an allocation raises out-of-memory instead of taking another process's share); nothing
+        for any other device."""
         if device.type != "cuda":
             return
         torch.backends.cuda.matmul.allow_tf32 = self.tf32
         torch.backends.cudnn.allow_tf32 = self.tf32
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        if self.memory_share < 1:
+            torch.cuda.set_per_process_memory_fraction(self.memory_share, device)
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -67,6 +67,25 @@ def clip_gradients(parameters, max_norm: float | None) -> None:
         torch._foreach_mul_(grads, clip_coefficient(torch.nn.utils.get_total_norm(grads), max_norm))
 
 
+def like_parameter(value: torch.Tensor, parameter: torch.Tensor) -> torch.Tensor:
+    """A copy of ``value`` laid out as ``parameter`` is: its strides, dtype and device."""
+    return torch.empty_like(parameter).copy_(value)
+
+
+def lay_out_like_parameters(optimizer: torch.optim.Optimizer) -> None:
+    """Give every state tensor of a parameter's shape (Adam's moments) that parameter's strides,
+    dtype and device. ``Optimizer.load_state_dict`` keeps the strides a checkpoint was written
+    with, and a fused Adam (the plain path's on CUDA) refuses moments laid out unlike their
+    parameters, such as a channels-last convolution's. The values are unchanged."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for name, value in state.items():
+                if (isinstance(value, torch.Tensor) and value.shape == p.shape
+                        and (value.stride(), value.dtype, value.device) != (p.stride(), p.dtype, p.device)):
+                    state[name] = like_parameter(value, p)
+
+
 class TermsBlock(NamedTuple):
     """The loss terms of consecutive steps: ``names`` and ``values``, a float tensor of one row per
     step and one column per name, left on the device until a report reads it."""
@@ -319,6 +338,7 @@ class Trainer:
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        lay_out_like_parameters(self.optimizer)
         if "objective" in state and self.objective is not None:
             self.objective.load_state_dict(state["objective"])
         self.batch_rng.bit_generator.state = state["batch_rng"]

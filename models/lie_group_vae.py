@@ -138,9 +138,10 @@ class LieGroupVAEObjective(Objective):
         self.hyperparameter("commutator_weight", config.commutator_weight)
         self.hyperparameter("encoder_group_probability", config.encoder_group_probability)
 
-    def draw_noise(self, generator, rows, device):
-        noise = super().draw_noise(generator, rows, device)
-        noise["group_choice"] = torch.rand((), generator=generator, device=device)
+    def draw_noise(self, generator, rows, device, members=None):
+        noise = super().draw_noise(generator, rows, device, members)
+        noise["group_choice"] = torch.rand(() if members is None else (members,), generator=generator,
+                                           device=device)
         return noise
 
     def forward(self, model, x, x_in, noise, schedule: Schedule) -> dict:

@@ -13,7 +13,9 @@ numbers:
 
 - ``draw_noise(generator, rows, device)`` draws every random number one step needs (the
   reparameterisation noise, WAE's prior samples, FactorVAE's permutation keys) from the model's
-  seeded generator, in a fixed order, into a dict of tensors.
+  seeded generator, in a fixed order, into a dict of tensors. With ``members=K`` it draws the
+  numbers of K models at once, each tensor with a leading dimension of K, one draw per tensor (a
+  vmapped pack's ``device_sampling``, models/packed.py).
 - ``forward(model, x, x_in, noise, schedule)`` is a pure function of its inputs: the model, the
   clean batch (the reconstruction target), the encoder's input (the same batch, perhaps with input
   noise), that noise dict and the ``Schedule``. It draws nothing and changes nothing; it returns
@@ -222,12 +224,15 @@ class Objective(nn.Module):
         """Hold a scalar hyperparameter as a buffer (not saved: it comes from the config)."""
         self.register_buffer(name, torch.tensor(float(value)), persistent=False)
 
-    def draw_noise(self, generator: torch.Generator, rows: int, device) -> dict[str, torch.Tensor]:
+    def draw_noise(self, generator: torch.Generator, rows: int, device,
+                   members: int | None = None) -> dict[str, torch.Tensor]:
         """The step's random numbers: the reparameterisation noise of ``rows`` codes, and prior
-        samples for the objectives that compare codes with the prior."""
-        noise = {"posterior": torch.randn((rows, self.latent_dim), generator=generator, device=device)}
+        samples for the objectives that compare codes with the prior. With ``members``, those of
+        that many models in one draw per tensor, each of shape (members, ...)."""
+        lead = () if members is None else (members,)
+        noise = {"posterior": torch.randn((*lead, rows, self.latent_dim), generator=generator, device=device)}
         if self.draws_prior:
-            noise["prior"] = torch.randn((rows, self.latent_dim), generator=generator, device=device)
+            noise["prior"] = torch.randn((*lead, rows, self.latent_dim), generator=generator, device=device)
         return noise
 
     def encode_sample_decode(self, model, x_in, noise: dict):
@@ -345,9 +350,10 @@ class FactorVAEObjective(Objective):
                                                       config.discriminator_negative_slope),
                        lr=config.discriminator_lr)
 
-    def draw_noise(self, generator, rows, device):
-        noise = super().draw_noise(generator, rows, device)
-        noise["permutation"] = torch.rand((rows - rows // 2, self.latent_dim), generator=generator,
+    def draw_noise(self, generator, rows, device, members=None):
+        noise = super().draw_noise(generator, rows, device, members)
+        lead = () if members is None else (members,)
+        noise["permutation"] = torch.rand((*lead, rows - rows // 2, self.latent_dim), generator=generator,
                                           device=device)
         return noise
 

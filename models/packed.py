@@ -26,6 +26,15 @@ asynchronous copy with the schedules' values (KL weight, capacity, learning rate
 each step gathers all members' batches from the resident dataset in one indexing. The loss terms
 stay on the device until the report.
 
+Two GPU settings (``models.device.GPUSettings``), off by default until measured on a GPU, rebuild
+a vmapped group's step for a GPU. ``device_sampling`` (``_DeviceSampler``): every member's rows,
+input noise and objective noise drawn at once on the device from one generator seeded from the
+members' seeds and the step, nothing read back to the host; deterministic, but a member then sees
+other batches and noise than alone. ``cuda_graph`` (``_CapturedStep``, with ``device_sampling``,
+on CUDA only): the forward, backward, clipping and Adam over static buffers, captured once as a
+CUDA graph and replayed. ``compile`` compiles the vmapped loss. Without them, on a CPU in
+particular, the step is the one described above.
+
 Members that differ in anything but the scalar hyperparameters of ``SCALAR_FIELDS`` (and the seed
 and the training rows) are split into separate vmapped groups automatically (``split_into_packs``);
 groups step side by side. A member whose loss turns NaN or infinite stops alone; the others go
@@ -38,9 +47,11 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -61,13 +72,14 @@ from models.engine import (
     Trainer,
     add_input_noise,
     clip_coefficient,
+    like_parameter,
     train_together,
 )
 from models.objectives import Schedule
 from models.registry import build, build_objective, objective_class
 
 __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
-           "pack_memory_bytes", "resident_images", "split_into_packs", "vmap_group_key"]
+           "pack_memory_bytes", "resident_images", "split_into_packs", "step_memory", "vmap_group_key"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
 # no code path, those declared ``packable`` in models/config.py. Everything else (architecture,
@@ -123,39 +135,104 @@ def member_train_indices(train_indices, members: int) -> list[np.ndarray]:
 # allocator's slack. An estimate, not a measurement: benchmarks/gpu.sh reports a process's peak
 # against ``pack_memory_bytes``.
 CUDA_PROCESS_BYTES = 3 * 2**29
-# Copies of every layer's activations a vmapped training step holds: the saved activation, its
-# gradient, and the copy vmap's batching rules make (a grouped convolution reads the members side
-# by side in its channels).
-ACTIVATION_COPIES = 3
+# Copies of a member's parameters that a vmapped group keeps: the member's own module, the stacked
+# copy, Adam's two stacked moments, and the two moments ``write_member`` gives the member's own
+# optimiser at a checkpoint (they stay).
+KEPT_PARAMETER_COPIES = 6
+# ... and those that live during the update only: the gradients, Adam's denominators and its
+# update (the clipped gradients replace the raw ones before the denominators exist).
+UPDATE_PARAMETER_COPIES = 3
+# The step's small tensors besides those counted (loss terms, norms, step sizes: under 1 KiB a
+# member measured on CPU), rounded up.
+SMALL_TENSOR_BYTES = 2**16
+# Members the count stacks (any two: every term it keeps is per member).
+_COUNTED_MEMBERS = 2
+
+
+class StepMemory(NamedTuple):
+    """What one member's training step holds, in bytes (``step_memory``)."""
+
+    parameters: int  # one copy of its parameters (the model's and its objective's own)
+    saved: int  # every tensor its forward pass saves for the backward pass
+    largest: int  # the largest of those
+    inputs: int  # its float batch, the noisy copy of it, and its noise
+
+
+_step_memory_cache: dict[tuple, StepMemory] = {}
+
+
+def step_memory(config: ModelConfig) -> StepMemory:
+    """One member's training step, counted on PyTorch's meta device (nothing is allocated; on
+    the CPU for an objective that reads its tensors' values, CascadeVAE). The forward is the real
+    one: a vmapped pack's objective over two stacked members (one model's where the objective
+    cannot vmap or the config is not a VAE task), under ``torch.autograd.graph.saved_tensors_hooks``,
+    which sees every tensor autograd saves. Each is counted once per storage (views, and tensors
+    two operations save, share one), parameters not at all; so residual additions, activations,
+    interpolations and vmap's batching copies count, which a count of leaf modules' outputs
+    misses. Cached per ``vmap_group_key``."""
+    key = vmap_group_key(config)
+    if key not in _step_memory_cache:
+        vmapped = config.task == "vae" and getattr(objective_class(config.objective), "packable", True)
+        with torch.random.fork_rng(devices=[]):  # building the models draws from the global generator
+            try:
+                _step_memory_cache[key] = _count_step(config, "meta", vmapped)
+            except (NotImplementedError, RuntimeError):  # "cannot copy out of meta tensor"
+                _step_memory_cache[key] = _count_step(config, "cpu", vmapped)
+    return _step_memory_cache[key]
+
+
+def _count_step(config: ModelConfig, device: str, vmapped: bool) -> StepMemory:
+    objective_type = objective_class(config.objective)
+    members = _COUNTED_MEMBERS if vmapped else 1
+    rows = config.optimisation.batch_size * (2 if config.needs_pairs else 1)
+    network = config.network
+    with torch.device(device):
+        modules = [_Member(objective_type.model_class(network, config.loss), build_objective(config))
+                   for _ in range(members)]
+        x = torch.zeros(members, rows, network.channels, network.image_size, network.image_size)
+        noise = modules[0].objective.draw_noise(None, rows, device, members=members)
+        kl_weight, capacity = torch.ones(members), torch.zeros(members)
+    params, buffers = stack_module_state(modules)
+    stacked = {p.untyped_storage()._cdata for p in params.values()}
+    saved: dict[int, int] = {}
+    keep: list[torch.Tensor] = []  # alive until counted, so no storage's key is reused
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        keep.append(tensor)
+        key = tensor.untyped_storage()._cdata
+        if key not in stacked:
+            saved[key] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    base = modules[0]
+
+    def member_terms(p, b, x, x_in, noise, kl_weight, capacity, step):
+        return functional_call(base, (p, b), (x, x_in, noise, kl_weight, capacity, step))
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        if vmapped:
+            vmap(member_terms, in_dims=(0, 0, 0, 0, 0, 0, 0, None))(
+                params, buffers, x, x, noise, kl_weight, capacity, torch.tensor(0))
+        else:
+            first = [{name: t[0] for name, t in part.items()} for part in (params, buffers, noise)]
+            member_terms(first[0], first[1], x[0], x[0], first[2], kl_weight[0], capacity[0], 0)
+    inputs = 2 * x[0].nbytes + sum(t[0].nbytes for t in noise.values())
+    return StepMemory(parameters=sum(p.numel() * p.element_size() for p in base.parameters()),
+                      saved=sum(saved.values()) // members, largest=max(saved.values(), default=0) // members,
+                      inputs=inputs)
 
 
 def member_memory_bytes(config: ModelConfig) -> int:
-    """An estimate of one member's training memory in float32: parameters, gradients and Adam's
-    two moments (4 copies), plus every layer's activations at the batch size (``ACTIVATION_COPIES``
-    copies), plus the float batch and its noisy copy. The model is built on PyTorch's meta device,
-    so this allocates nothing."""
-    from models.vae import VAE
-
-    with torch.device("meta"):
-        model = VAE(config.network)
-        objective = build_objective(config)
-    parameters = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in objective.parameters())
-    activations = [0]
-
-    def count(_module, _inputs, output):
-        outputs = output if isinstance(output, tuple) else (output,)
-        activations[0] += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
-
-    hooks = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
-    rows = config.optimisation.batch_size * (2 if config.needs_pairs else 1)
-    network = config.network
-    with torch.device("meta"):
-        batch = torch.empty(rows, network.channels, network.image_size, network.image_size)
-        mean, _ = model.encode(batch)
-        model.decode(mean)
-    for hook in hooks:
-        hook.remove()
-    return 4 * (4 * parameters + ACTIVATION_COPIES * activations[0] + 2 * batch.numel())
+    """An estimate of one member's peak training memory in float32 (bf16 autocast saves less):
+    ``KEPT_PARAMETER_COPIES`` copies of its parameters, plus the larger of the update's
+    ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the forward saved
+    for it, all the gradients, two activation-sized gradients in flight), plus its inputs and
+    ``SMALL_TENSOR_BYTES`` (``step_memory``). Checked against a real step's peak on CPU for every
+    architecture (tests/models/test_pack_memory_estimate.py)."""
+    step = step_memory(config)
+    backward = step.saved + step.parameters + 2 * step.largest
+    return (KEPT_PARAMETER_COPIES * step.parameters + max(backward, UPDATE_PARAMETER_COPIES * step.parameters)
+            + step.inputs + SMALL_TENSOR_BYTES)
 
 
 def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
@@ -222,11 +299,18 @@ class _StackedAdam:
         self.exp_avg_sq = [torch.zeros_like(t) for t in tensors]
 
     @torch.no_grad()
-    def step(self, tensors, grads, lr: torch.Tensor, count: int) -> None:
-        """The update of Adam's step number ``count`` (1 for the first); ``lr`` (K,) on the device."""
+    def step(self, tensors, grads, lr: torch.Tensor, count: int | torch.Tensor) -> None:
+        """The update of Adam's step number ``count`` (1 for the first); ``lr`` (K,) on the device.
+        ``count`` is a host number, or (a captured CUDA graph's step, which reads no host number
+        at replay) a float64 0-d tensor on the device: the same float64 arithmetic, rounded to
+        float32 where the host number would be."""
         beta1, beta2 = self.betas
-        bias_correction1 = 1 - beta1 ** count
-        bias_correction2_sqrt = math.sqrt(1 - beta2 ** count)
+        if isinstance(count, torch.Tensor):
+            bias_correction1 = (1 - beta1 ** count).float()
+            bias_correction2_sqrt = (1 - beta2 ** count).sqrt().float()
+        else:
+            bias_correction1 = 1 - beta1 ** count
+            bias_correction2_sqrt = math.sqrt(1 - beta2 ** count)
         torch._foreach_lerp_(self.exp_avg, list(grads), 1 - beta1)
         torch._foreach_mul_(self.exp_avg_sq, beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, list(grads), list(grads), value=1 - beta2)
@@ -249,13 +333,161 @@ class _StackedAdam:
 
     def save_member(self, position: int, optimizer: torch.optim.Optimizer, params: list, steps: int) -> None:
         """Write member ``position``'s moments into its own Adam optimiser, at step ``steps``, so
-        its ``state_dict`` is an ordinary one."""
+        its ``state_dict`` is an ordinary one: each moment with its parameter's layout (strides),
+        dtype and device, and the step count where that optimiser keeps it (on the parameter's
+        device for a fused or capturable Adam), as ``torch.optim.Adam`` would have made them. A
+        fused Adam, the plain path's on CUDA, refuses moments laid out unlike their parameters
+        (a slice of the stack differs in the strides of its size-1 dimensions)."""
         if steps == 0:
             return
+        group = optimizer.param_groups[0]
+        on_device = bool(group.get("fused") or group.get("capturable"))
         for index, p in enumerate(params):
-            optimizer.state[p] = {"step": torch.tensor(float(steps)),
-                                  "exp_avg": self.exp_avg[index][position].clone(),
-                                  "exp_avg_sq": self.exp_avg_sq[index][position].clone()}
+            count_device = p.device if on_device else torch.device("cpu")
+            optimizer.state[p] = {
+                "step": torch.tensor(float(steps), dtype=torch.float32, device=count_device),
+                "exp_avg": like_parameter(self.exp_avg[index][position], p),
+                "exp_avg_sq": like_parameter(self.exp_avg_sq[index][position], p)}
+
+
+class _DeviceSampler:
+    """A vmapped group's batches and noise drawn on its device, for all its members at once
+    (``GPUSettings.device_sampling``): each step one draw of every member's batch positions, a
+    gather of the rows from a (K, n) table of the members' training rows (padded; each member's
+    positions below its own count, so its rows are its own), one draw of every member's input
+    noise, and one ``draw_noise(..., members=K)``. All from one generator on the device, seeded
+    at each step from the members' seeds and the step's number: the same seeds give the same
+    numbers, however often the run reports, and a resumed run draws what the uninterrupted run
+    drew. Nothing is read back to the host. A member sees other batches and noise than it would
+    alone (its own numpy and torch generators are not used, and not advanced)."""
+
+    def __init__(self, members: list[Trainer], images: torch.Tensor):
+        device = members[0].device
+        counts = [len(m.train_indices) for m in members]
+        table = np.zeros((len(members), max(counts)), np.int64)
+        for k, member in enumerate(members):
+            table[k, :counts[k]] = member.train_indices
+        self.images = images
+        self.train_rows = torch.from_numpy(table).to(device)
+        self.counts = torch.tensor(counts, dtype=torch.float64, device=device)
+        self.last = torch.tensor(counts, dtype=torch.int64, device=device) - 1
+        self.seeds = [m.optimisation.seed for m in members]
+        self.batch_size = members[0].optimisation.batch_size
+        self.generator = torch.Generator(device=device)
+        subpixel = [m.optimisation.input_noise_subpixel_std for m in members]
+        greyscale = [m.optimisation.input_noise_greyscale_std for m in members]
+        self.subpixel = torch.tensor(subpixel, device=device) if any(subpixel) else None
+        self.greyscale = torch.tensor(greyscale, device=device) if any(greyscale) else None
+
+    @classmethod
+    def for_group(cls, members: list[Trainer]) -> _DeviceSampler | None:
+        """The sampler of ``members``, or None where the rows must be drawn on the host: members
+        that train on pairs (drawn by ``PairSampler``), or images not on the group's device (a
+        GPU's dataset too large to upload), which the host would have to index."""
+        first = members[0]
+        if any(m.pairs is not None for m in members):
+            return None
+        images = first.images
+        if isinstance(images, np.ndarray) and first.device.type == "cpu":
+            images = torch.from_numpy(images)  # the same memory
+        if not isinstance(images, torch.Tensor) or images.device != first.device:
+            return None
+        return cls(members, images)
+
+    def reseed(self, step: int) -> None:
+        """Seed the generator from the members' seeds and ``step`` (host arithmetic only)."""
+        state = np.random.SeedSequence([*self.seeds, int(step)]).generate_state(1, np.uint64)[0]
+        self.generator.manual_seed(int(state) >> 1)
+
+    def draw(self, objective, step: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Step ``step``'s batches (K, B, C, H, W) as floats, the encoder's noisy copy of them, and
+        ``objective``'s noise for every member."""
+        self.reseed(step)
+        x = self.images[self.rows()].float().div_(255.0)
+        x_in = self.noisy_input(x)
+        noise = objective.draw_noise(self.generator, self.batch_size, x.device, members=len(self.seeds))
+        return x, x_in, noise
+
+    def rows(self) -> torch.Tensor:
+        """(K, B): each member's batch, drawn uniformly with replacement from its own training
+        rows (as ``Trainer.draw_rows`` draws), sorted."""
+        uniform = torch.rand((len(self.seeds), self.batch_size), dtype=torch.float64,
+                             generator=self.generator, device=self.counts.device)
+        positions = torch.minimum((uniform * self.counts[:, None]).long(), self.last[:, None])
+        return self.train_rows.gather(1, positions).sort(dim=1).values
+
+    def noisy_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``add_input_noise`` for every member at once, each with its own standard deviations."""
+        x_in = x
+        if self.subpixel is not None:
+            noise = torch.randn(x.shape, generator=self.generator, device=x.device)
+            x_in = x_in + _per_member(self.subpixel, x) * noise
+        if self.greyscale is not None:
+            members, batch, _, height, width = x.shape
+            coarse = torch.randn((members * batch, 1, -(-height // 16), -(-width // 16)),
+                                 generator=self.generator, device=x.device)
+            fine = F.interpolate(coarse, scale_factor=16, mode="bilinear", align_corners=False)
+            fine = fine[:, :, :height, :width].reshape(members, batch, 1, height, width)
+            x_in = x_in + _per_member(self.greyscale, x) * fine
+        return x_in
+
+
+class _CapturedStep:
+    """A vmapped group's ``step_on`` over static buffers (``GPUSettings.cuda_graph``): each step's
+    inputs are copied into the same tensors, the step number and Adam's count into device tensors,
+    so the step reads no host number and can be captured once in a CUDA graph and replayed. Its
+    first ``WARM_UP`` steps run eagerly on a side stream (cuDNN's autotuning, the allocator's
+    pools, ``torch.compile``'s compilation), as PyTorch's CUDA-graph guide asks; the next is
+    captured and replayed, and so is every later one. The loss terms are copied out of the
+    graph's static outputs. ``run`` is the same step, eager, on any device: what is captured."""
+
+    WARM_UP = 3
+
+    def __init__(self, group: _VmapGroup, x, x_in, noise: dict, schedule: torch.Tensor):
+        self.group, self.device = group, x.device
+        self.x = torch.empty_like(x)
+        self.x_in = self.x if x_in is x else torch.empty_like(x_in)
+        self.noise = {name: torch.empty_like(value) for name, value in noise.items()}
+        self.schedule = torch.empty_like(schedule)
+        self.step_number = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.count = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.steps_taken = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: dict[str, torch.Tensor] | None = None
+
+    def load(self, x, x_in, noise: dict, schedule: torch.Tensor, step: int) -> None:
+        """Copy one step's inputs into the buffers (device copies; ``fill_`` of host numbers)."""
+        self.x.copy_(x)
+        if self.x_in is not self.x:
+            self.x_in.copy_(x_in)
+        for name, value in noise.items():
+            self.noise[name].copy_(value)
+        self.schedule.copy_(schedule)
+        self.step_number.fill_(step)
+        self.count.fill_(step + 1)
+
+    def run(self) -> dict[str, torch.Tensor]:
+        """The step on the buffers, eagerly."""
+        return self.group.step_on(self.x, self.x_in, self.noise, self.schedule, self.step_number, self.count)
+
+    def step(self) -> dict[str, torch.Tensor]:
+        """The step on the buffers: warm-up, capture or replay (CUDA only)."""
+        current = torch.cuda.current_stream(self.device)
+        if self.steps_taken < self.WARM_UP:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                terms = self.run()
+            current.wait_stream(side)
+        else:
+            if self.graph is None:
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    self.outputs = {name: value.detach() for name, value in self.run().items()}
+            self.graph.replay()
+            terms = {name: value.clone() for name, value in self.outputs.items()}
+        self.steps_taken += 1
+        return terms
 
 
 class _VmapGroup:
@@ -289,8 +521,13 @@ class _VmapGroup:
         # every argument but the step (one number for all) has the members along dimension 0
         self.terms = vmap(self._member_terms, in_dims=(0, 0, 0, 0, 0, 0, 0, None))
         self.own_terms = vmap(self._member_own_loss, in_dims=(0, 0, 0, 0, None))
-        if first.settings.compile:
+        settings = first.settings
+        if settings.compile:
             self.terms, self.own_terms = torch.compile(self.terms), torch.compile(self.own_terms)
+        self.sampler = _DeviceSampler.for_group(members) if settings.device_sampling else None
+        # a CUDA graph needs static shapes and no host numbers: the rows drawn on the device
+        self.captured = None
+        self.graph_wanted = settings.cuda_graph and self.device.type == "cuda" and self.sampler is not None
         self.frozen: set[int] = set()
         self.load_from_members()
 
@@ -351,22 +588,25 @@ class _VmapGroup:
 
     def advance(self, live: list[int], steps: int) -> dict[int, TermsBlock]:
         """``steps`` steps of the members at positions ``live``; their loss terms by position.
-        The rows and schedule values of the steps are drawn from each live member's own
-        generators and formulas on the host, then uploaded at once."""
+        The schedule values of the steps are computed by each live member's formulas on the host
+        and uploaded at once, with (unless ``device_sampling``) the rows drawn from each live
+        member's own generator."""
         members, count = self.members, len(self.members)
         rows_per_step = members[live[0]].rows_per_step()
         per_upload = max(1, ROWS_PER_UPLOAD // (rows_per_step * count))
         taken: list[dict[str, torch.Tensor]] = []
         while len(taken) < steps:
             n = min(steps - len(taken), per_upload)
-            rows = np.zeros((n, count, rows_per_step), np.int64)
             schedules = np.zeros((n, 3, count))  # KL weight, capacity, learning rate
+            rows = None if self.sampler is not None else np.zeros((n, count, rows_per_step), np.int64)
             for k in live:
                 schedules[:, :, k] = members[k].schedule_table(n)
-                rows[:, k] = members[k].draw_rows_ahead(n)
-            rows_now = Rows(rows, self.device)
+                if rows is not None:
+                    rows[:, k] = members[k].draw_rows_ahead(n)
+            rows_now = None if rows is None else Rows(rows, self.device)
             schedules_now = to_device(schedules.astype(np.float32), self.device)
-            taken += [self.train_step(rows_now[i], schedules_now[i], live) for i in range(n)]
+            taken += [self.train_step(None if rows_now is None else rows_now[i], schedules_now[i], live)
+                      for i in range(n)]
         names = tuple(taken[0])
         block = torch.stack([torch.stack([terms[n].detach().float() for n in names]) for terms in taken])
         return {k: TermsBlock(names, block[:, :, k]) for k in live}
@@ -377,9 +617,9 @@ class _VmapGroup:
             return self.images[rows.on_device].to(self.device).float().div_(255.0)
         return to_float(self.images[rows.host], self.device)
 
-    def train_step(self, rows: Rows, schedule: torch.Tensor, live: list[int]) -> dict[str, torch.Tensor]:
-        """One step of every member at once; ``schedule`` (3, K): each member's KL weight,
-        capacity and learning rate at this step."""
+    def draw_on_host(self, rows: Rows, live: list[int]):
+        """Every member's batch of ``rows``, and the input noise and objective noise each live
+        member draws from its own generator, as alone (zeros for the others)."""
         members = self.members
         x = self.batch_images(rows)
         x_in = x
@@ -392,8 +632,32 @@ class _VmapGroup:
         like = drawn[live[0]]
         noise = {name: torch.stack([drawn[k][name] if k in drawn else torch.zeros_like(like[name])
                                     for k in range(len(members))]) for name in like}
+        return x, x_in, noise
+
+    def train_step(self, rows: Rows | None, schedule: torch.Tensor,
+                   live: list[int]) -> dict[str, torch.Tensor]:
+        """One step of every member at once; ``schedule`` (3, K): each member's KL weight,
+        capacity and learning rate at this step. ``rows`` is None when the group draws its
+        own (``device_sampling``)."""
+        members = self.members
         step = members[live[0]].step
-        step_tensor = torch.tensor(step)  # a host number: read by no vmappable objective
+        if self.sampler is None:
+            x, x_in, noise = self.draw_on_host(rows, live)
+        else:
+            x, x_in, noise = self.sampler.draw(self.base.objective, step)
+        if self.graph_wanted:
+            terms = self._graph_step(x, x_in, noise, schedule, step)
+        else:
+            # the step a host number: read by no vmappable objective
+            terms = self.step_on(x, x_in, noise, schedule, torch.tensor(step), step + 1)
+        for k in live:
+            members[k].step += 1
+        return terms
+
+    def step_on(self, x, x_in, noise, schedule, step_tensor, count) -> dict[str, torch.Tensor]:
+        """Forward, backward, clipping and Adam of every member, on the inputs given: the part of
+        a step that a CUDA graph captures (``_CapturedStep``). ``count``: Adam's step number, a
+        host number or (captured) a float64 tensor on the device."""
         with self.autocast():
             terms = self.terms(self.params, self.buffers, x, x_in, noise, schedule[0], schedule[1],
                                step_tensor)
@@ -401,17 +665,23 @@ class _VmapGroup:
         model_tensors = [self.params[n] for n in self.model_names]
         grads = torch.autograd.grad(terms["loss"].sum(), model_tensors)
         grads = self._clip(grads)
-        self.adam.step(model_tensors, grads, schedule[2], step + 1)
+        self.adam.step(model_tensors, grads, schedule[2], count)
         if self.has_own:
             with self.autocast():
                 own_loss = self.own_terms(self.params, self.buffers, noise, aux, step_tensor)
             own_tensors = [self.params[n] for n in self.own_names]
             own_grads = torch.autograd.grad(own_loss.sum(), own_tensors)
-            self.own_adam.step(own_tensors, own_grads, self.own_lr, step + 1)
-            terms[members[0].objective.own_loss_name] = own_loss
-        for k in live:
-            members[k].step += 1
+            self.own_adam.step(own_tensors, own_grads, self.own_lr, count)
+            terms[self.members[0].objective.own_loss_name] = own_loss
         return terms
+
+    def _graph_step(self, x, x_in, noise, schedule, step: int) -> dict[str, torch.Tensor]:
+        """A step through the captured CUDA graph: its first ``_CapturedStep.WARM_UP`` steps
+        run eagerly on a side stream, the next is captured, then each is replayed."""
+        if self.captured is None:
+            self.captured = _CapturedStep(self, x, x_in, noise, schedule)
+        self.captured.load(x, x_in, noise, schedule, step)
+        return self.captured.step()
 
     def autocast(self):
         return members_autocast(self.bf16)
@@ -458,6 +728,7 @@ class PackedTrainer:
             raise ValueError("configs: a pack needs at least one model config")
         self.device = select_device(device)
         self.settings = settings or GPUSettings()
+        self.settings.apply(self.device)
         self.mode = ("vmap" if self.device.type == "cuda" else "loop") if mode == "auto" else mode
         data = resident_images(images, self.device, self.settings)
         rows = member_train_indices(train_indices, len(configs))

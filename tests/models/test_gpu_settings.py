@@ -7,13 +7,21 @@ import torch
 from models.device import GPUSettings, Rows, fits_resident, resident_images
 
 
-def test_gpu_settings_are_on_by_default_but_compile_and_each_has_a_switch():
+def test_gpu_settings_are_on_by_default_but_the_unmeasured_ones_and_each_has_a_switch():
     assert GPUSettings() == GPUSettings(tf32=True, cudnn_benchmark=True, channels_last=True, fused_adam=True,
-                                        resident_data=True, compile=False, memory_share=1.0)
+                                        resident_data=True, compile=False, memory_share=1.0,
+                                        device_sampling=False, cuda_graph=False)
     settings = GPUSettings.parse("tf32=off, cudnn-benchmark=off,channels_last=0,fused_adam=false,"
-                                 "resident_data=off,compile=on,memory_share=0.25")
-    assert settings == GPUSettings(False, False, False, False, False, True, 0.25)
+                                 "resident_data=off,compile=on,memory_share=0.25,device-sampling=on,"
+                                 "cuda_graph=true")
+    assert settings == GPUSettings(False, False, False, False, False, True, 0.25, True, True)
     assert GPUSettings.parse("") == GPUSettings.parse(None) == GPUSettings()
+
+
+def test_the_environment_names_the_step_switches(monkeypatch):
+    monkeypatch.setenv("DISGEN_GPU_SETTINGS", "device_sampling=on,cuda_graph=on")
+    settings = GPUSettings.from_environment()
+    assert settings.device_sampling and settings.cuda_graph and settings.tf32 and not settings.compile
 
 
 @pytest.mark.parametrize("text, message", [
@@ -45,3 +53,51 @@ def test_rows_are_the_same_on_the_host_and_the_device_and_slice_together():
     step = rows[1]
     assert step.host.tolist() == step.on_device.tolist() == [4, 5, 6, 7]
     assert step[1:3].host.tolist() == step[1:3].on_device.tolist() == [5, 6]
+
+
+@pytest.fixture
+def cuda_calls(monkeypatch):
+    """``apply`` on a CUDA device without one: the process-wide flags restored afterwards, the
+    memory cap recorded instead of set."""
+    for module, name in ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32"),
+                         (torch.backends.cudnn, "benchmark")):
+        monkeypatch.setattr(module, name, getattr(module, name))
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda share, device=None: calls.append((share, device)))
+    return calls
+
+
+def test_a_share_below_one_caps_the_processs_gpu_memory(cuda_calls):
+    cuda = torch.device("cuda")
+    GPUSettings(memory_share=0.25).apply(cuda)
+    assert cuda_calls == [(0.25, cuda)]
+    GPUSettings().apply(cuda)  # a whole GPU: no cap
+    GPUSettings(memory_share=0.25).apply(torch.device("cpu"))
+    assert cuda_calls == [(0.25, cuda)]
+
+
+def test_every_trainer_applies_its_settings_on_its_device(monkeypatch):
+    from types import SimpleNamespace
+
+    from models import ModelConfig, build_trainer
+    from models.packed import PackedTrainer
+    from sweeps import trainable
+
+    applied = []
+    monkeypatch.setattr(GPUSettings, "apply", lambda self, device: applied.append((self, device)))
+    images, rows = np.zeros((8, 1, 64, 64), np.uint8), np.arange(8)
+    classes = np.zeros((8, 4), np.int64)
+    config = ModelConfig(steps=1, batch_size=4)
+    settings = GPUSettings(memory_share=0.5)
+    build_trainer(config, images, classes, None, rows, "cpu", settings)
+    assert applied == [(settings, torch.device("cpu"))]
+    applied.clear()
+    PackedTrainer([config, config], images, rows, device="cpu", settings=settings)
+    assert applied and all(entry == (settings, torch.device("cpu")) for entry in applied)
+    # a sweep's trial: one model (the plain path) or a pack, with the trial's settings
+    data = SimpleNamespace(images=images, classes=classes, factor_space=None)
+    for members in (1, 2):
+        applied.clear()
+        trainable._build([SimpleNamespace(model=config)] * members, data, [(None, rows)] * members, settings)
+        assert applied and all(entry == (settings, torch.device("cpu")) for entry in applied)
