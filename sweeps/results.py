@@ -201,7 +201,8 @@ class ResultsWriter(tune.Callback):
             remote, copy = storage.join(self.experiment_dir, filename), os.path.join(local, filename)
             storage.download_if_exists(remote, copy)
             change(local)
-            storage.upload(copy, remote)
+            with open(copy, "rb") as f:
+                storage.write_whole(*storage.resolve(remote), f.read())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         """Store the trial's models: one row each, finished or failed (a pack member that diverged,
