@@ -376,9 +376,12 @@ def run_sweep(args, plan: dict) -> dict:
         if started_ray:
             ray.shutdown()
     try:
-        retried(store.compact, f"compacting the results of {experiment_dir}")  # every part, into two files
+        # every part, folded into the two files; not after a write that kept failing: the parts
+        # stay (they read the same), with the history of trials whose rows the resume stores
+        if stop.reason is None:
+            retried(store.compact, f"compacting the results of {experiment_dir}")
         trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
-    except (StorageFailed, OSError) as error:  # the parts stay, and read the same; --resume compacts them
+    except (StorageFailed, OSError) as error:
         print(f"error: {error}; the results stay as parts (they read the same), and --resume compacts "
               "them", flush=True)
         stop.request(f"the results could not be compacted in {experiment_dir} ({error})")
