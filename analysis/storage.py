@@ -15,7 +15,8 @@ The results of an experiment (the tables of ``analysis/schema.py``)::
       compacted-<...>.history.parquet    every ``COMPACT_EVERY`` commits, the driver folds the parts
       compacted-<...>.trials.parquet       committed since the last fold into one pair
 
-Every file is written whole (a temporary file renamed, or one PUT), and each finished trial adds
+Every file is written whole or not at all (``write_whole``: built in memory, written under a
+temporary name, then renamed or, on an object store, copied into place), and each finished trial adds
 one pair of parts, so a result costs the same for the thousandth trial as for the first. A history
 file's rows are visible only for the trial keys its own trials file holds (``history.parquet`` ↔
 ``trials.parquet``, ``<part>.history.parquet`` ↔ ``<part>.trials.parquet``): a trial's history is
