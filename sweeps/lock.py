@@ -160,12 +160,10 @@ class ExperimentLock:
     def _put_s3(self, text: bytes, **condition) -> bool:
         """A conditional PutObject of the lock; False if the condition failed (another driver's lock
         is there, or it changed), or another conditional write of it is in flight."""
-        from botocore.exceptions import ClientError
-
         client, bucket, key = self._s3()
         try:
             client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json", **condition)
-        except ClientError as error:
+        except client.exceptions.ClientError as error:
             answer = error.response.get("Error", {}).get("Code"), error.response.get(
                 "ResponseMetadata", {}).get("HTTPStatusCode")
             if answer[0] in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") \

@@ -285,6 +285,8 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
         before = []
     _repair(store, before, evaluations, stop)
+    if stop.received.is_set():  # the store keeps failing: nothing runs until it is healthy
+        return 0, set()
     if len(evaluations):
         print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
     grid = tuner.fit()

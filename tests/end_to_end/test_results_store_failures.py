@@ -42,6 +42,14 @@ def test_a_store_that_keeps_failing_stops_the_sweep_and_the_resume_stores_every_
     assert read_results(str(experiment), TRIALS_FILE).empty
     assert list((experiment / PARTS_DIR).glob("*." + HISTORY_FILE))  # kept for the resume: no compaction
 
+    # a resume while the store still fails: it stops again before anything trains
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "_write_part", failing)
+        code = main([*args, "--resume"])
+    out = capsys.readouterr().out
+    assert code == 1 and len(tries) == 6 and "Resume with:" in out, out[-3000:]
+    assert "done " not in out and read_results(str(experiment), TRIALS_FILE).empty
+
     assert main([*args, "--resume"]) == 0
     trials = read_results(str(experiment), TRIALS_FILE)
     assert len(trials) == 2 and trials["trial_key"].is_unique and set(trials["status"]) == {"finished"}
