@@ -15,7 +15,8 @@ The results of an experiment (the tables of ``analysis/schema.py``)::
       compacted-<...>.history.parquet    every ``COMPACT_EVERY`` commits, the driver folds the parts
       compacted-<...>.trials.parquet       committed since the last fold into one pair
 
-Every file is written whole (a temporary file renamed, or one PUT), and each finished trial adds
+Every file is written whole or not at all (``write_whole``: built in memory, written under a
+temporary name, then renamed or, on an object store, copied into place), and each finished trial adds
 one pair of parts, so a result costs the same for the thousandth trial as for the first. A history
 file's rows are visible only for the trial keys its own trials file holds (``history.parquet`` ↔
 ``trials.parquet``, ``<part>.history.parquet`` ↔ ``<part>.trials.parquet``): a trial's history is
@@ -32,7 +33,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +56,7 @@ from analysis.schema import (
     to_pandas,
     to_table,
 )
+from data_pipeline import prepared
 
 # Where a remote store is; passed on to Ray's workers. Never its credentials: a runtime
 # environment is shown by the dashboard. On AWS, nodes get theirs from an instance profile
@@ -179,22 +180,16 @@ def new_part() -> str:
 
 
 def write_whole(fs: pafs.FileSystem, path: str, content) -> None:
-    """Write the file ``path`` of ``fs`` whole: a reader sees the old file or the new one, never a
-    part. ``content``: bytes, or a function that writes to a binary stream. Local: a temporary
-    file beside ``path``, renamed over it. An object store: one PUT, seen whole or not at all."""
-    write = content if callable(content) else (lambda stream: stream.write(content))
-    if not isinstance(fs, pafs.LocalFileSystem):
-        with fs.open_output_stream(path) as stream:
-            write(stream)
-        return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            write(stream)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write the file ``path`` of ``fs`` whole or not at all: a reader sees the old file (or none)
+    or the new one, never a part, whatever is raised meanwhile. ``content``: bytes, or a function
+    that writes to a binary stream, run to the end in memory before anything is opened. Then
+    ``data_pipeline.prepared.write_whole``: a temporary file beside ``path`` renamed over it
+    (locally ``os.replace``; on an object store a server-side copy), deleted on failure."""
+    if callable(content):
+        buffer = pa.BufferOutputStream()
+        content(buffer)
+        content = buffer.getvalue().to_pybytes()
+    prepared.write_whole(fs, path, content)
 
 
 def _put(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
@@ -430,6 +425,10 @@ def compact(experiment) -> int:
         fs.delete_dir(f"{inner}/{PARTS_DIR}")
     except FileNotFoundError:  # an object store where the last part was deleted already
         pass
+    for info in fs.get_file_info(pafs.FileSelector(inner)):  # what a killed write left (write_whole)
+        if info.type == pafs.FileType.File and info.base_name.startswith(".") \
+                and info.base_name.endswith(prepared.TEMPORARY):
+            fs.delete_file(info.path)
     return files
 
 

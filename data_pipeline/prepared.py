@@ -76,12 +76,58 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+TEMPORARY = ".tmp"  # the suffix of a file being written (``.<name>.<random>.tmp``); no reader reads one
+
+
+def write_whole(fs, path: str, payload: bytes) -> None:
+    """Write ``payload`` as the file ``path`` of the pyarrow file system ``fs``, whole or not at
+    all: a reader sees the old file (or none) or the new one, never a part, whatever is raised
+    meanwhile (a second Ctrl-C, a network error).
+
+    pyarrow's output streams have no abort: closing one, as a ``with`` does even when an exception
+    is raised inside it, publishes what was written. So the payload is built before anything is
+    opened, and written beside ``path`` under a temporary name (``.<name>.<random>.tmp``) that is
+    then renamed over it: ``os.replace`` on a local disk; on an object store, pyarrow's ``move``,
+    a server-side copy (the new object appears whole, or not at all) and the temporary's delete. On
+    any failure the temporary is deleted; one left by a killed process holds nothing a reader sees
+    (``analysis.storage.compact`` clears them)."""
+    import pyarrow.fs as pafs
+
+    folder, name = path.rsplit("/", 1) if "/" in path else ("", path)
+    if isinstance(fs, pafs.LocalFileSystem):
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{name}.", suffix=TEMPORARY)
+        try:
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(payload)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return
+    tmp = f"{folder}/" * bool(folder) + f".{name}.{os.urandom(8).hex()}{TEMPORARY}"
+    try:
+        with fs.open_output_stream(tmp) as stream:
+            stream.write(payload)
+        try:
+            fs.move(tmp, path)  # S3: CopyObject, then the temporary's delete; HDFS: a rename
+        except NotImplementedError:  # a file system without a move: its own copy, then the delete
+            fs.copy_file(tmp, path)
+            fs.delete_file(tmp)
+    except BaseException:
+        try:
+            fs.delete_file(tmp)
+        except Exception:  # never written, or the store is unreachable: nothing reads a temporary
+            pass
+        raise
+
+
 def _put(uri, name: str, payload: bytes) -> dict:
     fs, base = filesystem(uri)
     if "://" not in str(uri):
         os.makedirs(base, exist_ok=True)
-    with fs.open_output_stream(f"{base}/{name}") as stream:
-        stream.write(payload)
+    write_whole(fs, f"{base}/{name}", payload)
     return {"file": name, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
 
 

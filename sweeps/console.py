@@ -399,7 +399,9 @@ class StopSignal(tune.Callback):
 
     def __init__(self):
         self.received = threading.Event()
+        self.reason: str | None = None  # why the sweep stops, where it is not a Ctrl-C
         self._before = None
+        self._tune_handler = None
 
     def __getstate__(self):  # Tune keeps its callbacks in its saved state
         return {}
@@ -418,7 +420,18 @@ class StopSignal(tune.Callback):
             self.received.set()
             tune_handler(signum, frame)
 
+        self._tune_handler = tune_handler
         signal.signal(signal.SIGINT, on_interrupt)
+
+    def request(self, reason: str) -> None:
+        """Stop the sweep as a Ctrl-C does, for ``reason`` (the results store keeps failing): Tune
+        ends its run, saves its state and leaves the unfinished trials to a resume. Outside a
+        Tune run (or off the main thread), the sweep only notes it: nothing more is started."""
+        if self.reason is None:
+            self.reason = reason
+        self.received.set()
+        if self._tune_handler is not None:
+            self._tune_handler(signal.SIGINT, None)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -426,6 +439,7 @@ class StopSignal(tune.Callback):
         return self
 
     def __exit__(self, *exc):
+        self._tune_handler = None
         if self._before is not None:
             signal.signal(signal.SIGINT, self._before)
         return False

@@ -5,9 +5,14 @@ refused with the holder's host and pid. A lock whose process is gone (same host,
 or running but started after the lock was taken: a reused pid) is stale and taken over. A lock from
 another host cannot be checked from here: the message says how to remove it.
 
-On a local folder the lock is created with ``O_CREAT | O_EXCL``, which is atomic. An object store
-has no such operation in pyarrow: the lock is written and read back, which catches all but two
-drivers started within the same second.
+Taking the lock is one atomic create, so of two drivers started at the same moment exactly one
+gets it. On a local folder: the lock is written whole beside its place and hard-linked there
+(``os.link`` fails where a lock exists, as an ``O_EXCL`` create does, and no driver reads a lock
+half written). On S3: a conditional ``PutObject`` with
+``If-None-Match: *`` (through boto3, the ``cloud`` extra: pyarrow's file systems cannot make a
+conditional write), and a stale lock is taken over with ``If-Match`` on its ETag, so only one
+driver replaces it. Other object stores (``gs://``…) have no such operation in pyarrow: there the
+lock is written and read back, which catches all but two drivers started within the same second.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import time
 import uuid
 
@@ -61,6 +67,8 @@ class ExperimentLock:
     # -- the file ----------------------------------------------------------------------------------
 
     def read(self) -> dict | None:
+        if self._is_s3():
+            return self._read_s3()[0]
         fs, inner = storage.resolve(self.path)
         try:
             with fs.open_input_stream(inner) as stream:
@@ -72,41 +80,97 @@ class ExperimentLock:
 
     def _create(self, record: dict) -> bool:
         """Write the lock if there is none; False if another holds it."""
+        text = json.dumps(record).encode()
+        if self._is_s3():
+            return self._put_s3(text, IfNoneMatch="*")
         fs, inner = storage.resolve(self.path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
-        text = json.dumps(record).encode()
         if not storage.is_remote(self.path):
+            # written whole beside it, then linked in place: os.link fails if the lock exists, as
+            # an O_EXCL create does, and no driver ever reads a lock still being written
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(inner), prefix=f".{LOCK_FILE}.", suffix=".tmp")
             try:
-                fd = os.open(inner, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(text)
+                os.link(tmp, inner)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
+            finally:
+                os.remove(tmp)
             return True
         if self.read() is not None:
             return False
-        with fs.open_output_stream(inner) as stream:
-            stream.write(text)
+        storage.write_whole(fs, inner, text)
         return (self.read() or {}).get("token") == record["token"]
 
-    def _remove_stale(self, holder: dict) -> None:
-        """Remove the lock if it is still ``holder``'s (not one a faster driver just took)."""
+    def _take_over(self, holder: dict, record: dict) -> bool:
+        """Replace the stale lock of ``holder`` by ``record``, if it is still ``holder``'s (not one a
+        faster driver just took); True if this driver now holds the lock. Locally the stale lock
+        is moved aside and removed, and the caller creates its own."""
+        if self._is_s3():
+            current, etag = self._read_s3()
+            return current == holder and self._put_s3(json.dumps(record).encode(), IfMatch=etag)
         fs, inner = storage.resolve(self.path)
         if storage.is_remote(self.path):
             if self.read() == holder:
                 fs.delete_file(inner)
-            return
+            return False
         aside = f"{inner}.stale-{uuid.uuid4().hex}"
         try:
             os.replace(inner, aside)  # atomic: exactly one driver moves the file
         except FileNotFoundError:
-            return
+            return False
         with open(aside, "rb") as f:
             moved = json.loads(f.read() or b"{}")
         if moved == holder:
             os.remove(aside)
         elif not os.path.exists(inner):  # we moved a newer lock: put it back
             os.replace(aside, inner)
+        return False
+
+    # -- S3: conditional writes ----------------------------------------------------------------------
+
+    def _is_s3(self) -> bool:
+        return self.path.startswith("s3://")
+
+    def _s3(self):
+        """(boto3 client, bucket, key) of the lock on S3; the client honours ``AWS_ENDPOINT_URL``."""
+        try:
+            import boto3
+        except ImportError:
+            raise UsageError("the driver lock of an s3:// experiment needs boto3 (a conditional write, "
+                             "which pyarrow cannot make): pip install 'disgen[cloud]'") from None
+        bucket, key = self.path[len("s3://"):].split("/", 1)
+        client = boto3.session.Session().client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+        return client, bucket, key
+
+    def _read_s3(self) -> tuple[dict | None, str | None]:
+        """(the lock's record, its ETag), or (None, None) where there is none."""
+        client, bucket, key = self._s3()
+        try:
+            answer = client.get_object(Bucket=bucket, Key=key)
+        except client.exceptions.NoSuchKey:
+            return None, None
+        try:
+            record = json.loads(answer["Body"].read() or b"{}")
+        except ValueError:  # foreign content: held by nobody we can check
+            record = {}
+        return record, answer["ETag"]
+
+    def _put_s3(self, text: bytes, **condition) -> bool:
+        """A conditional PutObject of the lock; False if the condition failed (another driver's lock
+        is there, or it changed), or another conditional write of it is in flight."""
+        client, bucket, key = self._s3()
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json", **condition)
+        except client.exceptions.ClientError as error:
+            answer = error.response.get("Error", {}).get("Code"), error.response.get(
+                "ResponseMetadata", {}).get("HTTPStatusCode")
+            if answer[0] in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") \
+                    or answer[1] in (409, 412):
+                return False
+            raise
+        return True
 
     # -- taking and giving back ----------------------------------------------------------------------
 
@@ -136,7 +200,9 @@ class ExperimentLock:
                 raise UsageError(self._refusal(holder))
             print(f"note: taking over a stale lock on {self.experiment_dir} (host {holder.get('host')}, "
                   f"pid {holder.get('pid')} is no longer running)", flush=True)
-            self._remove_stale(holder)
+            if self._take_over(holder, record):
+                self.record = record
+                return
         raise UsageError(f"{self.experiment_dir}: could not take the driver lock {self.path} (other drivers "
                          "keep taking it); run again")
 

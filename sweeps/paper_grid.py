@@ -396,10 +396,12 @@ class SweepInterrupted(KeyboardInterrupt):
     """A sweep stopped by Ctrl-C once it had started: the finished models are stored in
     ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
     ``resume=True`` (``--resume``) goes on from there. A Ctrl-C before the sweep starts, when
-    nothing ran, is a plain ``KeyboardInterrupt``."""
+    nothing ran, is a plain ``KeyboardInterrupt``. A sweep that stopped because its results store
+    kept failing (``sweeps/results.py``) ends the same way, with the ``reason``."""
 
-    def __init__(self, experiment_dir: str, planned: int, finished: int | None):
+    def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None):
         self.experiment_dir, self.planned, self.finished = experiment_dir, planned, finished
+        self.reason = reason  # why it stopped, where not a Ctrl-C: the results store kept failing
         super().__init__(f"{self.kept()} in {experiment_dir}; run it again with resume=True to go on")
 
     def kept(self) -> str:
@@ -408,8 +410,9 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
-    """What a Ctrl-C left, and the command that goes on from there."""
-    print(f"\nInterrupted (Ctrl-C): {stop.kept()} in {stop.experiment_dir}; the others stopped at "
+    """What a Ctrl-C (or a results store that kept failing) left, and the command that goes on."""
+    why = "Interrupted (Ctrl-C)" if stop.reason is None else f"Stopped: {stop.reason}"
+    print(f"\n{why}: {stop.kept()} in {stop.experiment_dir}; the others stopped at "
           "their last checkpoint, or had not started.", flush=True)
     print(f"Resume with:  {resume_command(argv)}", flush=True)
 
@@ -432,7 +435,8 @@ def execute(args) -> tuple[dict, dict]:
     finally:
         lock.release()
     if summary.get("interrupted"):
-        raise SweepInterrupted(run_plan["experiment_dir"], planned, summary["finished"])
+        raise SweepInterrupted(run_plan["experiment_dir"], planned, summary["finished"],
+                               summary.get("stopped_by"))
     return run_plan, {**summary, "planned": planned}
 
 
@@ -530,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SweepInterrupted as stop:
         print_interrupted(stop, argv)
-        return INTERRUPTED
+        return INTERRUPTED if stop.reason is None else 1
     except KeyboardInterrupt:
         print("\nInterrupted (Ctrl-C) before the sweep started; nothing ran. Run the same command "
               "again to start it.", flush=True)

@@ -17,6 +17,15 @@ run resolved: the images of a whole grid, the steps of an epoch budget, the tran
 ``status`` and what ran it (``sweeps/provenance.py``). A model that failed (its lone trial errored,
 or it diverged in a pack) or was stopped early by ASHA gets a row with its status, its settings and
 no metrics; a later finished run of it replaces that row.
+
+A write that fails with an error of the store (an ``OSError``: S3's 503s, a dropped connection) is
+tried again, ``WRITE_ATTEMPTS`` times in all, after ``WRITE_BACKOFF_S`` seconds, then twice that,
+and so on. Where it still fails, the callback stops the sweep as a Ctrl-C does
+(``sweeps.console.StopSignal.request``): Tune saves its state, the running trials stop at their
+last checkpoint, the command prints how to resume, and the callbacks write nothing more. Nothing is
+lost: the resume stores the finished trials whose rows did not land (``repair``), evaluates again
+the models whose evaluation was not stored, and runs the rest. Each file is written whole or not at
+all (``analysis.storage.write_whole``), so a failed try leaves nothing a reader sees.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import datetime as dt
 import json
 import os
 import tempfile
+import time
 
 from ray import tune
 
@@ -38,6 +48,33 @@ from sweeps.packing import members_of, tensorboard_folder
 from sweeps.trials import TrialConfig
 
 _STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
+
+# A failed write to the results store is tried this many times in all, the first wait this long,
+# doubled each time (1 + 2 + 4 + 8 s: about 15 s before the sweep stops).
+WRITE_ATTEMPTS = int(os.environ.get("DISGEN_WRITE_ATTEMPTS", "5"))
+WRITE_BACKOFF_S = float(os.environ.get("DISGEN_WRITE_BACKOFF_S", "1.0"))
+
+
+class StorageFailed(RuntimeError):
+    """A write to the results store that kept failing, ``WRITE_ATTEMPTS`` times."""
+
+
+def retried(action, what: str, attempts: int | None = None, backoff_s: float | None = None):
+    """``action()``, tried again after an ``OSError`` (an error of the store), with exponential
+    backoff; ``StorageFailed`` naming ``what`` once it has failed ``attempts`` times."""
+    attempts = WRITE_ATTEMPTS if attempts is None else attempts
+    backoff_s = WRITE_BACKOFF_S if backoff_s is None else backoff_s
+    for attempt in range(attempts):
+        try:
+            return action()
+        except OSError as error:
+            if attempt == attempts - 1:
+                raise StorageFailed(f"{what} failed {attempts} times; the last error: "
+                                    f"{type(error).__name__}: {error}") from error
+            wait = backoff_s * 2 ** attempt
+            print(f"warning: {what} failed ({type(error).__name__}: {error}); trying again in {wait:g} s",
+                  flush=True)
+            time.sleep(wait)
 
 
 def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
@@ -170,15 +207,19 @@ def repair(store: ResultsStore, final_results, checkpoints=None,
 class ResultsWriter(tune.Callback):
     """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results, and
     the rows of models that failed or were stopped. Errors also go to ``errors.jsonl``; for a
-    remote store it edits a local copy of that file and uploads it whole."""
+    remote store it edits a local copy of that file and writes it back whole. Every write is
+    ``retried``; one that keeps failing stops the sweep through ``stop`` (the run's
+    ``StopSignal``; without one, it raises ``StorageFailed``), and nothing more is written."""
 
-    def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None):
+    def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None, stop=None):
         self.experiment_dir = experiment_dir
         self.base_trials = base_trials  # the planned trials an Optuna trial's config names
         self._store = store or results_store(experiment_dir, fresh=True)
+        self.stop = stop
+        self.failure: str | None = None  # the write that kept failing, once one has
 
     def __getstate__(self):  # Tune keeps its callbacks in its state: the store stays with the driver
-        return {**self.__dict__, "_store": None}
+        return {**self.__dict__, "_store": None, "stop": None}
 
     @property
     def store(self) -> ResultsStore:
@@ -192,6 +233,23 @@ class ResultsWriter(tune.Callback):
         """The driver's evaluations in flight for this experiment (never pickled with Tune's state)."""
         return DeferredEvaluations.of(self.experiment_dir)
 
+    def _write(self, what: str, action) -> bool:
+        """Run the write ``action``, ``retried``; True where it succeeded. Where it keeps failing,
+        stop the sweep (see the class); once stopping, write nothing (the resume does)."""
+        if self.failure is not None:
+            return False
+        try:
+            retried(action, what)
+            return True
+        except StorageFailed as error:
+            self.failure = str(error)
+            if self.stop is None:
+                raise
+            print(f"error: cannot write the results to {self.experiment_dir}: {error}. Stopping the sweep "
+                  "as Ctrl-C does; the results not written are written on --resume", flush=True)
+            self.stop.request(f"the results could not be written to {self.experiment_dir} ({error})")
+            return False
+
     def _edit(self, filename: str, change) -> None:
         """Apply ``change(local_folder)`` to the experiment's ``filename``, wherever it lives."""
         if not storage.is_remote(self.experiment_dir):
@@ -201,7 +259,8 @@ class ResultsWriter(tune.Callback):
             remote, copy = storage.join(self.experiment_dir, filename), os.path.join(local, filename)
             storage.download_if_exists(remote, copy)
             change(local)
-            storage.upload(copy, remote)
+            with open(copy, "rb") as f:
+                storage.write_whole(*storage.resolve(remote), f.read())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         """Store the trial's models: one row each, finished or failed (a pack member that diverged,
@@ -211,12 +270,15 @@ class ResultsWriter(tune.Callback):
         finished lets the resume run the trial again."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
-            self.store.commit(storage.new_part(), unfinished_rows(
-                experiment_name(self.store.experiment), trial, self.base_trials, "stopped"))
+            part, rows = storage.new_part(), unfinished_rows(
+                experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
+            self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
             return
         result = {"trial_id": trial.trial_id, **result}
         if result.get("evaluated") is False:
             self._errors(result)
+            if self.failure is not None:  # stopping: the resume evaluates its models
+                return
             try:
                 self.evaluations.start(result, trial.checkpoint, self.store.keys)
             except Exception as error:  # not the trial's fault: it stays finished, --resume evaluates it
@@ -232,8 +294,8 @@ class ResultsWriter(tune.Callback):
 
     def store_result(self, result: dict) -> None:
         """Commit a finished trial's models, and record the members that failed in errors.jsonl."""
-        _commit(self.store, result)
-        self._errors(result)
+        if self._write(f"storing the trial {result.get('trial_id')}", lambda: _commit(self.store, result)):
+            self._errors(result)
 
     def collect(self, wait: bool = False) -> int:
         """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
@@ -254,8 +316,9 @@ class ResultsWriter(tune.Callback):
         """Store a ``failed`` row for each of the trial's models (with the error's last line), and
         the error file in errors.jsonl."""
         error = error_text(trial)
-        self.store.commit(storage.new_part(), unfinished_rows(
-            experiment_name(self.store.experiment), trial, self.base_trials, "failed", error))
+        part, rows = storage.new_part(), unfinished_rows(
+            experiment_name(self.store.experiment), trial, self.base_trials, "failed", error)
+        self._write(f"storing the failed trial {trial.trial_id}", lambda: self.store.commit(part, rows))
         for member in members_of(trial.config, self.base_trials):
             self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id, "error": error,
                          "error_file": getattr(trial, "error_file", None)})
@@ -267,7 +330,7 @@ class ResultsWriter(tune.Callback):
             with open(os.path.join(folder, ERRORS_FILE), "a") as f:
                 f.write(json.dumps(record) + "\n")
 
-        self._edit(ERRORS_FILE, add_line)
+        self._write(f"recording an error in {ERRORS_FILE}", lambda: self._edit(ERRORS_FILE, add_line))
 
 
 def read_trials(experiment_dir: str):

@@ -23,7 +23,7 @@ from sweeps.errors import UsageError  # noqa: E402
 from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
 from sweeps.packing import dirname, make_packs, members_of, pack_size_and_reason, tune_config  # noqa: E402
-from sweeps.results import ResultsWriter, read_trials, repair, results_store  # noqa: E402
+from sweeps.results import ResultsWriter, StorageFailed, read_trials, repair, results_store, retried  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
 
@@ -168,7 +168,8 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
     --mlflow, and Tune's JSON and CSV records of each trial."""
     base = plan["trials"]
-    callbacks = [ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"])), stop]
+    writer = ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]), stop)
+    callbacks = [writer, stop]
     if console is not None:
         callbacks.append(LiveView(console))
     if getattr(args, "mlflow", None):
@@ -283,11 +284,13 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
         before = list(tuner.get_results())
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
         before = []
-    repair(store, [r.metrics for r in before], [r.checkpoint for r in before], evaluations)
+    _repair(store, before, evaluations, stop)
+    if stop.received.is_set():  # the store keeps failing: nothing runs until it is healthy
+        return 0, set()
     if len(evaluations):
         print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
     grid = tuner.fit()
-    repaired = repair(store, [r.metrics for r in grid], [r.checkpoint for r in grid], evaluations)
+    repaired = _repair(store, grid, evaluations, stop)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -297,14 +300,28 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     return grid.num_errors - lost, _keys_of(grid, base)
 
 
-def _finish_evaluations(experiment_dir: str, base) -> int:
+def _repair(store, results, evaluations: DeferredEvaluations, stop: StopSignal) -> int:
+    """``repair`` of Tune's ``results``, its writes ``retried``; where they keep failing, the sweep
+    stops (``stop``) and the next resume repairs them."""
+    if stop.reason is not None:
+        return 0
+    try:
+        return retried(lambda: repair(store, [r.metrics for r in results], [r.checkpoint for r in results],
+                                      evaluations), f"storing the finished trials of {store.experiment}")
+    except StorageFailed as error:
+        print(f"error: {error}; stopping (--resume stores them)", flush=True)
+        stop.request(f"the results could not be written to {store.experiment} ({error})")
+        return 0
+
+
+def _finish_evaluations(experiment_dir: str, base, stop: StopSignal) -> int:
     """Wait for the evaluations still running and commit each trial as it ends; the evaluations
     that failed. Interrupted (a second Ctrl-C), the rest are left to --resume."""
     evaluations = DeferredEvaluations.of(experiment_dir)
     if len(evaluations):
         print(f"Waiting for {len(evaluations)} evaluations on CPUs to end (interrupt to leave them to "
               "--resume)", flush=True)
-    ResultsWriter(experiment_dir, base, results_store(experiment_dir)).collect(wait=True)
+    ResultsWriter(experiment_dir, base, results_store(experiment_dir), stop).collect(wait=True)
     return evaluations.failed
 
 
@@ -356,11 +373,21 @@ def run_sweep(args, plan: dict) -> dict:
             elif not restoring:
                 plan_record.write(experiment_dir, plan["record"])
             if not stop.received.is_set():
-                failed += _finish_evaluations(experiment_dir, plan["trials"])
+                failed += _finish_evaluations(experiment_dir, plan["trials"], stop)
     finally:
         if started_ray:
             ray.shutdown()
-    store.compact()  # every part, folded into trials.parquet and history.parquet
-    trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
-    return {"finished": int((trials["status"] == "finished").sum()), "failed": failed, "trials": trials,
-            "interrupted": stop.received.is_set(), "seconds": time.perf_counter() - started}
+    try:
+        # every part, folded into the two files; not after a write that kept failing: the parts
+        # stay (they read the same), with the history of trials whose rows the resume stores
+        if stop.reason is None:
+            retried(store.compact, f"compacting the results of {experiment_dir}")
+        trials = read_trials(experiment_dir)  # every model's row: finished, failed or stopped
+    except (StorageFailed, OSError) as error:
+        print(f"error: {error}; the results stay as parts (they read the same), and --resume compacts "
+              "them", flush=True)
+        stop.request(f"the results could not be compacted in {experiment_dir} ({error})")
+        trials = None
+    finished = None if trials is None else int((trials["status"] == "finished").sum())
+    return {"finished": finished, "failed": failed, "trials": trials, "interrupted": stop.received.is_set(),
+            "stopped_by": stop.reason, "seconds": time.perf_counter() - started}

@@ -1,4 +1,5 @@
-"""One driver per experiment folder: a lock file with host and pid, checked with real processes."""
+"""One driver per experiment folder: a lock file with host and pid, checked with real processes, and
+with drivers that take it at the same moment, locally and on S3 (moto on loopback)."""
 
 import json
 import os
@@ -6,9 +7,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
+from analysis import storage
 from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE, ExperimentLock
 
@@ -87,3 +90,68 @@ def test_the_lock_works_on_an_object_store(s3_server):
     with ExperimentLock(url) as lock:
         assert lock.read()["pid"] == os.getpid()
     assert ExperimentLock(url).read() is None
+
+
+def race(url, drivers=8):
+    """``drivers`` drivers (threads, each with its own lock object) take the lock at the same
+    moment; each one's ExperimentLock if it got the lock, else its refusal."""
+    barrier, outcomes = threading.Barrier(drivers), [None] * drivers
+
+    def driver(i):
+        lock = ExperimentLock(url)
+        barrier.wait()
+        try:
+            lock.acquire()
+            outcomes[i] = lock
+        except UsageError as error:
+            outcomes[i] = str(error)
+
+    threads = [threading.Thread(target=driver, args=(i,)) for i in range(drivers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return outcomes
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
+def experiment_url(request, tmp_path):
+    if request.param == "s3":
+        request.getfixturevalue("s3_server")
+        return "s3://disgen-test/runs/exp"
+    return str(tmp_path / "exp")
+
+
+@pytest.mark.parametrize("round", range(10))  # a lock that is not atomic loses some of these races
+def test_of_drivers_started_at_the_same_moment_exactly_one_takes_the_lock(experiment_url, round):
+    outcomes = race(experiment_url)
+    held = [o for o in outcomes if isinstance(o, ExperimentLock)]
+    assert len(held) == 1, outcomes
+    for refusal in (o for o in outcomes if isinstance(o, str)):
+        assert f"in use by another driver (host {socket.gethostname()}, pid {os.getpid()}" in refusal
+        assert "wait for it to finish (or stop it), then run again" in refusal
+    assert held[0].read()["token"] == held[0].record["token"]
+    held[0].release()
+    assert ExperimentLock(experiment_url).read() is None
+
+
+def test_of_drivers_that_find_a_stale_lock_at_the_same_moment_exactly_one_takes_it_over(experiment_url):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = {"host": socket.gethostname(), "pid": int(gone), "started": 1.0, "token": "gone"}
+    fs, inner = storage.resolve(storage.join(experiment_url, LOCK_FILE))
+    fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+    storage.write_whole(fs, inner, json.dumps(stale).encode())
+    outcomes = race(experiment_url)
+    held = [o for o in outcomes if isinstance(o, ExperimentLock)]
+    assert len(held) == 1, outcomes
+    assert all(f"pid {os.getpid()}" in o for o in outcomes if isinstance(o, str))
+    held[0].release()
+
+
+def test_a_lock_on_s3_from_another_host_is_refused_with_how_to_remove_it(s3_server):
+    url = "s3://disgen-test/runs/exp"
+    fs, inner = storage.resolve(storage.join(url, LOCK_FILE))
+    storage.write_whole(fs, inner, json.dumps({"host": "other-host", "pid": 1, "started": 1.0}).encode())
+    with pytest.raises(UsageError, match=f"host other-host, pid 1.*delete {url}/{LOCK_FILE} and run again"):
+        ExperimentLock(url).acquire()

@@ -1,0 +1,126 @@
+"""An S3 server that fails when told: a proxy on loopback in front of the moto server of the
+``s3_server`` fixture, forwarding every request unchanged except those a rule fails.
+
+``FaultyS3(endpoint).fail(rule, times)`` answers the next ``times`` requests that ``rule(method,
+path, headers)`` matches with a 503 SlowDown (S3's answer to a burst) instead of forwarding them;
+``times=None`` fails every one from then on, until ``heal()``. ``requests`` lists what came in
+(method, path, status). Point ``AWS_ENDPOINT_URL`` at ``url`` to put the proxy in the way."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import threading
+import urllib.parse
+
+SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+             b"<Message>Please reduce your request rate.</Message></Error>")
+
+
+def is_put(method, path, headers) -> bool:
+    """A rule: every upload (PutObject, UploadPart, CopyObject)."""
+    return method == "PUT"
+
+
+def is_copy(method, path, headers) -> bool:
+    """A rule: the server-side copy that puts a whole object in place."""
+    return method == "PUT" and "x-amz-copy-source" in {k.lower() for k in headers}
+
+
+class FaultyS3:
+    def __init__(self, upstream: str):
+        parsed = urllib.parse.urlparse(upstream)
+        self.upstream = (parsed.hostname, parsed.port)
+        self.rules: list[list] = []  # [rule, times left or None]
+        self.requests: list[tuple[str, str, int]] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
+                body = self._body()
+                if proxy._should_fail(self.command, self.path, headers):
+                    proxy.requests.append((self.command, self.path, 503))
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(SLOW_DOWN)))
+                    self.end_headers()
+                    self.wfile.write(SLOW_DOWN)
+                    return
+                connection = http.client.HTTPConnection(*proxy.upstream, timeout=30)
+                try:
+                    connection.request(self.command, self.path, body=body or None, headers=headers)
+                    response = connection.getresponse()
+                    data = response.read()
+                finally:
+                    connection.close()
+                proxy.requests.append((self.command, self.path, response.status))
+                self.send_response(response.status)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server",
+                                            "date"):
+                        self.send_header(name, value)
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _body(self) -> bytes:
+                """The request's body as it came (chunked bodies with their framing: the AWS SDK
+                sends its uploads ``aws-chunked``), to forward unchanged."""
+                if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                    length = int(self.headers.get("Content-Length") or 0)
+                    return self.rfile.read(length) if length else b""
+                raw = b""
+                while True:
+                    line = self.rfile.readline()
+                    raw += line
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        break
+                    raw += self.rfile.read(size + 2)
+                while True:  # trailers, then the empty line
+                    line = self.rfile.readline()
+                    raw += line
+                    if line in (b"\r\n", b"\n", b""):
+                        return raw
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _should_fail(self, method, path, headers) -> bool:
+        with self.lock:
+            for entry in self.rules:
+                rule, left = entry
+                if (left is None or left > 0) and rule(method, path, headers):
+                    if left is not None:
+                        entry[1] -= 1
+                    return True
+        return False
+
+    def fail(self, rule=is_put, times: int | None = None) -> None:
+        with self.lock:
+            self.rules.append([rule, times])
+
+    def heal(self) -> None:
+        with self.lock:
+            self.rules = []
+
+    def failed(self) -> int:
+        return sum(status == 503 for *_, status in self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,175 @@
+"""The driver's results callbacks under a failing store: a write that fails is tried again with
+backoff (a burst of 503s on S3: stored once, the sweep goes on); one that keeps failing, in any
+callback, stops the sweep as a Ctrl-C does, raises nothing into Tune, and writes nothing more. The
+trials are Ray Tune's own ``Trial`` objects (stubs: no trainable behind them)."""
+
+import json
+import random
+
+import pytest
+from ray.tune.experiment import Trial
+from s3_faults import FaultyS3, is_put
+
+from analysis import storage
+from analysis.loading import ERRORS_FILE
+from analysis.schema import HISTORY_FILE, TRIALS_FILE
+from analysis.storage import ResultsStore, read_results
+from sweeps import results
+from sweeps.console import StopSignal
+from sweeps.packing import tune_config
+from sweeps.results import ResultsWriter, StorageFailed, history_rows
+from sweeps.trials import TrialConfig
+
+# After this many 503s in a row (about 7 s), a write through pyarrow's S3 client raises: shorter
+# bursts its own retries absorb (measured with pyarrow 26 against the proxy below).
+PYARROW_TRIES = 31
+SLOW_DOWN = "AWS Error SLOW_DOWN during PutObject operation: Please reduce your request rate."
+
+
+def config(seed):
+    return TrialConfig.complete({"dataset": "dsprites", "split": "blank_side", "n_images": 100,
+                                 "data_seed": 0, "report_every": 5, "n_nll": 10, "n_metric": 10,
+                                 "architecture": "burgess", "objective": "beta_vae", "steps": 10, "beta": 1.0,
+                                 "seed": seed})
+
+
+def trial(experiment, seed, outcome="finished"):
+    """A Tune trial as the driver's callbacks see it: ``finished`` (its history part written, as the
+    trial writes it, and its final result naming it; a pack member that diverged in
+    ``finished-with-error``), ``stopped`` by a scheduler (no final report) or ``errored``."""
+    member = config(seed)
+    t = Trial("train_trial", config=tune_config([member]), trial_id=f"t{seed}", stub=True)
+    if outcome.startswith("finished"):
+        part = storage.new_part()
+        storage.write_history_part(experiment, part, history_rows(
+            "exp", member.to_dict(), [{"step": s, "loss": random.random()} for s in (5, 10)]))
+        done = {"config": member.to_dict(), "test_nll": 100.0 + seed}
+        if outcome == "finished-with-error":
+            done["error"] = "diverged"
+        t.update_last_result({"done": True, "members": [done], "results_part": part, "step": 10})
+    else:
+        t.update_last_result({"step": 5})
+    return t
+
+
+class Faults:
+    """Every results file the driver writes (trials parts, errors.jsonl) fails, ``times`` times
+    (None: always), as S3 fails a burst of requests."""
+
+    def __init__(self, monkeypatch, times=None):
+        self.times, self.raised = times, 0
+        write_part, edit = storage._write_part, ResultsWriter._edit
+
+        def failing(real):
+            def write(*args, **kwargs):
+                if self.times is None or self.raised < self.times:
+                    self.raised += 1
+                    raise OSError(SLOW_DOWN)
+                return real(*args, **kwargs)
+            return write
+
+        monkeypatch.setattr(storage, "_write_part", failing(write_part))
+        monkeypatch.setattr(ResultsWriter, "_edit", failing(edit))
+
+
+@pytest.fixture
+def stop():
+    """A StopSignal as Tune's run sets it up, with Tune's SIGINT handler replaced by a recorder."""
+    signal = StopSignal()
+    signal.interrupts = []
+    signal._tune_handler = lambda signum, frame: signal.interrupts.append(signum)
+    return signal
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    monkeypatch.setattr(results, "WRITE_ATTEMPTS", 3)
+    monkeypatch.setattr(results, "WRITE_BACKOFF_S", 0.01)
+
+
+def test_a_burst_of_failures_is_retried_and_stores_each_row_once(tmp_path, monkeypatch, stop, capsys):
+    experiment = str(tmp_path / "exp")
+    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    finished = trial(experiment, 0)
+    faults = Faults(monkeypatch, times=2)
+    writer.on_trial_complete(0, [], finished)
+    assert faults.raised == 2 and not stop.received.is_set() and writer.failure is None
+    assert capsys.readouterr().out.count("trying again") == 2
+    trials = read_results(experiment, TRIALS_FILE)
+    assert list(trials["trial_key"]) == [config(0).trial_key]
+    assert len(read_results(experiment, HISTORY_FILE)) == 2
+
+
+CALLBACKS = ["on_trial_complete", "on_trial_complete, with a member that failed",
+             "on_trial_complete, stopped by the scheduler", "on_trial_error",
+             "on_step_end, a deferred evaluation ended"]
+
+
+def callbacks(experiment, writer, seed):
+    """Each callback of the driver that writes results, as Tune calls it, with its trial ready."""
+    finished, failed = trial(experiment, seed), trial(experiment, seed + 1, "finished-with-error")
+    stopped, errored = trial(experiment, seed + 2, "stopped"), trial(experiment, seed + 3, "errored")
+    return dict(zip(CALLBACKS, [
+        lambda: writer.on_trial_complete(0, [], finished),
+        lambda: writer.on_trial_complete(0, [], failed),
+        lambda: writer.on_trial_complete(0, [], stopped),
+        lambda: writer.on_trial_error(0, [], errored),
+        lambda: writer.on_step_end(0, []),
+    ]))
+
+
+@pytest.mark.parametrize("callback", CALLBACKS)
+def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_nothing(
+        callback, tmp_path, monkeypatch, stop, capsys):
+    experiment = str(tmp_path / "exp")
+    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    ended = trial(experiment, 100)  # a trial whose deferred evaluation ended
+    monkeypatch.setattr(type(writer), "evaluations", property(lambda self: type("Evaluations", (), {
+        "finished": lambda _, wait=False: [{"trial_id": ended.trial_id, **ended.last_result}]})()))
+    first, later = callbacks(experiment, writer, 0), callbacks(experiment, writer, 10)
+    faults = Faults(monkeypatch)
+    first[callback]()  # raises nothing into Tune
+    assert faults.raised == 3  # tried WRITE_ATTEMPTS times, then stopped
+    assert stop.received.is_set() and stop.interrupts == [2]  # Tune's Ctrl-C handler, once (SIGINT is 2)
+    assert "could not be written" in stop.reason and "SLOW_DOWN" in stop.reason
+    assert "Stopping the sweep as Ctrl-C does" in capsys.readouterr().out
+    for again in later.values():  # stopping: nothing more is tried
+        again()
+    assert faults.raised == 3 and stop.interrupts == [2]
+    assert read_results(experiment, TRIALS_FILE).empty
+
+
+def test_without_a_stop_signal_the_failure_is_raised(tmp_path, monkeypatch):
+    experiment = str(tmp_path / "exp")
+    writer = ResultsWriter(experiment, store=ResultsStore(experiment))
+    finished = trial(experiment, 0)
+    Faults(monkeypatch)
+    with pytest.raises(StorageFailed, match="failed 3 times.*SLOW_DOWN"):
+        writer.on_trial_complete(0, [], finished)
+
+
+@pytest.fixture
+def faulty_s3(s3_server, monkeypatch):
+    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.slow
+def test_on_s3_a_burst_of_503s_longer_than_pyarrows_own_retries_is_retried(faulty_s3, stop):
+    experiment = "s3://disgen-test/runs/exp"
+    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    finished, failed = trial(experiment, 0), trial(experiment, 1, "finished-with-error")
+    faulty_s3.fail(is_put, times=PYARROW_TRIES)  # more than pyarrow absorbs: the driver retries
+    writer.on_trial_complete(0, [], finished)
+    faulty_s3.fail(is_put, times=3)  # a short burst, which pyarrow absorbs
+    writer.on_trial_complete(0, [], failed)  # its row, then errors.jsonl
+    assert faulty_s3.failed() == PYARROW_TRIES + 3 and not stop.received.is_set()
+    trials = read_results(experiment, TRIALS_FILE)
+    assert sorted(trials["trial_key"]) == sorted([config(0).trial_key, config(1).trial_key])
+    assert sorted(trials["status"]) == ["failed", "finished"]
+    history = read_results(experiment, HISTORY_FILE)
+    assert len(history) == 4 and not history.duplicated(["trial_key", "step"]).any()
+    errors = storage.read_bytes(storage.join(experiment, ERRORS_FILE)).decode().splitlines()
+    assert [json.loads(line)["error"] for line in errors] == ["diverged"]
