@@ -554,7 +554,8 @@ def materialise(reference: DatasetReference, cache_dir=None, limit=None) -> Path
                 raise NodeCacheFull(
                     f"the disk of the node cache on {socket.gethostname()} filled up while "
                     f"{reference.dataset} ({reference.entry}, {_size(needed)}) was built into it ({error}); "
-                    f"the partial copy was deleted. The cache's limit is {_size(limit_bytes)} ({limit_text}), "
+                    f"the partial copy was deleted. The cache's limit is {_size(limit_bytes)} "
+                    f"({limit_text}), "
                     f"the disk has {_size(shutil.disk_usage(root).free)} free, and {_held_text(entries)}; "
                     f"something else fills the disk, or {_how_to_raise(root)}",
                     needed, limit_bytes, tuple((e["entry"], e["bytes"]) for e in entries if e["holders"]),
