@@ -19,22 +19,45 @@ The cache folder is ``$DISGEN_CACHE``, else ``$XDG_CACHE_HOME/disgen``, else ``~
 (``fcntl``) in a temporary folder, verified against its manifest, and renamed into place, so a
 reader sees a whole entry or none, and processes that start together wait for the one that
 builds it. Each build appends one line to ``materialisations.jsonl`` in the cache folder (and
-prints one), so a test or an operator can count them. Nothing is ever evicted: delete an entry
-(or the folder) to reclaim its space. Plain Python and numpy; no Ray.
+prints one), so a test or an operator can count them.
+
+**The cache is bounded.** Its entries (and the builds in progress, by the size they will reach)
+may take at most ``$DISGEN_CACHE_LIMIT`` of the disk: a size (``200G``, ``500M``, ``1.5T``, ``0``;
+units of 1024 bytes) or a share of the file system the cache is on (``80%``); :data:`DEFAULT_LIMIT`
+(half the disk) without it, and never more than the disk has free. A build that would pass the
+limit first evicts whole entries that no process holds, the least recently used first (each use
+stamps its entry's modification time), each renamed out of sight (``.evicted-…``) before it is
+deleted, so a reader sees a whole entry or none; each eviction appends one line to
+``evictions.jsonl``. A process **holds** an entry from :func:`materialise` until it lets it go: a
+lease file ``.holders/<entry>/<host>.<pid>`` (with the process's start time, so a reused pid is no
+holder) that :func:`open_reference` removes when the dataset's memory maps are freed, and that a
+process which died leaves stale (ignored, and cleared). Leases, reservations and evictions happen
+under one short cache-wide lock (``.cache.lock``). A dataset that cannot fit even once every
+unheld entry is gone, or a disk that fills up while an entry is built (``ENOSPC``; the partial
+build is deleted), raises :class:`NodeCacheFull`, which names the size needed, the limit, the
+entries held and how to raise the limit; a trial reports it as its models' error rather than
+crashing (``sweeps/trainable.py``), so Tune does not retry it. Plain Python and numpy; no Ray.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
+import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from data_pipeline import prepared
 from data_pipeline.datasets import (
@@ -47,7 +70,12 @@ from data_pipeline.datasets import (
 from data_pipeline.spaces import canonical_name
 
 LOG = "materialisations.jsonl"
+EVICTIONS = "evictions.jsonl"
 KINDS = ("procedural", "prepared", "file")
+LIMIT_ENV = "DISGEN_CACHE_LIMIT"
+DEFAULT_LIMIT = "50%"  # of the file system the cache is on
+INDEX_LOCK, HOLDERS = ".cache.lock", ".holders"
+MANIFEST_SLACK = 1 << 16  # the manifest and .npy headers, beyond the images' and classes' bytes
 
 
 @dataclass(frozen=True)
@@ -172,30 +200,366 @@ def _convert(reference: DatasetReference, out: Path) -> dict:
 BUILDERS = {"procedural": _render, "prepared": _copy, "file": _convert}
 
 
-def materialise(reference: DatasetReference, cache_dir=None) -> Path:
+class NodeCacheFull(RuntimeError):
+    """A dataset that this node's cache cannot hold: bigger than the limit once every entry no
+    process holds is evicted, or the disk filled up while it was built. Its message names the size
+    needed, the limit, the entries held (and by which processes) and how to raise the limit. Not
+    retried: the same node would fail the same way (``sweeps/trainable.py`` reports it as the
+    trial's models' error)."""
+
+    def __init__(self, message: str, needed: int = 0, limit: int = 0, held: tuple = ()):
+        super().__init__(message)
+        self.needed, self.limit, self.held = needed, limit, tuple(held)
+
+    def __reduce__(self):  # crosses process boundaries (Ray) with its fields
+        return (type(self), (str(self), self.needed, self.limit, self.held))
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def cache_limit(root, limit=None) -> tuple[int, str]:
+    """The cache's limit in bytes, and where it came from: ``limit`` (bytes as an int, or text as
+    ``$DISGEN_CACHE_LIMIT`` takes it), else ``$DISGEN_CACHE_LIMIT``, else :data:`DEFAULT_LIMIT`.
+    Text is a size (``200G``, ``500MiB``, ``1.5T``, ``123456``: units of 1024 bytes) or a share of
+    the file system that holds ``root`` (``80%``)."""
+    if isinstance(limit, int):
+        return limit, f"{limit:,} bytes"
+    source = "the limit given" if limit is not None else f"${LIMIT_ENV}"
+    text = limit if limit is not None else os.environ.get(LIMIT_ENV)
+    if not text:
+        text, source = DEFAULT_LIMIT, "the default"
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[kmgt]?(?:i?b)?)\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{LIMIT_ENV}={text!r}: expected a size (200G, 500M, 1.5T, bytes) or a share of "
+                         "the disk (80%)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if unit == "%":
+        total = shutil.disk_usage(root).total
+        return int(total * min(number, 100.0) / 100), f"{text} of the {_size(total)} disk ({source})"
+    return int(number * _UNITS[unit[:1]]), f"{text} ({source})"
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def expected_bytes(reference: DatasetReference) -> int:
+    """What ``reference``'s entry will take on disk, read without building it (a prepared folder's
+    manifest; the generator's grid points and image shape; a real file's array header)."""
+    if reference.kind == "prepared":
+        manifest = prepared.read_manifest(reference.uri)
+        return sum(b["bytes"] for b in manifest["blocks"]) + manifest["classes"]["bytes"] + MANIFEST_SLACK
+    if reference.kind == "procedural":
+        space = factor_space(reference.dataset)
+        index = grid_draw(space, reference.n_images, reference.seed)
+        shape = render_stored(reference.dataset, space.classes_of(index[:1])).shape[1:]
+        n = len(index)
+    else:
+        from data_pipeline.conversion import RealFile
+
+        source = RealFile(reference.uri, reference.dataset)
+        space, n, shape = source.factor_space, source.n, source.image_shape
+    per_class = prepared.compact_classes(np.asarray([max(space.sizes) - 1])).dtype.itemsize
+    return n * int(np.prod(shape)) + n * len(space.sizes) * per_class + MANIFEST_SLACK
+
+
+# -- holders: one lease file per process and entry ------------------------------------------------
+
+_HOLDS: dict[tuple, int] = {}  # (pid, root, entry) → how many of this process's datasets use it
+_HOLDS_LOCK = threading.Lock()
+
+
+def _process_start(pid: int) -> str | None:
+    """A process's start time (Linux: /proc's clock ticks since boot), which tells a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _lease_alive(lease: dict) -> bool:
+    """Whether the process a lease names still runs: a lease from another host (a cache folder
+    shared between machines) always counts."""
+    if lease.get("host") != socket.gethostname():
+        return True
+    pid = int(lease.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    started = _process_start(pid)
+    return not (lease.get("started") and started and started != lease["started"])
+
+
+def _lease_path(root: Path, entry: str, pid: int | None = None) -> Path:
+    return root / HOLDERS / entry / f"{socket.gethostname()}.{pid or os.getpid()}"
+
+
+def holders(root, entry: str) -> list[dict]:
+    """The live leases on ``entry`` (``pid``, ``host``, ``started``, ``at``); stale ones are removed."""
+    folder, live = Path(root) / HOLDERS / entry, []
+    if not folder.is_dir():
+        return live
+    for path in folder.iterdir():
+        try:
+            lease = json.loads(path.read_text())
+        except (OSError, ValueError):
+            lease = {}
+        if _lease_alive(lease):
+            live.append(lease)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return live
+
+
+def _hold(root: Path, entry: str) -> None:
+    """This process holds ``entry`` (one more use); its last use is now. Under the index lock."""
+    key = (os.getpid(), str(root), entry)
+    with _HOLDS_LOCK:
+        _HOLDS[key] = _HOLDS.get(key, 0) + 1
+        path = _lease_path(root, entry)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lease = {"pid": os.getpid(), "host": socket.gethostname(), "started": _process_start(os.getpid()),
+                 "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        path.write_text(json.dumps(lease))
+    os.utime(root / entry)  # the least recently used entry is evicted first
+
+
+def release(root, entry: str, pid: int | None = None) -> None:
+    """One use of ``entry`` by this process ends; its lease goes with the last one. (A finalizer
+    inherited by a forked child, ``pid`` being its parent's, does nothing.)"""
+    if pid is not None and pid != os.getpid():
+        return
+    key = (os.getpid(), str(root), entry)
+    with _HOLDS_LOCK:
+        count = _HOLDS.get(key, 0) - 1
+        if count > 0:
+            _HOLDS[key] = count
+            return
+        _HOLDS.pop(key, None)
+        with contextlib.suppress(OSError):
+            _lease_path(Path(root), entry).unlink()
+
+
+# -- the cache's contents, limit and evictions -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def _index(root: Path):
+    """The cache-wide lock: leases, reservations and evictions (short; never held while building)."""
+    with open(root / INDEX_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _whole(folder: Path) -> bool:
+    return (folder / prepared.MANIFEST).is_file()
+
+
+def _building(root: Path, entry: str) -> bool:
+    """Whether a process builds ``entry`` now (it holds the entry's build lock)."""
+    path = root / f"{entry}.lock"
+    if not path.exists():
+        return False
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def _reservation(root: Path, entry: str) -> Path:
+    return root / f".{entry}.reserved"
+
+
+def _usage(root: Path, entry_being_built: str) -> tuple[list[dict], int, int]:
+    """(the whole entries: name, bytes, last use, holders; the bytes the cache takes, builds in
+    progress counted at the size they will reach; the bytes those builds have yet to write).
+    Leftovers of processes that died (a half-built or half-evicted folder, a reservation) are
+    deleted on the way."""
+    entries, used, unwritten = [], 0, 0
+    for path in sorted(root.iterdir()):
+        name = path.name
+        if name.startswith(".evicted-"):
+            shutil.rmtree(path, ignore_errors=True)  # under the index lock: its evictor died
+        elif name.endswith(".reserved") and name.startswith("."):
+            entry = name[1:-len(".reserved")]
+            if entry == entry_being_built:
+                continue
+            written = sum(_folder_bytes(p) for p in root.glob(f".{entry}.tmp-*"))
+            if not _building(root, entry):
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                reserved = int(json.loads(path.read_text())["bytes"])
+            except (OSError, ValueError, KeyError):
+                reserved = written
+            used += max(reserved, written)
+            unwritten += max(0, reserved - written)
+        elif ".tmp-" in name and name.startswith("."):
+            entry = name[1:].split(".tmp-")[0]
+            if entry == entry_being_built:
+                continue
+            if not _building(root, entry):
+                shutil.rmtree(path, ignore_errors=True)  # a build that died
+        elif path.is_dir() and not name.startswith(".") and _whole(path):
+            size = _folder_bytes(path)
+            entries.append({"entry": name, "bytes": size, "last_used": path.stat().st_mtime,
+                            "holders": holders(root, name)})
+            used += size
+    return entries, used, unwritten
+
+
+def _evict(root: Path, entry: dict) -> None:
+    """Rename the entry out of sight (a reader sees it whole or not at all), then delete it."""
+    gone = root / f".evicted-{entry['entry']}-{os.getpid()}-{time.time_ns()}"
+    os.rename(root / entry["entry"], gone)
+    shutil.rmtree(root / HOLDERS / entry["entry"], ignore_errors=True)
+    shutil.rmtree(gone, ignore_errors=True)
+    record = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "host": socket.gethostname(), "pid": os.getpid(), "entry": entry["entry"],
+              "bytes": entry["bytes"], "last_used": dt.datetime.fromtimestamp(
+                  entry["last_used"], dt.timezone.utc).isoformat(timespec="seconds")}
+    with open(root / EVICTIONS, "a") as log:
+        log.write(json.dumps(record) + "\n")
+    print(f"disgen: evicted {entry['entry']} ({_size(entry['bytes'])}, unused since {record['last_used']}) "
+          f"from the node cache {root}", flush=True)
+
+
+def evictions(cache_dir=None) -> list[dict]:
+    """The log of this cache's evictions, one dict per evicted entry, oldest first."""
+    path = cache_root(cache_dir) / EVICTIONS
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _how_to_raise(root: Path) -> str:
+    return (f"raise the limit with {LIMIT_ENV} on the nodes (a size such as {LIMIT_ENV}=200G, or a share of "
+            f"the disk such as {LIMIT_ENV}=80%; the default is {DEFAULT_LIMIT}), point DISGEN_CACHE at a "
+            f"bigger disk (now {root}), give the nodes bigger disks, or run fewer datasets per node at once")
+
+
+def _held_text(entries: list[dict]) -> str:
+    held = [e for e in entries if e["holders"]]
+    if not held:
+        return "no entry is held by a running process"
+    return (f"{_size(sum(e['bytes'] for e in held))} of it held by running processes: " + ", ".join(
+        f"{e['entry']} ({_size(e['bytes'])}, pid {' '.join(str(h.get('pid')) for h in e['holders'])})"
+        for e in held))
+
+
+def _make_room(root: Path, reference: DatasetReference, needed: int, limit) -> list[str]:
+    """Evict unheld entries, least recently used first, until ``needed`` more bytes fit under the
+    limit and on the disk, then reserve them (``.<entry>.reserved``); the entries evicted.
+    :class:`NodeCacheFull` (evicting nothing) if they cannot fit."""
+    with _index(root):
+        limit_bytes, limit_text = cache_limit(root, limit)
+        entries, used, unwritten = _usage(root, reference.entry)
+        free = shutil.disk_usage(root).free - unwritten
+
+        def fits(freed: int) -> bool:
+            return used - freed + needed <= limit_bytes and needed <= free + freed
+
+        unheld = sorted((e for e in entries if not e["holders"]), key=lambda e: e["last_used"])
+        if not fits(sum(e["bytes"] for e in unheld)):
+            held = [e for e in entries if e["holders"]]  # evicting every other entry would not do
+            raise NodeCacheFull(
+                f"the node cache on {socket.gethostname()} cannot hold {reference.dataset} "
+                f"({reference.entry}): it needs {_size(needed)}; the cache's limit is {_size(limit_bytes)} "
+                f"({limit_text}); {_held_text(entries)}; the disk has {_size(max(0, free))} free; "
+                f"{_how_to_raise(root)}",
+                needed, limit_bytes, tuple((e["entry"], e["bytes"]) for e in held))
+        evicted, freed = [], 0
+        for entry in unheld:
+            if fits(freed):
+                break
+            _evict(root, entry)
+            evicted.append(entry["entry"])
+            freed += entry["bytes"]
+        _reservation(root, reference.entry).write_text(json.dumps({"bytes": needed, "pid": os.getpid()}))
+    return evicted
+
+
+def _disk_full(error: BaseException) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def materialise(reference: DatasetReference, cache_dir=None, limit=None) -> Path:
     """This node's prepared folder for ``reference``: built once (see the module docstring), then
-    found. Safe for any number of processes at once."""
+    found; the calling process holds it (:func:`release` lets it go; :func:`open_reference` does,
+    once the dataset is freed). ``limit``: the cache's limit (:func:`cache_limit`). Safe for any
+    number of processes at once. :class:`NodeCacheFull` if it cannot fit."""
     root = cache_root(cache_dir)
     final = root / reference.entry
-    if (final / prepared.MANIFEST).is_file():
-        return final
     root.mkdir(parents=True, exist_ok=True)
+    with _index(root):
+        if _whole(final):
+            _hold(root, reference.entry)
+            return final
     with open(root / f"{reference.entry}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if (final / prepared.MANIFEST).is_file():  # built by another process while this one waited
-            return final
+        with _index(root):
+            if _whole(final):  # built by another process while this one waited
+                _hold(root, reference.entry)
+                return final
         for stale in root.glob(f".{reference.entry}.tmp-*"):  # a build that died: nobody else holds it
             shutil.rmtree(stale, ignore_errors=True)
+        needed = expected_bytes(reference)
+        _make_room(root, reference, needed, limit)
         building = root / f".{reference.entry}.tmp-{os.getpid()}"
-        building.mkdir()
         started = time.perf_counter()
         try:
+            building.mkdir()
             manifest = BUILDERS[reference.kind](reference, building)
             if reference.kind != "prepared":  # a copy was checked byte by byte on the way in
                 prepared.verify(building)
-            os.rename(building, final)
-        except BaseException:
+            with _index(root):
+                os.rename(building, final)
+                _hold(root, reference.entry)
+                _reservation(root, reference.entry).unlink(missing_ok=True)
+        except BaseException as error:
             shutil.rmtree(building, ignore_errors=True)
+            _reservation(root, reference.entry).unlink(missing_ok=True)
+            if _disk_full(error):
+                limit_bytes, limit_text = cache_limit(root, limit)
+                with _index(root):
+                    entries = _usage(root, reference.entry)[0]
+                raise NodeCacheFull(
+                    f"the disk of the node cache on {socket.gethostname()} filled up while "
+                    f"{reference.dataset} ({reference.entry}, {_size(needed)}) was built into it ({error}); "
+                    f"the partial copy was deleted. The cache's limit is {_size(limit_bytes)} "
+                    f"({limit_text}), "
+                    f"the disk has {_size(shutil.disk_usage(root).free)} free, and {_held_text(entries)}; "
+                    f"something else fills the disk, or {_how_to_raise(root)}",
+                    needed, limit_bytes, tuple((e["entry"], e["bytes"]) for e in entries if e["holders"]),
+                ) from error
             raise
         seconds = time.perf_counter() - started
         size = sum(entry["bytes"] for entry in manifest["blocks"])
@@ -211,19 +575,28 @@ def materialise(reference: DatasetReference, cache_dir=None) -> Path:
 
 
 def open_reference(reference: DatasetReference, n_images: int | None = None, seed: int = 0,
-                   cache_dir=None) -> GroundTruthDataset:
+                   cache_dir=None, limit=None) -> GroundTruthDataset:
     """The dataset a trial trains on: ``reference`` materialised in this node's cache (once) and
     memory-mapped, then ``n_images`` rows chosen with ``seed`` as an index set
     (:func:`data_pipeline.subsets.subset_rows`). A procedural reference already holds just the
     grid points drawn for its own ``n_images`` and ``seed``. A subset keeps the stored data's
     ``observe`` wherever it has one (a generator renders any grid point, and a whole-grid file
     indexes any grid point from the same memory map), so its evaluation can draw held-out images
-    and score pools from the whole grid."""
+    and score pools from the whole grid. The process holds the cache entry (no eviction takes it)
+    until the dataset's memory maps are freed; ``limit``: the cache's (:func:`cache_limit`)."""
     from data_pipeline.subsets import subset_rows
 
-    folder = materialise(reference, cache_dir)
-    manifest = prepared.read_manifest(folder)
-    data = prepared.open_dataset(folder, manifest)
+    folder = materialise(reference, cache_dir, limit)
+    try:
+        manifest = prepared.read_manifest(folder)
+        data = prepared.open_dataset(folder, manifest)
+    except BaseException:
+        release(folder.parent, reference.entry)
+        raise
+    # the process holds the entry while any view of its memory maps lives (a subset's included)
+    images = data.images
+    anchor = images.blocks[0] if hasattr(images, "blocks") else images
+    weakref.finalize(anchor, release, folder.parent, reference.entry, os.getpid())
     if reference.kind == "procedural":
         return data
     rows = subset_rows(data.name, data.classes, data.factor_space, n_images, seed)

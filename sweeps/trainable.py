@@ -39,7 +39,7 @@ import torch
 from ray import tune
 
 from analysis import storage
-from data_pipeline.node_cache import open_reference
+from data_pipeline.node_cache import NodeCacheFull, open_reference
 from models import GPUSettings, NonFiniteLossError, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
@@ -75,6 +75,13 @@ def _dataset(first: TrialConfig, references: dict):
     return reference, open_reference(reference, first.data.n_images, first.data.data_seed)
 
 
+def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull) -> None:
+    """The trial's final report when its dataset cannot fit in this node's cache: each model failed
+    with the error (one ``failed`` row each, naming the size needed, the limit and how to raise it).
+    A report, not a raise: Tune would retry a raise up to --max-failures times, failing the same way."""
+    message = f"{type(error).__name__}: {error}"
+    tune.report({"step": 0, "done": True, "node_id": ray.get_runtime_context().get_node_id(),
+                 "members": [{"config": m.to_dict(), "error": message, "step": 0} for m in members]})
 
 
 def gpu_settings(gpus_per_trial: float) -> GPUSettings:
@@ -259,7 +266,10 @@ def train_trial(config: dict, run_info: dict) -> None:
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.get("base_trials", ()))
     first = members[0]
-    reference, data = _dataset(first, run_info["datasets"])
+    try:
+        reference, data = _dataset(first, run_info["datasets"])
+    except NodeCacheFull as error:
+        return _report_no_room(members, error)
     by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
     rows = [by_split[m.data.split] for m in members]  # (split, training rows, held-out rows) of each
     trainer = _build(members, data, rows, gpu_settings(run_info.get("gpus_per_trial", 0)))

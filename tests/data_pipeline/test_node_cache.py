@@ -20,6 +20,14 @@ from data_pipeline.node_cache import (
 from data_pipeline.prepare import prepare_single_process
 
 
+def _visible(cache) -> list[str]:
+    """The cache folder's entries, locks and logs, besides its bookkeeping (the cache-wide lock and
+    the holders' leases), which must hold nothing half-built or half-evicted."""
+    hidden = sorted(p.name for p in cache.iterdir() if p.name.startswith("."))
+    assert set(hidden) <= {node_cache.INDEX_LOCK, node_cache.HOLDERS}, hidden
+    return sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+
+
 def _open_in_a_process(args) -> tuple[int, int]:
     reference, cache = args
     data = open_reference(reference, cache_dir=cache)
@@ -34,8 +42,7 @@ def test_processes_that_ask_at_once_share_one_materialisation(tmp_path):
     assert {total for _, total in seen} == {expected} and len({pid for pid, _ in seen}) > 1
     (record,) = materialisations(tmp_path)  # one build, under the lock; the others waited, then mapped it
     assert record["kind"] == "procedural" and record["content_id"] == reference.content_id
-    assert sorted(p.name for p in tmp_path.iterdir()) == [reference.entry, f"{reference.entry}.lock",
-                                                           node_cache.LOG]
+    assert _visible(tmp_path) == [reference.entry, f"{reference.entry}.lock", node_cache.LOG]
     data = open_reference(reference, cache_dir=tmp_path)
     assert isinstance(data.images, np.memmap) and not data.images.flags.writeable
     assert len(materialisations(tmp_path)) == 1
@@ -57,7 +64,7 @@ def test_a_prepared_copy_is_verified_and_a_damaged_or_changed_source_leaves_noth
     block.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
     with pytest.raises(ValueError, match="images-000000250.npy: sha256 differs from the manifest"):
         open_reference(reference, cache_dir=tmp_path / "cache")
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [f"{reference.entry}.lock"]  # no entry
+    assert _visible(tmp_path / "cache") == [f"{reference.entry}.lock"]  # no entry
     block.write_bytes(good)
     data = open_reference(reference, 200, 7, cache_dir=tmp_path / "cache")
     whole = load_procedural("simple", 600, seed=3)

@@ -156,7 +156,8 @@ def test_token_authentication_stays_on(cluster):
     assert "RAY_AUTH_MODE=disabled" not in text and "RAY_AUTH_MODE=0" not in text
     commands = _start_commands(cluster)
     assert len(commands) == 2 and all("RAY_AUTH_MODE=token" in c for c in commands)
-    assert any("RAY_AUTH_MODE=token" in c for c in cluster["initialization_commands"])  # shells too
+    # the shells `ray exec` and `ray attach` open: in the container (test_ray_exec_shells_...)
+    assert "-e RAY_AUTH_MODE=token" in cluster["docker"]["run_options"]
     assert cluster["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
 
 
@@ -252,3 +253,147 @@ def test_create_profiles_refuses_a_bad_bucket_name(bucket, monkeypatch, capsys):
     monkeypatch.delenv("DISGEN_BUCKET", raising=False)
     assert create_profiles.main([f"--bucket={bucket}"] if bucket else []) == 2
     assert "bucket" in capsys.readouterr().err
+
+
+# --- what Ray's autoscaler runs where: the host, or the container ---------------------------------
+# Rendered by Ray's own command runner (DockerCommandRunner, over its SSH runner), with a process
+# runner that records the commands instead of running them: what `ray up` and `ray exec` would send.
+
+
+def _provider(config, cluster_name):
+    """A node provider that answers just what the command runners ask of one."""
+    from ray.autoscaler.node_provider import NodeProvider
+
+    class Provider(NodeProvider):
+        def external_ip(self, node_id):
+            return "192.0.2.10"
+
+        def internal_ip(self, node_id):
+            return "10.0.0.10"
+
+        def is_terminated(self, node_id):
+            return False
+
+    return Provider(config, cluster_name)
+
+
+def _unwrap(script: str) -> str:
+    """CMD of Ray's login-shell wrapping ``source ~/.bashrc; export … && (CMD)``."""
+    return script.split(" && (", 1)[1].rsplit(")", 1)[0].strip()
+
+
+class _Recorder:
+    """A process runner (Ray's ``subprocess`` stand-in) that records each command; the host answers
+    as a deep learning AMI with docker and no container running yet would."""
+
+    DEVNULL, PIPE, STDOUT = -3, -1, -2
+
+    def __init__(self):
+        self.commands = []
+
+    def _inner(self, final_cmd) -> str:
+        """The command Ray wraps in ``ssh … bash --login -c -i 'source ~/.bashrc; … && (CMD)'``."""
+        import shlex
+
+        return _unwrap(shlex.split(final_cmd[-1])[0])
+
+    def check_call(self, final_cmd, *args, **kwargs):
+        self.commands.append(self._inner(final_cmd))
+        return 0
+
+    def check_output(self, final_cmd, *args, **kwargs):
+        command = self._inner(final_cmd)
+        self.commands.append(command)
+        if "json .Config.Env" in command:
+            return b'["PATH=/usr/bin", "HOME=/home/ray"]'
+        if "printenv HOME" in command:
+            return b"/home/ray"
+        if command.startswith("command -v docker"):
+            return b"/usr/bin/docker"
+        return b"false" if "inspect" in command else b""
+
+
+def _render(config, as_head: bool, ray_exec: str):
+    """What Ray runs on a new node of ``config`` (its updater's order: initialization commands on the
+    host, the container started, setup and start commands with run_env "auto"), then what
+    ``ray exec`` runs there; [(where, command)], where "host" or the container's name."""
+    import shlex
+
+    from ray.autoscaler._private.command_runner import DockerCommandRunner
+
+    recorder = _Recorder()
+    provider = _provider(config["provider"], config["cluster_name"])
+    runner = provider.get_command_runner("test", "i-0", config["auth"], config["cluster_name"], recorder,
+                                         False, config["docker"])
+    assert isinstance(runner, DockerCommandRunner)
+    # ray/autoscaler/_private/updater.py (Ray 2.60): initialization_commands with run_env="host",
+    # then cmd_runner.run_init (docker run), setup_commands and the start commands with "auto"
+    for command in config["initialization_commands"]:
+        runner.run(command, run_env="host")
+    runner.run_init(as_head=as_head, file_mounts=config["file_mounts"], sync_run_yet=True)
+    role = "head" if as_head else "worker"
+    for command in (config["setup_commands"] + config[f"{role}_setup_commands"]
+                    + config[f"{role}_start_ray_commands"]):
+        runner.run(command, run_env="auto")
+    runner.run(ray_exec, run_env="auto")  # ray/autoscaler/_private/commands.py: exec_cluster's _exec
+    rendered = []
+    for command in recorder.commands:
+        words = shlex.split(command)
+        if words[:2] == ["docker", "exec"] and "/bin/bash" in words:  # run in the container
+            container = words[words.index("/bin/bash") - 1]
+            login_shell = shlex.split(words[-1])  # bash --login -c -i 'source ~/.bashrc; … && (CMD)'
+            assert login_shell[:4] == ["bash", "--login", "-c", "-i"]  # reads the container's ~/.bashrc
+            rendered.append((container, _unwrap(login_shell[4])))
+        else:
+            rendered.append(("host", command))
+    return rendered
+
+
+def _container(rendered):
+    """The ``docker run`` that starts the node's container: (its name, its -e settings, its -v mounts)."""
+    import shlex
+
+    (run,) = [shlex.split(c) for where, c in rendered if where == "host" and c.startswith("docker run")]
+    flags = [(run[i], run[i + 1]) for i in range(len(run) - 1)]
+    env = dict(value.split("=", 1) for flag, value in flags if flag == "-e")
+    mounts = dict(value.split(":", 1) for flag, value in flags if flag == "-v")
+    return run[run.index("--name") + 1], env, mounts
+
+
+@pytest.mark.parametrize("as_head", [True, False], ids=["head", "worker"])
+def test_ray_exec_shells_run_in_the_container_with_token_authentication(cluster, as_head):
+    command = "cd ~/disgen && python -m sweeps.paper_grid --address auto"
+    rendered = _render(prepare_config(cluster), as_head, command)
+    name, env, mounts = _container(rendered)
+    where, ran = rendered[-1]
+    assert where == name == cluster["docker"]["container_name"]  # `ray exec` runs in the container...
+    assert "cd /home/ray/disgen && python -m sweeps.paper_grid" in ran
+    assert env.get("RAY_AUTH_MODE") == "token"  # ...whose every process (docker exec's included) has it
+    assert mounts["/tmp/ray_tmp_mount/disgen/~/.ray/auth_token"] == "/home/ray/.ray/auth_token"  # the token
+    # the ~/.bashrc that the container's login shells read gets it too, from inside the container
+    assert any(where == name and "export RAY_AUTH_MODE=token" in c and ">> /home/ray/.bashrc" in c
+               for where, c in rendered)
+    # nothing about the token is left to the host's shells, which are not the container's
+    host_shells = [c for where, c in rendered if where == "host" and not c.startswith("docker run")]
+    assert not any("RAY_AUTH" in c for c in host_shells)
+    starts = [c for where, c in rendered if "ray start" in c]
+    assert starts and all(where == name for where, c in rendered if "ray start" in c)
+
+
+def test_the_documented_shared_folder_is_mounted_on_the_host_and_seen_in_the_container(cluster):
+    """docs/cluster.md's EFS recipe, applied to cluster.yaml: mounted on the host, then bind-mounted
+    into the container at the same path, so --storage-path /mnt/shared/disgen works in `ray exec`."""
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+    recipe = yaml.safe_load(doc.split("<!-- shared-folder recipe -->", 1)[1].split("```yaml", 1)[1]
+                            .split("```", 1)[0])
+    config = {**cluster, "initialization_commands": recipe["initialization_commands"],
+              "docker": {**cluster["docker"], "run_options": cluster["docker"]["run_options"]
+                         + recipe["docker"]["run_options"]}}
+    assert "# - -v /mnt/shared:/mnt/shared" in CLUSTER_YAML.read_text()  # the same line, commented out
+    rendered = _render(prepare_config(config), False, "ls /mnt/shared/disgen")
+    name, env, mounts = _container(rendered)
+    assert mounts["/mnt/shared"] == "/mnt/shared" and env.get("RAY_AUTH_MODE") == "token"
+    mount = [i for i, (where, c) in enumerate(rendered) if "mount -t nfs4" in c]
+    started = [i for i, (where, c) in enumerate(rendered) if c.startswith("docker run")]
+    assert mount and rendered[mount[0]][0] == "host" and mount[0] < started[0]  # mounted before the container
+    assert rendered[-1] == (name, "ls /mnt/shared/disgen")
