@@ -120,6 +120,9 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
                 return manifest
         except (FileNotFoundError, ValueError):
             pass
+        from data_pipeline.loaders import verify_checksum
+
+        verify_checksum(source.path)  # a warning if it differs from the published checksum, as convert
         name, space, image_shape = source.name, source.factor_space, source.image_shape
         classes, n, recorded = source.classes, source.n, identity
     else:
@@ -151,8 +154,11 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
         # the reads run where the file is: on this node
         pinned = {"scheduling_strategy": ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False)}
-        read = ray.data.read_datasource(ShardSource(shards, rows=rows), ray_remote_args=pinned,
-                                        override_num_blocks=len(shards))
+        # one read task per shard, or one for them all where the file cannot seek; as many blocks
+        # as tasks, so that Ray Data splits no shard between tasks
+        groups = [[shard] for shard in shards] if rows.seekable() else [shards]
+        read = ray.data.read_datasource(ShardSource(groups, rows=rows), ray_remote_args=pinned,
+                                        override_num_blocks=len(groups))
         if binary is None:  # M22's files hold 0/1 or 0/255 pixels: a first pass finds which
             tops = read.map_batches(lambda batch: {"top": [int(batch["raw"].max(initial=0))]},
                                     batch_size=None)
@@ -160,7 +166,8 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
         where = f"{source.path}: {source.key}"
         pipeline = read.map_batches(functools.partial(_convert_batch, binary, where), batch_size=None)
     else:
-        read = ray.data.read_datasource(ShardSource(shards, index=index), override_num_blocks=len(shards))
+        groups = [[shard] for shard in shards]
+        read = ray.data.read_datasource(ShardSource(groups, index=index), override_num_blocks=len(groups))
         pipeline = read.map_batches(functools.partial(_render_batch, name), batch_size=None)
     pipeline.write_datasink(sink)
     return sink.manifest or prepared.read_manifest(out)
@@ -222,24 +229,20 @@ def _ray_classes() -> tuple:
     from ray.data.block import BlockAccessor, BlockMetadata
 
     class ShardSource(Datasource):
-        """One read task per shard, its block the rows ``first…first+count-1``: columns ``row``
-        and the grid ``index`` (from ``index``) or the file's ``raw`` images (from ``rows``, a
-        :class:`~data_pipeline.conversion.FileRows`; one task for a file that cannot seek)."""
+        """One read task per group of shards (first row, row count), one block per shard: columns
+        ``row`` and the grid ``index`` (from ``index``) or the file's ``raw`` images (from ``rows``,
+        a :class:`~data_pipeline.conversion.FileRows`)."""
 
-        def __init__(self, shards: list, index: np.ndarray | None = None, rows=None):
+        def __init__(self, groups: list, index: np.ndarray | None = None, rows=None):
             super().__init__()
-            self.shards, self.index, self.rows = shards, index, rows
+            self.groups, self.index, self.rows = groups, index, rows
 
         def estimate_inmemory_data_size(self):
             return None
 
         def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list:
-            if self.rows is not None and not self.rows.seekable():
-                groups = [self.shards]
-            else:
-                groups = [[shard] for shard in self.shards]
             tasks = []
-            for group in groups:
+            for group in self.groups:
                 count = sum(c for _, c in group)
                 metadata = BlockMetadata(num_rows=count, size_bytes=None, exec_stats=None, input_files=None)
                 if self.rows is None:
@@ -392,13 +395,21 @@ def main(argv: list[str] | None = None) -> None:
 
         if not args.out:
             parser.fail("--out", "expected a folder or URI; got an empty string")
-        try:
-            manifest = convert(args.from_file, args.out, dataset=args.dataset,
-                               rows_per_block=args.rows_per_block)
+        if args.single_process and (args.num_cpus is not None or args.address is not None):
+            parser.fail("--single-process", "runs without Ray; drop --num-cpus and --address, or drop "
+                                            "--single-process")
+        try:  # the file is opened and checked before Ray starts
+            if args.single_process:
+                manifest = convert(args.from_file, args.out, dataset=args.dataset,
+                                   rows_per_block=args.rows_per_block)
+            else:
+                manifest = prepare(args.dataset, args.out, rows_per_block=args.rows_per_block,
+                                   num_cpus=args.num_cpus, address=args.address, from_file=args.from_file)
         except (ValueError, FileNotFoundError, OSError) as error:
             parser.error(reason(error))
         print(f"{manifest['n_images']:,} images of {args.from_file} in {len(manifest['blocks'])} blocks "
-              f"under {args.out} (content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s)")
+              f"under {args.out} (content id {manifest['content_id'][:16]}, {manifest['seconds']:.1f} s, "
+              f"{manifest['built_by']})")
         return
     _check_arguments(parser, args)
     options = dict(n_images=args.n_images, reduced=args.reduced, rows_per_block=args.rows_per_block,
