@@ -151,14 +151,10 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
     if from_file is not None:
         rows = source.rows()
         binary = source.binary
-        # the reads run where the file is: on this node
-        pinned = {"scheduling_strategy": ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False)}
         # one read task per shard, or one for them all where the file cannot seek; as many blocks
         # as tasks, so that Ray Data splits no shard between tasks
         groups = [[shard] for shard in shards] if rows.seekable() else [shards]
-        read = ray.data.read_datasource(ShardSource(groups, rows=rows), ray_remote_args=pinned,
-                                        override_num_blocks=len(groups))
+        read = ray.data.read_datasource(ShardSource(groups, rows=rows), override_num_blocks=len(groups))
         if binary is None:  # M22's files hold 0/1 or 0/255 pixels: a first pass finds which
             tops = read.map_batches(lambda batch: {"top": [int(batch["raw"].max(initial=0))]},
                                     batch_size=None)
@@ -239,6 +235,11 @@ def _ray_classes() -> tuple:
 
         def estimate_inmemory_data_size(self):
             return None
+
+        @property
+        def supports_distributed_reads(self) -> bool:
+            """A file is read where it is: Ray Data pins the read tasks to the driver's node."""
+            return self.rows is None
 
         def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list:
             tasks = []
