@@ -1,22 +1,33 @@
-"""Prepare a dataset in the prepared layout, rendering it in parallel Ray Data blocks.
+"""Prepare a dataset in the prepared layout as a Ray Data pipeline: read, ``map_batches``, write.
 
 Run ``python -m data_pipeline.prepare DATASET --out DIR/DATASET [--n-images N] [--seed S]
-[--reduced] [--rows-per-block R] [--num-cpus 2] [--address local]``. ``DIR`` is a local folder or
-any URI pyarrow's file systems understand (``s3://bucket/prefix``); a sweep then reads it with
-``--data-source prepared --data-dir DIR``. Ray Data shows its progress bar while blocks render.
+[--reduced] [--rows-per-block R] [--num-cpus 2] [--address local]``, or with ``--from-file FILE``
+to convert a downloaded real file (or a user's labelled ``.npz``/``.h5``, with the dataset
+``labelled``). ``DIR`` is a local folder or any URI pyarrow's file systems understand
+(``s3://bucket/prefix``); a sweep then reads it with ``--data-source prepared --data-dir DIR``.
 
-The output is the prepared layout (:mod:`data_pipeline.prepared`): one ``.npy`` block of images
-(n, C, H, W) uint8 0..255 per Ray Data task, ``classes.npy``, and ``manifest.json`` with every
-file's sha256 and the content id that names the bytes. :func:`prepare_single_process` writes the
-same files in one process (``--single-process``: the baseline the benchmark compares against, and
-the faster choice on a 2-core laptop).
+:func:`prepare` reads its source with Ray Data (a custom ``Datasource``): the generator's grid
+indices, one read task per shard holding its slice of the seeded draw, or a real file's image rows
+by position (npz members from their offset, hdf5 in whole chunks; a compressed npz member, which
+cannot seek, is streamed by one read task). ``map_batches`` renders the grid points, or converts
+the file's rows, to (n, C, H, W) uint8 0..255, and a ``Datasink`` writes each shard as one block
+of the prepared layout (:mod:`data_pipeline.prepared`), whole or absent, with its checksum; the
+manifest, which lists every shard's sha256 so that a node can fetch and check each on its own, is
+written once at the end (``on_write_complete``). Read, render and write are fused into one task
+per shard, so no image passes through the driver or waits in the object store. A real file is
+read on the node that runs the command (its read tasks are pinned there). An interrupted build
+keeps, on a rerun, every shard whose record (``progress-<first row>.json``, deleted at the end)
+matches and whose checksum holds.
 
-``--from-file FILE`` converts a downloaded real file (or a user's labelled ``.npz``/``.h5``, with
-the dataset ``labelled``) into the same layout instead, streamed a piece at a time and resumable
-(:mod:`data_pipeline.conversion`).
+:func:`prepare_single_process` (``--single-process``) writes the same files in one process, and
+:func:`~data_pipeline.conversion.convert` (``--from-file FILE --single-process``) the same
+conversion: the baselines the benchmark compares against (benchmarks/prepare_dataset.py), and the
+faster choice on a 2-core laptop. The bytes and the manifest are the same either way, but for who
+built it and how long it took.
 
-This is the only module of ``data_pipeline`` that imports Ray. Do not run it inside trials that
-have reserved every CPU: Ray Data then waits forever for a free one.
+This is the only module of ``data_pipeline`` that imports Ray, and only when :func:`prepare` runs.
+Do not run it inside trials that have reserved every CPU: Ray Data then waits forever for a free
+one.
 """
 
 from __future__ import annotations
