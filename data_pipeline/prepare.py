@@ -116,8 +116,9 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
 
     Unless this process is already connected to Ray, it calls ``ray.init(address)``: None joins
     the machine's running cluster if there is one, else starts one with ``num_cpus``; ``"local"``
-    always starts a fresh one. A real file is read on the driver's node (the read tasks are
-    pinned there); rendering and writing spread over the cluster.
+    always starts a fresh one. A generator's shards spread over the cluster; a real file is read,
+    converted and written on the driver's node (its read tasks are pinned there, and Ray Data
+    fuses the three steps into one task per shard).
     """
     if from_file is not None:
         from data_pipeline import conversion
@@ -293,7 +294,8 @@ def _ray_classes() -> tuple:
                 rows, images = np.asarray(batch["row"]), np.asarray(batch["image"])
                 for first in np.unique(rows - rows % self.step).tolist():
                     mine = (rows >= first) & (rows < first + self.step)
-                    pending.setdefault(first, []).append((rows[mine], images[mine]))
+                    piece = (rows, images) if mine.all() else (rows[mine], images[mine])  # no copy if whole
+                    pending.setdefault(first, []).append(piece)
                     if sum(len(r) for r, _ in pending[first]) == min(self.step, self.n - first):
                         written.append(self._write_shard(first, pending.pop(first)))
             if pending:
@@ -303,11 +305,15 @@ def _ray_classes() -> tuple:
 
         def _write_shard(self, first: int, pieces: list) -> dict:
             rows = np.concatenate([r for r, _ in pieces])
-            order = np.argsort(rows, kind="stable")
-            if not np.array_equal(rows[order], np.arange(first, first + len(rows))):
-                raise RuntimeError(f"{self.out}: shard {first} holds rows other than "
-                                   f"{first}…{first + len(rows) - 1}")
-            images = np.concatenate([i for _, i in pieces])[order]
+            expected = np.arange(first, first + len(rows))
+            if len(pieces) == 1 and np.array_equal(rows, expected):  # the usual case: one block, in order
+                images = pieces[0][1]
+            else:
+                order = np.argsort(rows, kind="stable")
+                if not np.array_equal(rows[order], expected):
+                    raise RuntimeError(f"{self.out}: shard {first} holds rows other than "
+                                       f"{first}…{first + len(rows) - 1}")
+                images = np.concatenate([i for _, i in pieces])[order]
             block = prepared.write_block(self.out, first, images)
             record = {"source": self.identity, "block": block}
             prepared._put(self.out, f"{PROGRESS}{first:09d}.json", json.dumps(record).encode())
@@ -318,17 +324,20 @@ def _ray_classes() -> tuple:
 
         def finish(self, written: list) -> None:
             """Write the manifest of the kept and the written shards (last: the folder is then
-            finished), then delete the shards' records."""
+            finished), then delete every shard record in the folder."""
+            import pyarrow.fs as pafs
+
             fields = self.manifest_fields
             self.manifest = prepared.write_manifest(
                 self.out, fields["dataset"], fields["space"], fields["image_shape"], [*self.kept, *written],
                 fields["classes"], fields["source"], fields["built_by"], time.perf_counter() - self.started)
             fs, base = prepared.filesystem(self.out)
-            for block in self.manifest["blocks"]:
-                try:
-                    fs.delete_file(f"{base}/{PROGRESS}{block['first']:09d}.json")
-                except (FileNotFoundError, OSError):
-                    pass
+            for info in fs.get_file_info(pafs.FileSelector(base)):
+                if info.base_name.startswith(PROGRESS) and info.base_name.endswith(".json"):
+                    try:
+                        fs.delete_file(info.path)
+                    except OSError:  # gone already; a leftover record is ignored by a finished folder
+                        pass
 
     return ShardSource, ShardSink
 
