@@ -123,3 +123,27 @@ def test_an_interrupted_build_keeps_its_intact_shards_and_writes_the_rest(ray_se
     assert {name: (out / name).stat().st_mtime_ns for name in kept[:-1]} == times  # not rewritten
     prepare_single_process("simple", tmp_path / "one", n_images=700, rows_per_block=200, seed=1)
     assert_same_build(out, tmp_path / "one")
+
+
+def test_the_sink_puts_a_shard_together_from_pieces_and_never_writes_a_part(tmp_path):
+    from ray.data.block import BlockAccessor
+
+    from data_pipeline.prepare import _ray_classes
+
+    _, ShardSink = _ray_classes()
+    images = np.random.default_rng(0).integers(0, 256, (10, 1, 4, 4), dtype=np.uint8)
+    sink = ShardSink(tmp_path, 4, 10, {"kind": "test"}, [], {}, 0.0)
+
+    def block(rows):
+        return BlockAccessor.batch_to_block({"row": np.asarray(rows), "image": images[rows]})
+
+    # shard 4…7 in two pieces, out of order; shard 0…3 and the last, 8…9, whole
+    written = sink.write([block([6, 7, 8, 9]), block([0, 1, 2, 3]), block([5, 4])], None)
+    assert [b["first"] for b in written] == [8, 0, 4]
+    for entry in written:
+        stored = np.load(tmp_path / entry["file"])
+        assert np.array_equal(stored, images[entry["first"]:entry["first"] + entry["count"]])
+        assert json.loads((tmp_path / f"progress-{entry['first']:09d}.json").read_text())["block"] == entry
+    with pytest.raises(RuntimeError, match=r"rows \[4\] reached a write task incomplete"):
+        ShardSink(tmp_path / "part", 4, 10, {}, [], {}, 0.0).write([block([4, 5, 6])], None)
+    assert not (tmp_path / "part").exists()  # nothing of the shard was written
