@@ -211,37 +211,20 @@ class RealFile:
 
     # -- streaming the images ---------------------------------------------------------------------
 
-    def _raw(self, start: int, step: int) -> Iterator[tuple[int, np.ndarray]]:
-        if self._is_hdf5():
-            import h5py
+    def rows(self) -> FileRows:
+        """A small picklable reader of this file's image rows (no labels): what a Ray Data read
+        task carries."""
+        return FileRows(str(self.path), self.key, self.header.shape, self.header.dtype.str, self._is_hdf5())
 
-            with h5py.File(self.path, "r") as data:
-                images = data[self.key]
-                for first in range(start, self.n, step):
-                    yield first, images[first:first + step]
-            return
-        with zipfile.ZipFile(self.path) as archive, archive.open(self.key + ".npy") as member:
-            _npy_header(member)
-            row_shape, dtype = self.header.shape[1:], self.header.dtype
-            row_bytes = int(np.prod(row_shape)) * dtype.itemsize
-            member.seek(member.tell() + start * row_bytes)
-            for first in range(start, self.n, step):
-                count = min(step, self.n - first)
-                raw = np.frombuffer(member.read(count * row_bytes), dtype=dtype)
-                yield first, raw.reshape(count, *row_shape)
+    def shards(self, start: int, step: int) -> list[tuple[int, int]]:
+        """(first row, row count) of the pieces of ``step`` rows from ``start`` to the end."""
+        return [(first, min(step, self.n - first)) for first in range(start, self.n, step)]
+
+    def _raw(self, start: int, step: int) -> Iterator[tuple[int, np.ndarray]]:
+        return self.rows().pieces(self.shards(start, step))
 
     def _stored(self, images: np.ndarray) -> np.ndarray:
-        """A piece as the prepared layout stores it: (n, C, H, W) uint8 0..255."""
-        if self.binary:
-            if images.size and images.max() > 1:
-                raise ValueError(f"{self.path}: {self.key}: expected 0/1 pixels; got values up to "
-                                 f"{images.max()}")
-            images = images.astype(np.uint8) * np.uint8(255)
-        elif images.dtype == bool:
-            images = images.astype(np.uint8) * np.uint8(255)
-        if images.ndim == 3:
-            return np.ascontiguousarray(images[:, None])
-        return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+        return stored_layout(images, self.binary, f"{self.path}: {self.key}")
 
     def pieces(self, start: int = 0, step: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, images (n, C, H, W) uint8 0..255) from ``start`` to the end, ``step`` rows at
@@ -251,6 +234,74 @@ class RealFile:
             self.binary = all(piece.max(initial=0) <= 1 for _, piece in self._raw(0, step))
         for first, piece in self._raw(start, step):
             yield first, self._stored(piece)
+
+
+class FileRows:
+    """Rows of one image array of a real file, read by position: an npz member from its offset
+    (one pass for a compressed member, which cannot seek), an hdf5 dataset by slices. Picklable,
+    so that each Ray Data read task of :mod:`data_pipeline.prepare` reads its own rows."""
+
+    def __init__(self, path: str, key: str, shape, dtype: str, hdf5: bool):
+        self.path, self.key, self.shape, self.dtype, self.hdf5 = path, key, tuple(shape), dtype, hdf5
+
+    def seekable(self) -> bool:
+        """Whether a piece can be read without reading the rows before it (hdf5, or an npz member
+        stored uncompressed, as ``numpy.savez`` writes it)."""
+        if self.hdf5:
+            return True
+        with zipfile.ZipFile(self.path) as archive:
+            return archive.getinfo(self.key + ".npy").compress_type == zipfile.ZIP_STORED
+
+    def pieces(self, shards) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, raw images as stored in the file) for each (first, count) of ``shards``, in
+        increasing order, the file opened once."""
+        if self.hdf5:
+            import h5py
+
+            with h5py.File(self.path, "r") as data:
+                images = data[self.key]
+                for first, count in shards:
+                    yield first, images[first:first + count]
+            return
+        with zipfile.ZipFile(self.path) as archive, archive.open(self.key + ".npy") as member:
+            _npy_header(member)
+            start, dtype = member.tell(), np.dtype(self.dtype)
+            row_bytes = int(np.prod(self.shape[1:])) * dtype.itemsize
+            for first, count in shards:
+                member.seek(start + first * row_bytes)
+                raw = np.frombuffer(member.read(count * row_bytes), dtype=dtype)
+                yield first, raw.reshape(count, *self.shape[1:])
+
+
+def stored_layout(images: np.ndarray, binary: bool | None, where: str) -> np.ndarray:
+    """A piece as the prepared layout stores it: (n, C, H, W) uint8 0..255. ``binary``: the file
+    holds 0/1 pixels (checked)."""
+    if binary:
+        if images.size and images.max() > 1:
+            raise ValueError(f"{where}: expected 0/1 pixels; got values up to {images.max()}")
+        images = images.astype(np.uint8) * np.uint8(255)
+    elif images.dtype == bool:
+        images = images.astype(np.uint8) * np.uint8(255)
+    if images.ndim == 3:
+        return np.ascontiguousarray(images[:, None])
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+
+
+def block_rows(source: RealFile, rows_per_block: int | None) -> int:
+    """Rows per block of a conversion: ``rows_per_block`` or about 64 MiB of images, rounded down
+    to whole hdf5 chunks (each chunk is then decompressed once)."""
+    if rows_per_block is not None and rows_per_block < 1:
+        raise ValueError(f"rows_per_block must be at least 1; got {rows_per_block}")
+    step = rows_per_block or prepared.rows_per_block(source.image_shape)
+    if source.chunk > 1:
+        step = max(source.chunk, step // source.chunk * source.chunk)
+    return step
+
+
+def file_identity(source: RealFile, step: int) -> dict:
+    """The ``source`` a conversion's manifest records: the file's name, size and modification
+    time, and the rows per block (a finished conversion with the same identity is not redone)."""
+    return {"kind": "file", **source.identity, "rows_per_block": step}
 
 
 def real_file_path(dataset: str, data_dir=None) -> Path:
@@ -325,12 +376,8 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
                              "circles, simple, twoshapes or labelled)")
         dataset = row.dataset
     source = RealFile(path, dataset, bins=bins)
-    if rows_per_block is not None and rows_per_block < 1:
-        raise ValueError(f"rows_per_block must be at least 1; got {rows_per_block}")
-    step = rows_per_block or prepared.rows_per_block(source.image_shape)
-    if source.chunk > 1:  # whole hdf5 chunks per block: each chunk is decompressed once
-        step = max(source.chunk, step // source.chunk * source.chunk)
-    identity = {"kind": "file", **source.identity, "rows_per_block": step}
+    step = block_rows(source, rows_per_block)
+    identity = file_identity(source, step)
     try:
         manifest = prepared.read_manifest(out)
         if manifest.get("source") == identity:

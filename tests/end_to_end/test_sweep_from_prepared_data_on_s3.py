@@ -89,7 +89,7 @@ def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tm
     np.savez(tmp_path / "circles.npz", images=render("circles", space.all_classes()),
              factor_values=space.raw_values(space.all_classes()), factor_sizes=np.array(space.sizes))
     prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", f"{data_dir}/circles",
-             "--rows-per-block", "300"])
+             "--rows-per-block", "300", "--single-process"])  # one process: this test process starts no Ray
     circles = open_reference(prepared_reference(f"{data_dir}/circles"), cache_dir=tmp_path / "mine")
     assert len(circles.images.blocks) == 4 and np.array_equal(circles.classes, space.all_classes())
     assert np.array_equal(circles.images[np.arange(1024)][:, 0], render("circles", space.all_classes()))

@@ -84,7 +84,9 @@ def test_data_dir_makes_every_trial_real_and_the_driver_reads_no_image(tmp_path,
     from data_pipeline.prepare import main as prepare
 
     write_circles(tmp_path)
-    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles")])
+    # one process: this test starts no Ray
+    prepare(["circles", "--from-file", str(tmp_path / "circles.npz"), "--out", str(tmp_path / "circles"),
+             "--single-process"])
 
     def no_images(*args, **kwargs):
         raise AssertionError("the driver read images")
