@@ -143,7 +143,9 @@ def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> d
     Returns None if training goes on (from the start or a checkpoint); if training had already
     finished (a final checkpoint), the models' trained weights are loaded and the training's record
     is returned (its timings, where saved)."""
-    found = newest_checkpoint(members)
+    storage_context = tune.get_context().get_storage()
+    found = newest_checkpoint(members, storage_context.storage_filesystem, storage_context.trial_fs_path,
+                              tune.get_checkpoint())
     if found is None:
         return None
     state = found[1]
@@ -205,12 +207,11 @@ def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | Non
     return sealed if sizes == list(sealed["files"].values()) else None
 
 
-def _stored_checkpoints(members: Sequence[TrialConfig]) -> list[tuple[dict, tune.Checkpoint]]:
+def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
+                        folder: str) -> list[tuple[dict, tune.Checkpoint]]:
     """The complete checkpoints in the trial's folder on storage, as (seal, checkpoint)."""
     from pyarrow import fs
 
-    storage_context = tune.get_context().get_storage()
-    filesystem, folder = storage_context.storage_filesystem, storage_context.trial_fs_path
     try:
         entries = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
     except OSError:
@@ -224,15 +225,16 @@ def _stored_checkpoints(members: Sequence[TrialConfig]) -> list[tuple[dict, tune
     return found
 
 
-def newest_checkpoint(members: Sequence[TrialConfig]) -> tuple[tune.Checkpoint, dict] | None:
+def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str,
+                      given: tune.Checkpoint | None) -> tuple[tune.Checkpoint, dict] | None:
     """The checkpoint a trial goes on from, and its state: the one that goes furthest of Tune's
-    (``tune.get_checkpoint``) and the complete ones in the trial's folder on storage. Tune's record
+    (``given``, from ``tune.get_checkpoint``) and the complete ones in the trial's ``folder`` on
+    storage (a pyarrow ``filesystem``). Tune's record
     can name an older checkpoint than storage holds, or one already deleted, or none: a driver that
     died after a newer checkpoint registered and before Tune saved its state, or a resume that
     restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
     not read back whole, or goes less far than its seal says, is passed over for the next."""
-    candidates = _stored_checkpoints(members)
-    given = tune.get_checkpoint()
+    candidates = _stored_checkpoints(members, filesystem, folder)
     if given is not None and not any(c.path == given.path for _, c in candidates):
         # Tune's own, from before seals (or unsealed): tried after every sealed one that goes further
         candidates.append(({"step": -1, "final": False}, given))
