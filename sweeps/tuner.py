@@ -245,13 +245,16 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
 
 
 # Tune's error when a trial's recorded checkpoint is gone: the driver died after a newer checkpoint
-# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state.
+# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state. Such a trial runs
+# again as a new Tune trial in its folder, and goes on from the newest checkpoint there
+# (sweeps.trainable.newest_checkpoint).
 LOST_CHECKPOINT = "Could not recover from checkpoint"
 
 
 def _keys_of(grid, base) -> set[str]:
     """The trial keys a Tune experiment's trials hold (its ResultGrid), less those that could not
-    be restored because their checkpoint is gone: those run again, from the start."""
+    be restored because their checkpoint is gone: those run again, from their newest checkpoint on
+    storage."""
     return {member.trial_key for result in grid if result.config
             and not (result.error and LOST_CHECKPOINT in str(result.error))
             for member in members_of(result.config, base)}
@@ -295,8 +298,8 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
     if lost:
-        print(f"{lost} trials had lost their checkpoint (the driver died as they finished); "
-              "running them again", flush=True)
+        print(f"{lost} trials could not be restored from the checkpoint Tune recorded (deleted after a "
+              "newer one registered); running them again from their newest checkpoint", flush=True)
     return grid.num_errors - lost, _keys_of(grid, base)
 
 
@@ -326,8 +329,10 @@ def _finish_evaluations(experiment_dir: str, base, stop: StopSignal) -> int:
 
 
 def _to_run(plan: dict, covered: set[str]) -> list:
-    """The planned trials that no Tune run holds and that have no row yet: all of them for a new
-    experiment; for a resume, the ones an extension adds (or a run killed before Tune saved state)."""
+    """The planned trials that no Tune run holds and that have no finished row: all of them for a
+    new experiment; for a resume, the ones an extension adds, those of an earlier Tune run of an
+    extended experiment (a restore reads the newest run's state only) and those of a run killed
+    before Tune saved state. Each goes on from its newest checkpoint on storage, if it has one."""
     finished = results_store(plan["experiment_dir"]).keys
     return [t for t in plan["trials"] if t.trial_key not in covered and t.trial_key not in finished]
 
