@@ -65,7 +65,7 @@ def crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session, tmp_path,
-                                                                     checkpoint_signals):
+                                                                     checkpoint_signals, capsys):
     grid = tmp_path / "grid.yaml"
     grid.write_text(GRID)
     options = ["--checkpoint-every", "10", "--checkpoint-minutes", "0"]
@@ -82,8 +82,13 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     states = list(experiment.glob("experiment_state-*.json"))
     assert len(states) == 1 and "checkpoint_000000" in states[0].read_text()
 
+    capsys.readouterr()
     with checkpoint_signals.releasing():
         run_to_the_end([*argv, "--resume"])
+    out = capsys.readouterr().out
+    # Tune was not left to fail restoring the deleted checkpoint: the trial never failed
+    assert "1 trials went on from their newest checkpoint on storage" in out, out[-3000:]
+    assert "could not be restored" not in out and not (experiment / "errors.jsonl").exists()
     trials, history = resumed = results(experiment)
     assert len(trials) == 1 and (trials["status"] == "finished").all()
     assert history["step"].tolist() == list(range(5, 41, 5))  # each report once, none lost
