@@ -7,7 +7,9 @@ training rows. One model takes the plain path, ``models.build_trainer``: one ``T
 loop. A pack is the second path beside it: one ``models.packed.PackedTrainer`` (vmapped on a GPU,
 a loop on a CPU) with one array of training rows per member. Either way the trial reports loss
 terms as it goes, writes each model's TensorBoard scalars and reconstruction grids (drawn from
-the model's current weights), and checkpoints so a failed trial resumes where it stopped.
+the model's current weights), and checkpoints so a failed trial resumes where it stopped: from
+the newest complete checkpoint in its folder on storage, each sealed once written (``SEAL``),
+whatever checkpoint Tune's record names (``newest_checkpoint``).
 
 Then the models are evaluated (``sweeps/evaluation.py``), each on its own split's held-out
 images, in one of two ways:

@@ -246,8 +246,9 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
 
 
 # Tune's error when a trial's recorded checkpoint is gone: the driver died after a newer checkpoint
-# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state. Such a trial runs
-# again as a new Tune trial in its folder, and goes on from the newest checkpoint there
+# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state. ForgetLostCheckpoints
+# keeps Tune from trying such a checkpoint; one deleted after that check still fails, and its trial
+# runs again as a new Tune trial in its folder, going on from the newest checkpoint there
 # (sweeps.trainable.newest_checkpoint).
 LOST_CHECKPOINT = "Could not recover from checkpoint"
 
