@@ -275,7 +275,10 @@ class ForgetLostCheckpoints(tune.Callback):
             if trial.status == trial.TERMINATED or latest is None or latest.checkpoint is None:
                 continue
             checkpoint = latest.checkpoint
-            if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
+            try:
+                if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
+                    continue
+            except OSError:  # storage did not answer: Tune tries the checkpoint (LOST_CHECKPOINT if gone)
                 continue
             manager._checkpoint_results = [r for r in manager._checkpoint_results if r is not latest]
             manager._latest_checkpoint_result = None
