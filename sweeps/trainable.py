@@ -235,7 +235,8 @@ def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str,
     can name an older checkpoint than storage holds, or one already deleted, or none: a driver that
     died after a newer checkpoint registered and before Tune saved its state, or a resume that
     restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
-    not read back whole, or goes less far than its seal says, is passed over for the next."""
+    not read back whole, or goes less far than its seal says, is passed over for the next; one that
+    cannot be read for another reason (storage that does not answer) fails the trial."""
     candidates = _stored_checkpoints(members, filesystem, folder)
     if given is not None and not any(c.path == given.path for _, c in candidates):
         # Tune's own, from before seals (or unsealed): tried after every sealed one that goes further
@@ -245,8 +246,10 @@ def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str,
         try:
             with checkpoint.as_directory() as folder:
                 state = trainer_file.load(folder)
-        except (OSError, trainer_file.CheckpointError):
+        except (FileNotFoundError, trainer_file.CheckpointError):
             continue  # gone or torn meanwhile: the next one back
+        # any other error (storage that does not answer) fails the trial, which Tune retries: never
+        # a silent start from an older checkpoint, or from step 0
         if sealed["step"] in (-1, _reach(state["histories"])):
             return checkpoint, state
     return None
