@@ -197,12 +197,14 @@ def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | Non
     is there at its size; else None (another trial's, half written, or from before seals)."""
     from pyarrow import fs
 
+    if filesystem.get_file_info(f"{path}/{SEAL}").type != fs.FileType.File:
+        return None  # no seal (yet)
     try:
         with filesystem.open_input_stream(f"{path}/{SEAL}") as stream:
             sealed = json.loads(stream.read())
         infos = filesystem.get_file_info([f"{path}/{name}" for name in sealed["files"]])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None  # gone meanwhile, or not a seal this code wrote
     if sealed.get("trial_keys") != [m.trial_key for m in members]:
         return None
     sizes = [info.size if info.type == fs.FileType.File else None for info in infos]
@@ -211,13 +213,11 @@ def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | Non
 
 def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
                         folder: str) -> list[tuple[dict, tune.Checkpoint]]:
-    """The complete checkpoints in the trial's folder on storage, as (seal, checkpoint)."""
+    """The complete checkpoints in the trial's folder on storage, as (seal, checkpoint); storage
+    that does not answer fails the trial (Tune retries it)."""
     from pyarrow import fs
 
-    try:
-        entries = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
-    except OSError:
-        return []
+    entries = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
     found = []
     for entry in entries:
         if entry.type == fs.FileType.Directory and entry.base_name.startswith("checkpoint_"):
