@@ -12,6 +12,12 @@ Inside a test that uses the ``checkpoint_signals`` fixture (tests/conftest.py), 
 Each file holds the process's pid, and the process waits (at most 60 s) until the file is deleted.
 Outside such a test the folder is gone and nothing waits.
 
+A sweep's driver started with ``DRIVER_DIES_AT=N`` in its environment dies (``os._exit``, no
+clean-up, as a killed head does) right after Tune registers a trial's Nth checkpoint: after Tune
+has deleted the checkpoints beyond ``num_to_keep`` and before it saves its experiment state again.
+So that the state it leaves names a checkpoint, Tune's state is saved right after each trial's
+first checkpoint registers (Tune saves it every so often; here, at a known point).
+
 disgen itself has no hook for this: conftest sets ``RAY_RUNTIME_ENV_HOOK`` to ``runtime_env_hook``,
 so that every ``ray.init`` of a test (the tests' shared Ray, a sweep's driver in a subprocess, a
 multi-node cluster's) gives its workers ``install`` as their ``worker_process_setup_hook``, and
@@ -31,6 +37,8 @@ import time
 
 FOLDER = "DISGEN_CHECKPOINT_SIGNAL_DIR"
 WAIT_SECONDS = 60
+DRIVER_DIES_AT = "DISGEN_TEST_DRIVER_DIES_AT_CHECKPOINT"
+DRIVER_EXIT_CODE = 86  # the code a driver dies with at DRIVER_DIES_AT
 
 
 class CheckpointSignals:
@@ -91,7 +99,32 @@ def runtime_env_hook(runtime_env):
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if os.environ.get(DRIVER_DIES_AT):
+        _die_at_checkpoint(int(os.environ[DRIVER_DIES_AT]))
     return {**(runtime_env or {}), "worker_process_setup_hook": install}
+
+
+def _die_at_checkpoint(count: int) -> None:
+    """In a sweep's driver: save Tune's state after each trial's first registered checkpoint, and
+    die right after a trial's ``count``th registers (see the module docstring)."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    process_save = TuneController._process_trial_save
+    registered: dict[str, int] = {}
+
+    @functools.wraps(process_save)
+    def processing_save(controller, trial, checkpoint_value):
+        process_save(controller, trial, checkpoint_value)
+        if checkpoint_value is None or checkpoint_value.checkpoint is None:
+            return
+        registered[trial.trial_id] = registered.get(trial.trial_id, 0) + 1
+        if registered[trial.trial_id] == 1:
+            controller.checkpoint(force=True, wait=True)
+        if registered[trial.trial_id] == count:
+            sys.stdout.flush()
+            os._exit(DRIVER_EXIT_CODE)
+
+    TuneController._process_trial_save = processing_save
 
 
 def install() -> None:
