@@ -234,16 +234,20 @@ class Run:
 
     def set(self, key: str, value) -> None:
         with self.lock:
-            node = self.figures
-            *parents, last = key.split(".")
-            for part in parents:
-                if not isinstance(node.get(part), dict):
-                    node[part] = {}
-                node = node[part]
-            node[last] = value
+            self._place(key, value)
             if value == DEADLINE or (isinstance(value, str) and value.startswith(DEADLINE)):
                 self.figures["not_run"].append(key)
             self.write()
+
+    def _place(self, key: str, value) -> None:
+        """Put ``value`` at the dotted ``key``, making the dicts on the way (the caller holds the lock)."""
+        node = self.figures
+        *parents, last = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[last] = value
 
     def write(self) -> None:
         with self.lock:
@@ -308,13 +312,7 @@ class Run:
         os._exit(3)
 
     def _set_quietly(self, key: str, value) -> None:
-        node = self.figures
-        *parents, last = key.split(".")
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[last] = value
+        self._place(key, value)
         self.figures["not_run"].append(key)
 
     def start_watchdog(self):
