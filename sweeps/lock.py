@@ -13,10 +13,14 @@ half written). On S3: a conditional ``PutObject`` with
 conditional write), and a stale lock is taken over with ``If-Match`` on its ETag, so only one
 driver replaces it. Other object stores (``gs://``…) have no such operation in pyarrow: there the
 lock is written and read back, which catches all but two drivers started within the same second.
+A stale local lock is removed under an ``flock`` (a guard file in the temporary folder), only while it is
+still the stale holder's; then each driver tries the atomic create again.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -115,17 +119,24 @@ class ExperimentLock:
             if self.read() == holder:
                 fs.delete_file(inner)
             return False
-        aside = f"{inner}.stale-{uuid.uuid4().hex}"
-        try:
-            os.replace(inner, aside)  # atomic: exactly one driver moves the file
-        except FileNotFoundError:
-            return False
-        with open(aside, "rb") as f:
-            moved = json.loads(f.read() or b"{}")
-        if moved == holder:
-            os.remove(aside)
-        elif not os.path.exists(inner):  # we moved a newer lock: put it back
-            os.replace(aside, inner)
+        # One driver at a time reads and removes (an flock, released by the kernel if its holder
+        # dies): the lock is removed only while it is still the stale holder's, never a lock a
+        # faster driver has just created (that one cannot be replaced meanwhile: creating is a
+        # link, which fails where a lock exists). Moving the lock aside without this guard let a
+        # driver move a newer lock and put it back after a third had created its own.
+        # (only this host's drivers judge a lock of this host stale, so the guard can live outside
+        # the experiment folder, which it leaves as it was)
+        guard_path = os.path.join(tempfile.gettempdir(),
+                                  f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
+        with open(guard_path, "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            try:
+                if self.read() == holder:
+                    os.remove(inner)
+            except FileNotFoundError:
+                pass
+            finally:
+                fcntl.flock(guard, fcntl.LOCK_UN)
         return False
 
     # -- S3: conditional writes ----------------------------------------------------------------------

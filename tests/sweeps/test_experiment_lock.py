@@ -10,6 +10,7 @@ import textwrap
 import threading
 
 import pytest
+from s3_faults import FaultyS3
 
 from analysis import storage
 from sweeps.errors import UsageError
@@ -115,9 +116,13 @@ def race(url, drivers=8):
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def experiment_url(request, tmp_path):
+def experiment_url(request, tmp_path, monkeypatch):
     if request.param == "s3":
-        request.getfixturevalue("s3_server")
+        # S3 applies a conditional PUT atomically; moto checks, then writes: the proxy makes its
+        # conditional PUTs one at a time, as S3's are (tests/s3_faults.py)
+        proxy = FaultyS3(request.getfixturevalue("s3_server")["AWS_ENDPOINT_URL"], atomic_conditions=True)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        request.addfinalizer(proxy.close)
         return "s3://disgen-test/runs/exp"
     return str(tmp_path / "exp")
 
