@@ -149,3 +149,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def faulty_s3(s3_server, monkeypatch):
+    """The ``s3_server`` behind a proxy that fails the requests a test asks it to
+    (``tests/s3_faults.py``), with ``AWS_ENDPOINT_URL`` pointed at the proxy."""
+    from s3_faults import FaultyS3
+
+    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    yield proxy
+    proxy.close()

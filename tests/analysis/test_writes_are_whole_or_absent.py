@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from s3_faults import FaultyS3, is_copy, is_put
+from s3_faults import is_copy, is_put
 
 from analysis import storage
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
@@ -142,14 +142,6 @@ def test_a_compaction_interrupted_inside_a_write_loses_and_duplicates_nothing(ex
     assert sorted(all_files(experiment)) == [HISTORY_FILE, TRIALS_FILE]
     for was, now in zip(before, snapshot(experiment)):
         assert was.equals(now)
-
-
-@pytest.fixture
-def faulty_s3(s3_server, monkeypatch):
-    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"])
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    yield proxy
-    proxy.close()
 
 
 def test_a_burst_of_503s_is_retried_and_stores_each_row_once(faulty_s3):

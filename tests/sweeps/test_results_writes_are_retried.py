@@ -8,7 +8,7 @@ import random
 
 import pytest
 from ray.tune.experiment import Trial
-from s3_faults import FaultyS3, is_put
+from s3_faults import is_put
 
 from analysis import storage
 from analysis.loading import ERRORS_FILE
@@ -146,14 +146,6 @@ def test_without_a_stop_signal_the_failure_is_raised(tmp_path, monkeypatch):
     Faults(monkeypatch)
     with pytest.raises(StorageFailed, match="failed 3 times.*SLOW_DOWN"):
         writer.on_trial_complete(0, [], finished)
-
-
-@pytest.fixture
-def faulty_s3(s3_server, monkeypatch):
-    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"])
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    yield proxy
-    proxy.close()
 
 
 @pytest.mark.slow
