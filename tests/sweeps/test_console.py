@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from sweeps.checkpoints import checkpoint_due
 from sweeps.console import Console, TuneOutput, duration
 from sweeps.grid import get_spec, trial_configs
 from sweeps.packing import dirname, tune_config
-from sweeps.trainable import checkpoint_due
 
 
 class Clock:
