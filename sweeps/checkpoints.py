@@ -7,8 +7,9 @@ storage as ``training_checkpoint_<step>``, sealed last (``SEAL``); the next chec
 previous one. The newest two are kept. The trial's progress reports to Tune carry no checkpoint, so
 Tune neither uploads one inside ``tune.report`` while the GPU waits nor deletes one before its own
 state names the next. **The final checkpoint** (the trained weights, one file per model, so that an
-evaluation task reads its own member's file) is reported to Tune as before, and then the training
-checkpoints are removed.
+evaluation task reads its own member's file) is reported to Tune as before; once the driver has it
+(``sweeps.results.ResultsWriter``), the trial's in-training checkpoints are removed
+(``remove_training_checkpoints``).
 
 A trial that starts again (a failed worker, a lost node, a resumed driver) goes on from the
 newest complete checkpoint in its folder on storage (``newest_checkpoint``), whatever checkpoint
@@ -183,11 +184,6 @@ class CheckpointWriter:
         finally:
             self._thread.shutdown(wait=True)
 
-    def remove_all(self) -> None:
-        """Delete the trial's in-training checkpoints (its final checkpoint holds its models)."""
-        self.kept.clear()
-        self._prune()
-
     def _write(self, state: dict, histories: list[list[dict]]) -> None:
         from pyarrow import fs
 
@@ -208,11 +204,15 @@ class CheckpointWriter:
         self._prune()
 
     def _prune(self) -> None:
-        """Delete every in-training checkpoint of the trial but the ``kept`` ones."""
-        from pyarrow import fs
+        remove_training_checkpoints(self.filesystem, self.folder, keep=self.kept)
 
-        entries = self.filesystem.get_file_info(fs.FileSelector(self.folder, allow_not_found=True))
-        for entry in entries:
-            if (entry.type == fs.FileType.Directory and entry.base_name.startswith(TRAINING_PREFIX)
-                    and entry.base_name not in self.kept):
-                self.filesystem.delete_dir(entry.path)
+
+def remove_training_checkpoints(filesystem, folder: str, keep=()) -> None:
+    """Delete every in-training checkpoint in the trial folder ``folder`` of the pyarrow
+    ``filesystem`` but those named in ``keep``."""
+    from pyarrow import fs
+
+    for entry in filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True)):
+        if (entry.type == fs.FileType.Directory and entry.base_name.startswith(TRAINING_PREFIX)
+                and entry.base_name not in keep):
+            filesystem.delete_dir(entry.path)

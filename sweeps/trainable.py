@@ -307,4 +307,3 @@ def train_trial(config: dict, run_info: dict) -> None:
                                 {"members": [m.to_dict() for m in members], "training": training})
         seal(folder, members, [log.history for log in logs], final=True)
         tune.report(final, checkpoint=tune.Checkpoint.from_directory(folder))
-    writer.remove_all()  # the final checkpoint, now on storage, holds the trained models

@@ -63,7 +63,7 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     argv = sweep_argv(grid, tmp_path, "exp", *options)
     crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv)
     experiment = tmp_path / "exp"
-    (trial_dir,) = [p for p in experiment.iterdir() if (p / "result.json").exists()]
+    (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir() and list(p.glob(TRAINING_PREFIX + "*"))]
     # both in-training checkpoints on storage (the newest two are kept), none of them Tune's
     assert sorted(p.name for p in trial_dir.glob(TRAINING_PREFIX + "*")) == [
         f"{TRAINING_PREFIX}{step:010d}" for step in (10, 20)]
