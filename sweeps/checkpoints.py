@@ -13,7 +13,9 @@ evaluation task reads its own member's file) is reported to Tune as before; once
 
 A trial that starts again (a failed worker, a lost node, a resumed driver) goes on from the
 newest complete checkpoint in its folder on storage (``newest_checkpoint``), whatever checkpoint
-Tune's record names, if any.
+Tune's record names, if any. The in-training checkpoints live in the folder disgen names for the
+trial (``checkpoint_folder``), not necessarily Tune's: a trial that runs again as a new Tune trial
+(its driver died before Tune saved its state) gets a Tune folder with a suffix, but finds them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 from ray import tune
 
 from models import checkpoint as trainer_file
+from sweeps.packing import dirname
 from sweeps.trials import TrialConfig
 
 # In-training checkpoints, written by ``CheckpointWriter``; Tune's own are ``checkpoint_<index>``.
@@ -96,17 +99,19 @@ def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
     return found
 
 
-def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str,
-                      given: tune.Checkpoint | None) -> tuple[tune.Checkpoint, dict] | None:
+def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str, given: tune.Checkpoint | None,
+                      others: Sequence[str] = ()) -> tuple[tune.Checkpoint, dict] | None:
     """The checkpoint a trial goes on from, and its state: the one that goes furthest of Tune's
     (``given``, from ``tune.get_checkpoint``) and the complete ones in the trial's ``folder`` on
-    storage (a pyarrow ``filesystem``). Tune's record
+    storage (a pyarrow ``filesystem``) and in the ``others`` (Tune's folder of the trial, where its
+    final checkpoint goes, if that is not ``folder``). Tune's record
     can name an older checkpoint than storage holds, or one already deleted, or none: a driver that
     died after a newer checkpoint registered and before Tune saved its state, or a resume that
     restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
     not read back whole, or goes less far than its seal says, is passed over for the next; one that
     cannot be read for another reason (storage that does not answer) fails the trial."""
-    candidates = _stored_checkpoints(members, filesystem, folder)
+    candidates = [found for place in dict.fromkeys([folder, *others])
+                  for found in _stored_checkpoints(members, filesystem, place)]
     if given is not None and not any(c.path == given.path for _, c in candidates):
         # Tune's own, from before seals (or unsealed): tried after every sealed one that goes further
         candidates.append(({"step": -1, "final": False}, given))
@@ -133,6 +138,13 @@ def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds:
         return False
     by_steps = bool(every_steps) and step % every_steps == 0
     return by_steps or bool(every_seconds and seconds_since >= every_seconds)
+
+
+def checkpoint_folder(storage, members: Sequence[TrialConfig]) -> str:
+    """The folder of a trial's in-training checkpoints, on the pyarrow file system of ``storage``
+    (a trial's or a worker's Tune ``StorageContext``): ``<experiment>/<disgen's name of the trial>``,
+    the same whichever Tune trial runs it."""
+    return f"{storage.experiment_fs_path.rstrip('/')}/{dirname(members)}"
 
 
 def snapshot(value):

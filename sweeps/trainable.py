@@ -45,7 +45,7 @@ from data_pipeline.node_cache import NodeCacheFull, open_reference
 from models import GPUSettings, NonFiniteLossError, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
-from sweeps.checkpoints import CheckpointWriter, checkpoint_due, newest_checkpoint, seal
+from sweeps.checkpoints import CheckpointWriter, checkpoint_due, checkpoint_folder, newest_checkpoint, seal
 from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.packing import members_of
@@ -154,8 +154,9 @@ def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> t
     the models' trained weights are loaded and the training's record is returned (its timings,
     where saved)."""
     storage_context = tune.get_context().get_storage()
-    found = newest_checkpoint(members, storage_context.storage_filesystem, storage_context.trial_fs_path,
-                              tune.get_checkpoint())
+    found = newest_checkpoint(members, storage_context.storage_filesystem,
+                              checkpoint_folder(storage_context, members), tune.get_checkpoint(),
+                              others=[storage_context.trial_fs_path])
     if found is None:
         return None, None
     state = found[1]
@@ -276,8 +277,8 @@ def train_trial(config: dict, run_info: dict) -> None:
     began, started = time.time(), time.perf_counter()
     training, resumed_from = _restore(trainer, logs, members)
     storage_context = tune.get_context().get_storage()
-    writer = CheckpointWriter(storage_context.storage_filesystem, storage_context.trial_fs_path, members,
-                              resumed_from)
+    writer = CheckpointWriter(storage_context.storage_filesystem, checkpoint_folder(storage_context, members),
+                              members, resumed_from)
     try:
         if training is None:
             _train(trainer, logs, writer, first.evaluation.report_every, run_info.get("checkpoint_every", 0),
