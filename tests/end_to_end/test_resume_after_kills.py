@@ -309,10 +309,11 @@ def test_ctrl_c_stops_the_sweep_with_exit_130_and_a_resume_finishes_every_model_
     assert "Tuner.restore" not in output
     # the finished model's row is in trials.parquet, where plain pandas finds it
     assert len(pd.read_parquet(experiment / "trials.parquet")) == 1
-    # its checkpoints came by time alone (--checkpoint-every 0): at its report of step 5, then the final
+    # its in-training checkpoint came by time alone (--checkpoint-every 0): the signal of step 5 held
+    # above; Tune's record holds its final checkpoint only (the in-training ones are disgen's own)
     record = (experiment / first.rsplit("-", 1)[0] / "result.json").read_text()
     reports = [json.loads(line) for line in record.splitlines()]
-    assert [r["step"] for r in reports if r.get("checkpoint_dir_name")] == [5, 10]
+    assert [r["step"] for r in reports if r.get("checkpoint_dir_name")] == [10]
 
     with checkpoint_signals.releasing():
         run_to_the_end([*argv, "--resume"])
