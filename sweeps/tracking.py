@@ -26,8 +26,9 @@ model, what the functions below take from a Tune trial and its results for both:
 MLflow 3 refuses a plain folder (``file:`` URI) as a tracking store unless
 ``MLFLOW_ALLOW_FILE_STORE=true``; naming one with ``--mlflow`` sets it for this process.
 ``sqlite:///path/mlflow.db`` is MLflow's recommended local store. W&B reads its usual environment
-(``WANDB_API_KEY`` or ``wandb login``; ``WANDB_MODE=offline`` writes the runs under ``WANDB_DIR``
-for a later ``wandb sync``, with no network); ``--wandb ENTITY/PROJECT`` names a team's project.
+(``WANDB_API_KEY`` or ``wandb login``; ``WANDB_MODE=offline`` writes the runs under ``WANDB_DIR``,
+else in the experiment's folder, for a later ``wandb sync``, with no network); ``--wandb
+ENTITY/PROJECT`` names a team's project.
 """
 
 from __future__ import annotations
@@ -225,9 +226,12 @@ class WandbRuns(WandbLoggerCallback):
 
     _logger_actor_cls = _ModelRunsActor
 
-    def __init__(self, project: str, experiment_name: str, base_trials=()):
+    def __init__(self, project: str, experiment_name: str, base_trials=(), local_dir: str | None = None):
         entity, _, name = project.rpartition("/")
-        super().__init__(project=name, group=experiment_name, **({"entity": entity} if entity else {}))
+        where = {"entity": entity} if entity else {}
+        if local_dir and not os.environ.get("WANDB_DIR"):  # W&B's files in <experiment>/wandb/
+            where["dir"] = local_dir
+        super().__init__(project=name, group=experiment_name, **where)
         self.experiment_name = experiment_name
         self.base_trials = tuple(base_trials)
 

@@ -180,7 +180,9 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
     if getattr(args, "wandb", None):
         from sweeps.tracking import WandbRuns
 
-        callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base))
+        experiment_dir = plan["experiment_dir"]  # W&B writes its files there (offline: its runs)
+        callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base,
+                                   None if storage.is_remote(experiment_dir) else experiment_dir))
     return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
 
 
