@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 import ray
 from ray.air.integrations.mlflow import MLflowLoggerCallback
-from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log, _QueueItem, _WandbLoggingActor
+from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log
 from ray.air.util.node import _force_on_current_node
 
 from analysis.schema import HISTORY_SCHEMA
@@ -190,41 +190,41 @@ def wandb_run_id(experiment: str, trial_key: str) -> str:
     return f"{trial_key}-{hashlib.sha1(experiment.encode()).hexdigest()[:8]}"
 
 
-class _ModelRunsActor(_WandbLoggingActor):
-    """Tune's W&B logging actor (one per Tune trial, on the driver's node), holding one W&B run per
-    model of its trial. Its queue takes ``(RESULT, {"run": k, "step": s, "log": {...}, "summary":
-    {...}})`` for model ``k``, then ``(END, {k: (exit code, state)})``."""
+class _ModelRunsActor:
+    """A Tune trial's W&B runs, one per model, in one process on the driver's node, as Tune's
+    ``_WandbLoggingActor`` holds a trial's one run (W&B wants a run's records from a process of its
+    own, not the driver's). Its methods are called without waiting for them; a synchronous actor
+    runs one caller's calls in the order they were made, so a run's records arrive in order and its
+    end comes last."""
 
-    def __init__(self, logdir: str, queue, exclude, to_config, runs: list[dict]):
-        super().__init__(logdir, queue, exclude, to_config)
-        self._runs = runs
+    def __init__(self, logdir: str, runs: list[dict]):
+        import wandb
 
-    def run(self):
+        os.chdir(logdir)
         os.environ["WANDB_START_METHOD"] = "thread"
         # one process, several runs at once: reinit="create_new" (wandb >= 0.19.10)
-        runs = [self._wandb.init(reinit="create_new", **kwargs) for kwargs in self._runs]
-        while True:
-            kind, item = self.queue.get()
-            if kind == _QueueItem.END:
-                break
-            if kind != _QueueItem.RESULT:
-                continue
-            run = runs[item["run"]]
-            if item.get("log"):
-                run.log(item["log"], step=item["step"])
-            if item.get("summary"):
-                run.summary.update(item["summary"])
-        for k, run in enumerate(runs):
-            code, state = (item or {}).get(k, (0, "FINISHED"))
-            run.summary["status"] = state.lower()
+        self.runs = [wandb.init(reinit="create_new", **kwargs) for kwargs in runs]
+
+    def log(self, k: int, step: int, values: dict, summary: dict) -> None:
+        if values:
+            self.runs[k].log(values, step=step)
+        if summary:
+            self.runs[k].summary.update(summary)
+
+    def end(self, ends: dict[int, tuple[int, str]]) -> None:
+        """Each run's end: its exit code and its ``status`` (finished, failed, stopped or interrupted)."""
+        for k, run in enumerate(self.runs):
+            code, status = ends.get(k, (0, "finished"))
+            run.summary["status"] = status
             run.finish(exit_code=code)
 
 
 class WandbRuns(WandbLoggerCallback):
     """Tune's W&B callback, one run per model (see the module docstring): Tune's set-up (API key,
-    project) and logging actor per Tune trial, with a run in that actor for each of its models."""
-
-    _logger_actor_cls = _ModelRunsActor
+    project, group) and, like Tune's, one logging actor per Tune trial (``_ModelRunsActor``, no CPU,
+    on the driver's node), holding a run for each of the trial's models. The driver never waits on
+    W&B: each record is a call on the actor, not waited for (Tune's queue makes the driver wait,
+    seconds while the queue's actor starts)."""
 
     def __init__(self, project: str, experiment_name: str, base_trials=(), local_dir: str | None = None):
         entity, _, name = project.rpartition("/")
@@ -234,48 +234,74 @@ class WandbRuns(WandbLoggerCallback):
         super().__init__(project=name, group=experiment_name, **where)
         self.experiment_name = experiment_name
         self.base_trials = tuple(base_trials)
+        self._actors: dict = {}  # trial → its logging actor, until the trial ends
+        self._ending: dict = {}  # the end call of each trial's last actor → (trial, actor)
 
     def _members(self, trial) -> list[TrialConfig]:
         return members_of(trial.config, self.base_trials)
 
+    def _actor_class(self):
+        # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_API_KEY, WANDB_BASE_URL…) go with
+        # the actor, as a Ray worker may have been started before they were set. Not restarted: an
+        # actor that dies costs its trial's W&B records, never the sweep
+        if not self._remote_logger_class:
+            env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+            self._remote_logger_class = ray.remote(
+                num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env})(_ModelRunsActor)
+        return self._remote_logger_class
+
     def log_trial_start(self, trial):
+        if trial in self._actors:
+            return
+        # a failed trial that Tune retries: its runs resume once its last actor has ended them
+        self._collect([f for f, (t, _) in self._ending.items() if t is trial], timeout=60)
         runs = []
         for member in self._members(trial):
             config = {**member.to_dict(), **run_tags(member, trial, self.experiment_name, self.base_trials)}
             runs.append(dict(id=wandb_run_id(self.experiment_name, member.trial_key), name=member.dirname,
                              resume="allow", allow_val_change=True, group=self.group, project=self.project,
                              config=_clean_log(config), **self.kwargs))
-        self._start_logging_actor(trial, [], runs=runs)
-
-    def _start_logging_actor(self, trial, exclude_results, **kwargs):
-        # Tune's actor class passes the API key alone to the actor; the driver's other W&B settings
-        # (WANDB_MODE, WANDB_DIR, WANDB_BASE_URL…) go with it too, as a Ray worker may have been
-        # started before they were set
-        if not self._remote_logger_class:
-            env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
-            self._remote_logger_class = ray.remote(
-                num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env},
-                max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
-        super()._start_logging_actor(trial, exclude_results, **kwargs)
+        self._actors[trial] = self._actor_class().remote(trial.local_path, runs)
 
     def log_trial_result(self, iteration, trial, result):
-        if trial not in self._trial_logging_actors:
+        if trial not in self._actors:
             self.log_trial_start(trial)
-        queue, members = self._trial_queues[trial], self._members(trial)
+        actor, members = self._actors[trial], self._members(trial)
         for k, (_, step, metrics, error) in enumerate(finals_of(members, result)):
-            summary = {"error": error} if error is not None else {}
-            queue.put((_QueueItem.RESULT, {"run": k, "step": step, "log": metrics, "summary": summary}))
+            actor.log.remote(k, step, metrics, {"error": error} if error else {})
         progress = progress_of(members, result)
         if progress is not None:
-            queue.put((_QueueItem.RESULT, {"run": 0, "step": progress[0], "log": progress[1]}))
+            actor.log.remote(0, progress[0], progress[1], {})
 
     def log_trial_save(self, trial):
         pass  # checkpoints are a Tune trial's, of all its models: not uploaded to a model's run
 
     def log_trial_end(self, trial, failed: bool = False):
-        if trial not in self._trial_queues:
+        actor = self._actors.pop(trial, None)
+        if actor is None:
             return
-        ends = {k: (1 if state == "FAILED" else 0, state)
+        status = {"FINISHED": "finished", "FAILED": "failed", "KILLED": "stopped"}
+        ends = {k: (1 if state == "FAILED" else 0, status[state])
                 for k, (_, state) in enumerate(end_states(self._members(trial), trial, failed))}
-        self._trial_queues[trial].put((_QueueItem.END, ends))
-        self._cleanup_logging_actors()
+        self._ending[actor.end.remote(ends)] = (trial, actor)
+        self._collect(list(self._ending), timeout=0)
+
+    def _collect(self, futures: list, timeout: float) -> None:
+        """Let go of the actors whose end has run (or, past ``timeout``, not)."""
+        if not futures:
+            return
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        for future in futures if timeout else done:
+            _, actor = self._ending.pop(future)
+            ray.kill(actor)
+
+    def on_experiment_end(self, trials, **info):
+        """Wait for the runs to finish (W&B's uploads included), as Tune's callback does."""
+        for trial in list(self._actors):  # trials Tune did not end (a Ctrl-C): --resume goes on with them
+            actor = self._actors.pop(trial)
+            ends = {k: (0, "interrupted") for k in range(len(self._members(trial)))}
+            self._ending[actor.end.remote(ends)] = (trial, actor)
+        self._collect(list(self._ending), timeout=self._upload_timeout)
+
+    def __del__(self):
+        self._actors, self._ending = {}, {}
