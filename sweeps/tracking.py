@@ -240,6 +240,19 @@ class WandbRuns(WandbLoggerCallback):
     def _members(self, trial) -> list[TrialConfig]:
         return members_of(trial.config, self.base_trials)
 
+    def check(self) -> WandbRuns:
+        """Tune's set-up now, before the sweep: no API key (where W&B is not offline) is a
+        UsageError, rather than Tune's error once the sweep has started."""
+        from sweeps.errors import UsageError
+
+        try:
+            self.setup()
+        except ValueError:
+            message = ("--wandb: no W&B API key found; run wandb login or set WANDB_API_KEY (or set "
+                       "WANDB_MODE=offline to write the runs to disk, for a later wandb sync)")
+            raise UsageError(message) from None
+        return self
+
     def _actor_class(self):
         # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_API_KEY, WANDB_BASE_URL…) go with
         # the actor, as a Ray worker may have been started before they were set. Not restarted: an

@@ -182,7 +182,7 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
 
         experiment_dir = plan["experiment_dir"]  # W&B writes its files there (offline: its runs)
         callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base,
-                                   None if storage.is_remote(experiment_dir) else experiment_dir))
+                                   None if storage.is_remote(experiment_dir) else experiment_dir).check())
     return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
 
 

@@ -156,3 +156,18 @@ def test_wandb_not_installed_is_one_line_naming_the_extra(tmp_path, capsys, monk
     assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--wandb", "disgen"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install -e '.[wandb]'" in err, err
+
+
+@needs_wandb
+def test_wandb_online_without_an_api_key_is_one_line_before_the_sweep(tmp_path, monkeypatch):
+    from sweeps.errors import UsageError
+    from sweeps.tracking import WandbRuns
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: never logged in
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(UsageError, match="--wandb: no W&B API key found; run wandb login or set WANDB_API"):
+        WandbRuns("disgen", "tracked").check()
+    monkeypatch.setenv("WANDB_MODE", "offline")  # offline: no key needed
+    assert WandbRuns("my-team/disgen", "tracked").check().project == "disgen"
