@@ -200,6 +200,7 @@ class _ModelRunsActor:
     def __init__(self, logdir: str, runs: list[dict]):
         import wandb
 
+        os.makedirs(logdir, exist_ok=True)  # the Tune trial's folder on the driver: W&B's default place
         os.chdir(logdir)
         os.environ["WANDB_START_METHOD"] = "thread"
         # one process, several runs at once: reinit="create_new" (wandb >= 0.19.10)
