@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also log each model to MLflow, one run per model, at this tracking URI "
                              "(sqlite:///path/mlflow.db, file:///path/mlruns, http://host:5000); needs "
                              "pip install -e '.[mlflow]'")
+    parser.add_argument("--wandb", default=None, metavar="PROJECT",
+                        help="also log each model to Weights & Biases, one run per model, in this project "
+                             "(ENTITY/PROJECT for a team's), grouped by the experiment's name; W&B's own "
+                             "settings apply (wandb login or WANDB_API_KEY; WANDB_MODE=offline: no "
+                             "network). Needs pip install -e '.[wandb]'")
     parser.add_argument("--pack-size", default="auto", metavar="N|auto",
                         help="train up to N models that share data, split and shape in one trial "
                              "(models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as "
@@ -213,6 +218,8 @@ def check_options(args) -> None:
                          f"got {minutes}")
     if args.mlflow is not None:
         check_mlflow(args.mlflow)
+    if getattr(args, "wandb", None) is not None:
+        check_wandb(args.wandb)
     if args.pack_size != "auto":
         if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
             raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
@@ -251,6 +258,18 @@ def check_mlflow(uri: str) -> None:
     if importlib.util.find_spec("mlflow") is None:
         raise UsageError("--mlflow needs MLflow, an optional extra: pip install -e '.[mlflow]' "
                          "(or pip install mlflow-skinny)")
+
+
+def check_wandb(project: str) -> None:
+    """--wandb needs the optional wandb package and a project name (ENTITY/PROJECT, or PROJECT)."""
+    entity, _, name = project.strip().rpartition("/")
+    if not name or "/" in entity or any(c in name for c in "\\#?%:"):
+        raise UsageError(f"--wandb {project!r}: give a W&B project, e.g. disgen or my-team/disgen")
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError("--wandb needs Weights & Biases, an optional extra: pip install -e '.[wandb]' "
+                         "(or pip install wandb)")
 
 
 def load_spec(args) -> tuple[dict, str]:
@@ -466,7 +485,7 @@ def run(grid_or_trials="default", *, scale: str = "smoke", storage_path: str = D
         checkpoint_every: int | None = None, checkpoint_minutes: float = 5.0, search: str = "grid",
         num_samples: int = 8, scheduler: str = "none", data_source: str | None = None,
         data_dir: str | None = None, max_failures: int = 2, verbose: bool = False,
-        mlflow: str | None = None, pack_size: int | str = "auto"):
+        mlflow: str | None = None, wandb: str | None = None, pack_size: int | str = "auto"):
     """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every
     model's row of ``trials.parquet``, finished or not (its ``status`` says which), as
     ``analysis.load_trials`` gives them.

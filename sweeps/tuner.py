@@ -167,7 +167,7 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
 def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> list:
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
-    --mlflow, and Tune's JSON and CSV records of each trial."""
+    --mlflow, W&B with --wandb, and Tune's JSON and CSV records of each trial."""
     base = plan["trials"]
     writer = ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]), stop)
     callbacks = [writer, stop]
@@ -177,6 +177,12 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
         from sweeps.tracking import ModelRuns
 
         callbacks.append(ModelRuns(args.mlflow, plan["name"], base))
+    if getattr(args, "wandb", None):
+        from sweeps.tracking import WandbRuns
+
+        experiment_dir = plan["experiment_dir"]  # W&B writes its files there (offline: its runs)
+        callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base,
+                                   None if storage.is_remote(experiment_dir) else experiment_dir).check())
     return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
 
 
