@@ -246,6 +246,21 @@ def test_a_failed_and_a_stopped_model_get_rows_with_their_status(ray_session, tm
     assert len(everything) == 3 and len(finished_models(everything)) == 1
 
 
+@pytest.mark.slow
+def test_a_run_refuses_a_pack_size_that_does_not_fit_in_one_line_before_anything_is_written(
+        ray_session, tmp_path, capsys):
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp", "--pack-size", "100000000"]
+    assert main(argv) == 2  # on the tests' Ray (no GPU): far more than the host's memory holds
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: --pack-size 100000000 does not fit: ")
+    assert err.endswith(" or --pack-size auto\n")  # after the size that fits
+    # nothing of an experiment was written: the same command with a size that fits may start it
+    from sweeps.paper_grid import build_parser, plan
+
+    assert plan(build_parser().parse_args(argv[:-2]))["added"] == []  # no "already exists; pass --resume"
+
+
 @pytest.mark.parametrize("stop, code, said", [
     (KeyboardInterrupt, 130, "Interrupted (Ctrl-C)"),
     (Terminated, 143, "Stopped (SIGTERM, e.g. `ray job stop`)"),
