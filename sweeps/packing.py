@@ -119,7 +119,7 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
     gradients, Adam's moments and its activations with vmap's copies
     (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
     gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
-    allows is a UsageError naming the largest that fits."""
+    allows is a UsageError naming the largest that fits and how to ask for it."""
     from models.packed import (
         CUDA_PROCESS_BYTES,
         fits_resident,
@@ -159,9 +159,9 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
         raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {size}")
     if size > fits:
         need = pack_memory_bytes(model, size, device, data, device_bytes)
-        raise UsageError(f"--pack-size {size}: {size} members of {shape} need about {need / 2**30:.1f} GiB "
-                         f"with their process and data, more than the {where} allows; the largest pack "
-                         f"that fits is {fits}")
+        raise UsageError(f"--pack-size {size} does not fit: {size} members of {shape} need about "
+                         f"{need / 2**30:.1f} GiB with their process and data, and at most {fits} fit in 80% "
+                         f"of {where}; use --pack-size {fits} or --pack-size auto")
     return size, f"as asked (--pack-size {size}; up to {fits} members of {shape} fit in {where})"
 
 

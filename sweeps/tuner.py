@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
@@ -84,6 +86,10 @@ def _connect(args) -> bool:
     if not args.address and _existing_local_cluster():
         print("note: a Ray cluster already runs on this machine; starting a private local Ray for this "
               "run (pass --address auto to run on that cluster instead)", flush=True)
+    # ray.init puts in its own SIGTERM handler (the driver exits at once, sys.exit(15)); a handler
+    # this process had (the command line's: SIGTERM stops the sweep as Ctrl-C does) is put back
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
         environment = storage.worker_environment()
         runtime_env = {"env_vars": environment} if environment else None
@@ -97,6 +103,9 @@ def _connect(args) -> bool:
                      runtime_env=runtime_env, log_to_driver=workers)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
+    finally:
+        if callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
     return True
 
 
@@ -156,7 +165,7 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
         param_space = {"base": tune.choice(list(range(len(trials)))), "sampled": space}
         algorithm = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
         return param_space, algorithm, args.num_samples
-    pack_size = _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
+    pack_size = plan.get("pack_size") or _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
     packs = make_packs(trials, pack_size)
     if pack_size > 1:
         print(f"Packing {len(trials)} trials into {len(packs)} packs of up to {pack_size} "
@@ -401,6 +410,10 @@ def run_sweep(args, plan: dict) -> dict:
     DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
         gpus = _gpus_per_trial(args)
+        if not restoring and args.search == "grid":  # a --pack-size that does not fit: refused before
+            # anything is written or any trial runs (a restore's packs are in Tune's state)
+            plan = {**plan, "pack_size": _pack_size(args, plan["trials"], gpus,
+                                                    ray.cluster_resources().get("GPU", 0))}
         if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
             plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
         console = None if getattr(args, "verbose", False) else Console(
@@ -410,7 +423,7 @@ def run_sweep(args, plan: dict) -> dict:
         trainable = _trainable(args, plan, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
-        with TuneOutput(getattr(args, "verbose", False)), stop:
+        with TuneOutput(getattr(args, "verbose", False), stop), stop:
             if restoring:
                 failed, covered = _restore(experiment_dir, trainable, args, plan, console, stop)
             new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
@@ -441,4 +454,4 @@ def run_sweep(args, plan: dict) -> dict:
         trials = None
     finished = None if trials is None else int((trials["status"] == "finished").sum())
     return {"finished": finished, "failed": failed, "trials": trials, "interrupted": stop.received.is_set(),
-            "stopped_by": stop.reason, "seconds": time.perf_counter() - started}
+            "stopped_by": stop.reason, "signal": stop.signum, "seconds": time.perf_counter() - started}

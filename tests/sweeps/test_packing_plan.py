@@ -87,7 +87,8 @@ def test_a_pack_size_beyond_memory_names_the_largest_that_fits():
     configs = trial_configs(PRESETS["default"], "default", "tiny", [0])
     fits = resolve_pack_size("auto", configs, 1.0, 4 * 2**30)
     assert resolve_pack_size(fits, configs, 1.0, 4 * 2**30) == fits
-    with pytest.raises(UsageError, match=f"the largest pack that fits is {fits}"):
+    refused = f"at most {fits} fit in .*; use --pack-size {fits} or --pack-size auto"
+    with pytest.raises(UsageError, match=refused):
         resolve_pack_size(fits + 1, configs, 1.0, 4 * 2**30)
     with pytest.raises(UsageError, match="at least 1"):
         resolve_pack_size(0, configs, 0, None)
