@@ -2,8 +2,9 @@
 
 Ray Tune's ``MLflowLoggerCallback`` logs a Tune trial as one run, with the trial's config as its
 parameters and every result as metrics. A disgen Tune trial is one model or a pack of them, and its
-config is ``{"members": [...]}``, so ``ModelRuns`` keeps Tune's callback (its MLflow set-up: the
-tracking URI, the experiment, found or created by the disgen experiment's name) and logs per model:
+config is ``{"members": [trial key, ...]}`` (their settings are in the plan: ``base_trials``), so
+``ModelRuns`` keeps Tune's callback (its MLflow set-up: the tracking URI, the experiment, found or
+created by the disgen experiment's name) and logs per model:
 
 - one run per model, named as disgen names it (``TrialConfig.dirname``), with the model's settings
   as parameters and its trial key, experiment and Tune trial as tags;
@@ -31,7 +32,7 @@ import time
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 
 from analysis.schema import HISTORY_SCHEMA
-from sweeps.packing import dirname, members_of
+from sweeps.packing import dirname, members_of, planned
 
 KEY_TAG = "trial_key"
 # A model's progress metrics: the loss terms and speed history.parquet keeps.
@@ -52,7 +53,7 @@ class ModelRuns(MLflowLoggerCallback):
         if tracking_uri.startswith("file:") or "://" not in tracking_uri:  # a folder: MLflow's file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         super().__init__(tracking_uri=tracking_uri, experiment_name=experiment_name)
-        self.base_trials = tuple(base_trials)
+        self.base_trials = planned(base_trials)
         self._runs: dict[str, str] = {}
 
     def setup(self, *args, **kwargs):
@@ -110,7 +111,7 @@ class ModelRuns(MLflowLoggerCallback):
                 if "error" in outcome:
                     client.set_tag(run_id, "error", str(outcome["error"])[:5000])
                     continue
-                metrics = {k: v for k, v in outcome.items() if k not in ("config", "step")}
+                metrics = {k: v for k, v in outcome.items() if k not in ("config", "trial_key", "step")}
                 self._log(client, run_id, metrics, outcome.get("step", result.get("step", 0)))
         elif len(members) == 1 and "step" in result:
             progress = {name: result[name] for name in PROGRESS_METRICS if name in result}
