@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -46,23 +46,36 @@ def tune_config(members: Sequence[TrialConfig]) -> dict:
 
 class PlannedTrials(Sequence):
     """The planned trials, by position (an Optuna trial's ``base``) and by trial key (a grid
-    trial's members): built once per plan, so that resolving a Tune trial's config is a lookup."""
+    trial's members, ``get``): indexed once per plan, so that resolving a Tune trial's config is a
+    lookup. It travels (to the trainable, in Tune's saved callbacks) as the trials' plain settings,
+    and a ``TrialConfig`` is built from them where one is looked up: a trial of a plan of a
+    thousand reads one, not a thousand."""
 
-    def __init__(self, trials: Sequence[TrialConfig]):
-        self.trials = tuple(trials)
-        self.by_key = {trial.trial_key: trial for trial in self.trials}
+    def __init__(self, trials: Sequence[TrialConfig] = (), settings: Sequence[dict] | None = None):
+        if settings is None:
+            self._trials: list[TrialConfig | None] = list(trials)
+            self._settings = [trial.to_dict() for trial in self._trials]
+        else:
+            self._settings, self._trials = list(settings), [None] * len(settings)
+        self._index = {settings["trial_key"]: k for k, settings in enumerate(self._settings)}
 
     def __getitem__(self, index):
-        return self.trials[index]
+        if isinstance(index, slice):
+            return [self[k] for k in range(*index.indices(len(self)))]
+        if self._trials[index] is None:
+            self._trials[index] = TrialConfig(self._settings[index])
+        return self._trials[index]
 
     def __len__(self) -> int:
-        return len(self.trials)
+        return len(self._settings)
 
-    def __iter__(self) -> Iterator[TrialConfig]:
-        return iter(self.trials)
+    def get(self, key: str) -> TrialConfig | None:
+        """The planned trial of this key, or None."""
+        index = self._index.get(key)
+        return None if index is None else self[index]
 
-    def __reduce__(self):  # travels as its trials; the map is built again where it lands
-        return PlannedTrials, (self.trials,)
+    def __reduce__(self):
+        return PlannedTrials, ((), self._settings)
 
 
 def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
@@ -79,14 +92,15 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
     again)."""
     if "members" in config:
         members = config["members"]
-        by_key = {} if all(isinstance(member, Mapping) for member in members) else planned(base).by_key
-        missing = [key for key in members if not isinstance(key, Mapping) and key not in by_key]
+        plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
+        found = [TrialConfig(m) if isinstance(m, Mapping) else plan.get(m) for m in members]
+        missing = [key for key, trial in zip(members, found) if trial is None]
         if missing:
             named = ", ".join(map(str, members))
             raise UsageError(f"trial {missing[0]} (of the Tune trial of {named}) is not in this run's "
                              "plan, which holds the settings Tune's state names by key; resume "
                              "with the grid, --scale and options the experiment was started with")
-        return [TrialConfig(member) if isinstance(member, Mapping) else by_key[member] for member in members]
+        return found
     if "base" in config:
         return [base[config["base"]].replace("search", **config["sampled"])]
     raise ValueError("not a disgen trial config: it holds neither 'members' nor 'base' (an experiment "
