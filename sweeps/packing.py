@@ -4,13 +4,14 @@ Every Tune trial's config is ``{"members": [trial key, ...]}``: one trial, or a 
 by their keys in the plan (an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``).
 ``members_of`` resolves either through the planned trials (``PlannedTrials``), which the driver's
 callbacks hold and the trainable gets once, with its run's parameters. A config never carries a
-trial's settings: Tune writes the config into every result (``result.json``, ``progress.csv``) and
-its tag into the trial's folder name, so a pack of 32 whole configs would cost about 22 KB per
-report. The trainable trains the members with ``models.packed.PackedTrainer`` and reports, per
-member, its trial key, never its settings; the results writer stores one row per member, with the
-member's own config (from the plan), key and metrics. A pack shares what one
-process holds once and what one vmap needs: the dataset and its data settings (not the split:
-each member trains on its own split's rows), the evaluation settings, and the model's
+trial's settings: Tune writes the config into every result (``result.json``, ``progress.csv``,
+what each callback is handed), where a pack of 32 whole configs took about 21 KB a report
+(benchmarks/README.md, "Small results"). The trainable trains the members with
+``models.packed.PackedTrainer`` and reports, per member, its trial key, never its settings; the
+results writer stores one row per member, with the member's own config (from the plan), key and
+metrics. A pack shares what one process holds once and what one vmap needs: the dataset and its
+data settings (not the split: each member trains on its own split's rows), the evaluation
+settings, and the model's
 architecture, objective, task, latent size, batch size, image size, channels and run length
 (``steps``/``epochs``/``epoch_length``). Members may differ in everything else, every scalar hyperparameter
 included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
