@@ -274,8 +274,7 @@ class ResultsWriter(tune.Callback):
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
             self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
             return
-        # the trial reports its members by trial key: their settings come from the plan
-        result = {"trial_id": trial.trial_id, **with_member_configs(result, trial.config, self.base_trials)}
+        result = {"trial_id": trial.trial_id, **self._with_settings(trial, result)}
         if result.get("evaluated") is False:
             self._errors(result)
             if self.failure is not None:  # stopping: the resume evaluates its models
@@ -289,6 +288,14 @@ class ResultsWriter(tune.Callback):
                                  "error": f"evaluation not started: {type(error).__name__}: {error}"})
         else:
             self.store_result(result)
+
+    def _with_settings(self, trial, result: dict) -> dict:
+        """A finished trial's result with its members' settings, from the plan (the trial reports
+        its members by trial key, ``sweeps.packing.with_member_configs``); a result whose members
+        carry their settings (an older disgen's) as it is."""
+        if all("config" in member for member in result["members"]):
+            return result
+        return with_member_configs(result, trial.config, self.base_trials)
 
     def on_step_end(self, iteration, trials, **info):
         self.collect()
