@@ -27,8 +27,9 @@ images, in one of two ways:
 Loss histories never travel through Tune, nor do the trials' settings: the Tune trial's config
 names its members by trial key (``sweeps.packing``), the planned trials reach the trainable once
 (``run_info``), and a report names each member by its key; the driver takes each member's settings
-from its plan. Tune writes the config into every result, so a report stays a few hundred bytes
-whatever the pack's size (``tests/end_to_end/test_small_results.py``).
+from its plan. Tune writes the config into every result, so a progress report holds its loss terms
+and a 10-character key per member, never the members' settings
+(``tests/end_to_end/test_small_results.py``).
 """
 
 from __future__ import annotations
