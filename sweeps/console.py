@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from ray import tune
 
 from sweeps.errors import Terminated, raise_terminated
-from sweeps.packing import dirname, members_of
+from sweeps.packing import PlannedTrials, dirname, members_of, with_member_configs
 from sweeps.trials import TrialConfig
 
 FIRST_INTERVAL = 30.0  # seconds between two progress tables, at first
@@ -86,7 +86,8 @@ class Console:
 
     def __init__(self, name: str, planned: Sequence[TrialConfig], finished_keys=(), base_trials=(),
                  samples: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
-        self.name, self.base_trials, self.gpus = name, tuple(base_trials), gpus
+        # what the Tune trials' configs name: the planned trials (Optuna's base), by key
+        self.name, self.base_trials, self.gpus = name, PlannedTrials(base_trials or planned), gpus
         self.stream, self.clock = stream, clock
         self.work = {t.trial_key: _work(t) for t in planned}
         self.models = samples if samples is not None else len(planned)
@@ -167,7 +168,7 @@ class Console:
             self.print(f"{self.stamp()} stopped {dirname(self.members(trial))} at step "
                        f"{result.get('step', '?')} (early stopping), loss {_number(result.get('loss'))}")
             return
-        for member in result.get("members", []):
+        for member in with_member_configs(result, trial.config, self.base_trials).get("members", []):
             config = TrialConfig(member["config"])
             if "error" in member:
                 self.failed.add(config.trial_key)

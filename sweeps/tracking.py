@@ -3,7 +3,8 @@
 
 Ray Tune's ``MLflowLoggerCallback`` and ``WandbLoggerCallback`` log a Tune trial as one run, with the
 trial's config as its parameters and every result as metrics. A disgen Tune trial is one model or a
-pack of them, and its config is ``{"members": [...]}``, so ``ModelRuns`` (MLflow) and ``WandbRuns``
+pack of them, and its config is ``{"members": [trial key, ...]}`` (their settings are in the plan:
+``base_trials``), so ``ModelRuns`` (MLflow) and ``WandbRuns``
 (W&B) keep Tune's callbacks (their set-up: MLflow's tracking URI and experiment, found or created by
 the disgen experiment's name; W&B's API key, project and a logging actor per Tune trial) and log per
 model, what the functions below take from a Tune trial and its results for both:
@@ -45,7 +46,7 @@ from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log
 from ray.air.util.node import _force_on_current_node
 
 from analysis.schema import HISTORY_SCHEMA
-from sweeps.packing import dirname, members_of
+from sweeps.packing import dirname, members_of, planned
 from sweeps.trials import TrialConfig
 
 KEY_TAG = "trial_key"
@@ -90,7 +91,7 @@ def finals_of(members: Sequence[TrialConfig],
         if "error" in outcome:
             finals.append((member, step, {}, str(outcome["error"])[:5000]))
         else:
-            metrics = _numbers({k: v for k, v in outcome.items() if k not in ("config", "step")})
+            metrics = _numbers({k: v for k, v in outcome.items() if k not in ("config", "trial_key", "step")})
             finals.append((member, step, metrics, None))
     return finals
 
@@ -115,7 +116,7 @@ class ModelRuns(MLflowLoggerCallback):
         if tracking_uri.startswith("file:") or "://" not in tracking_uri:  # a folder: MLflow's file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         super().__init__(tracking_uri=tracking_uri, experiment_name=experiment_name)
-        self.base_trials = tuple(base_trials)
+        self.base_trials = planned(base_trials)
         self._runs: dict[str, str] = {}
 
     def setup(self, *args, **kwargs):
@@ -234,7 +235,7 @@ class WandbRuns(WandbLoggerCallback):
             where["dir"] = local_dir
         super().__init__(project=name, group=experiment_name, **where)
         self.experiment_name = experiment_name
-        self.base_trials = tuple(base_trials)
+        self.base_trials = planned(base_trials)
         self._actors: dict = {}  # trial → its logging actor, until the trial ends
         self._ending: dict = {}  # the end call of each trial's last actor → (trial, actor)
 

@@ -25,7 +25,15 @@ from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
-from sweeps.packing import dirname, make_packs, members_of, pack_size_and_reason, tune_config  # noqa: E402
+from sweeps.packing import (  # noqa: E402
+    PlannedTrials,
+    dirname,
+    make_packs,
+    members_of,
+    pack_size_and_reason,
+    tune_config,
+    with_member_configs,
+)
 from sweeps.results import ResultsWriter, StorageFailed, read_trials, repair, results_store, retried  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
@@ -157,7 +165,9 @@ def _checkpoint_every(args, trials) -> int:
 
 def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
     """(Tune's param_space, search algorithm, samples): the planned trials, one by one or in packs,
-    as a grid search; or for --search optuna, the planned trials to pick from and the search space."""
+    as a grid search of their trial keys (``tune_config``: Tune writes a trial's config into each of
+    its results, so it holds no settings); or for --search optuna, the index of a planned trial to
+    pick and the search space."""
     trials = plan["trials"]
     if args.search == "optuna":
         search = plan["spec"]["search"]
@@ -177,7 +187,7 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
     --mlflow, W&B with --wandb, and Tune's JSON and CSV records of each trial."""
-    base = plan["trials"]
+    base = PlannedTrials(plan["trials"])
     writer = ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]), stop)
     callbacks = [writer, stop]
     if console is not None:
@@ -211,7 +221,7 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: 
         scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min",
                                                   max_t=steps + 1, grace_period=max(1, steps // 8),
                                                   reduction_factor=3)
-    base = plan["trials"]
+    base = PlannedTrials(plan["trials"])
     name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
     return tune.Tuner(
         trainable,
@@ -247,7 +257,9 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
                 "checkpoint_seconds": 60.0 * getattr(args, "checkpoint_minutes", 0.0),
                 "verbose": getattr(args, "verbose", False),
-                "base_trials": plan["trials"] if args.search == "optuna" else (),
+                # what the Tune trials' configs name (their members' keys, or Optuna's planned trial):
+                # sent once, with the trainable's parameters, never in a trial's config
+                "base_trials": PlannedTrials(plan["trials"]),
                 "datasets": plan["data"],
                 "gpus_per_trial": gpus,
                 # a trial that holds a GPU frees it for the next as soon as its models are trained,
@@ -330,7 +342,7 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     rows never landed (a driver killed while writing them) are written now; trials that trained but
     whose models were never evaluated (a driver killed while their evaluations ran) have them
     evaluated from their final checkpoints, beside the restored run's training."""
-    base = plan["trials"]
+    base = PlannedTrials(plan["trials"])  # holds every trial of the restored run (plan_record.check_resume)
     print(f"Resuming {experiment_dir}", flush=True)
     store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
     tuner = _restored(experiment_dir, trainable, args, plan, console, stop)
@@ -338,7 +350,7 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
         before = list(tuner.get_results())
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
         before = []
-    _repair(store, before, evaluations, stop)
+    _repair(store, before, base, evaluations, stop)
     if stop.received.is_set():  # the store keeps failing: nothing runs until it is healthy
         return 0, set()
     if len(evaluations):
@@ -348,7 +360,7 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     if forgotten:
         print(f"{forgotten} trials went on from their newest checkpoint on storage (the one Tune had "
               "recorded was gone)", flush=True)
-    repaired = _repair(store, grid, evaluations, stop)
+    repaired = _repair(store, grid, base, evaluations, stop)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -358,14 +370,16 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     return grid.num_errors - lost, _keys_of(grid, base)
 
 
-def _repair(store, results, evaluations: DeferredEvaluations, stop: StopSignal) -> int:
-    """``repair`` of Tune's ``results``, its writes ``retried``; where they keep failing, the sweep
-    stops (``stop``) and the next resume repairs them."""
+def _repair(store, results, base: PlannedTrials, evaluations: DeferredEvaluations, stop: StopSignal) -> int:
+    """``repair`` of Tune's ``results`` (their members' settings from the plan, ``base``), its
+    writes ``retried``; where they keep failing, the sweep stops (``stop``) and the next resume
+    repairs them."""
     if stop.reason is not None:
         return 0
+    finals = [with_member_configs(r.metrics, r.config or {}, base) for r in results]
     try:
-        return retried(lambda: repair(store, [r.metrics for r in results], [r.checkpoint for r in results],
-                                      evaluations), f"storing the finished trials of {store.experiment}")
+        return retried(lambda: repair(store, finals, [r.checkpoint for r in results], evaluations),
+                       f"storing the finished trials of {store.experiment}")
     except StorageFailed as error:
         print(f"error: {error}; stopping (--resume stores them)", flush=True)
         stop.request(f"the results could not be written to {store.experiment} ({error})")
