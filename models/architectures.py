@@ -256,7 +256,14 @@ class DittadiDecoder(nn.Module):
 
 def initialise(module: nn.Module) -> None:
     """He-normal weights (for ReLU) and zero biases in every convolution and linear layer; then
-    any layer's own ``special_initialisation`` (dittadi's log-variance head)."""
+    any layer's own ``special_initialisation`` (dittadi's log-variance head). A module on PyTorch's
+    meta device holds no values, so there is nothing to draw: it is left as it is (the memory and
+    FLOP counts build their models there, ``models.packed.step_memory`` and
+    ``sweeps.costs.training_flops_per_image``; drawing on the meta device goes through PyTorch's
+    Python decompositions, and took most of a dry run's seconds)."""
+    first = next(module.parameters(), None)
+    if first is not None and first.is_meta:
+        return
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")

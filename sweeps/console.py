@@ -39,7 +39,8 @@ from collections.abc import Sequence
 
 from ray import tune
 
-from sweeps.packing import dirname, members_of
+from sweeps.errors import Terminated, raise_terminated
+from sweeps.packing import PlannedTrials, dirname, members_of, with_member_configs
 from sweeps.trials import TrialConfig
 
 FIRST_INTERVAL = 30.0  # seconds between two progress tables, at first
@@ -85,7 +86,8 @@ class Console:
 
     def __init__(self, name: str, planned: Sequence[TrialConfig], finished_keys=(), base_trials=(),
                  samples: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
-        self.name, self.base_trials, self.gpus = name, tuple(base_trials), gpus
+        # what the Tune trials' configs name: the planned trials (Optuna's base), by key
+        self.name, self.base_trials, self.gpus = name, PlannedTrials(base_trials or planned), gpus
         self.stream, self.clock = stream, clock
         self.work = {t.trial_key: _work(t) for t in planned}
         self.models = samples if samples is not None else len(planned)
@@ -166,7 +168,7 @@ class Console:
             self.print(f"{self.stamp()} stopped {dirname(self.members(trial))} at step "
                        f"{result.get('step', '?')} (early stopping), loss {_number(result.get('loss'))}")
             return
-        for member in result.get("members", []):
+        for member in with_member_configs(result, trial.config, self.base_trials).get("members", []):
             config = TrialConfig(member["config"])
             if "error" in member:
                 self.failed.add(config.trial_key)
@@ -327,9 +329,9 @@ class _TuneMessages(logging.Filter):
     """Drops Tune's restore hint always; in the quiet view, also its lists of unfinished trials and
     of trials without results, and says in disgen's words what its stop message says."""
 
-    def __init__(self, verbose: bool):
+    def __init__(self, verbose: bool, stop: StopSignal | None = None):
         super().__init__()
-        self.verbose = verbose
+        self.verbose, self.stop = verbose, stop
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -340,8 +342,13 @@ class _TuneMessages(logging.Filter):
         if message.startswith((_NOT_COMPLETE, _NO_METRICS)):
             return False
         if message.startswith(_STOP_SIGNAL):
-            record.msg, record.args = ("Ctrl-C: stopping the sweep and saving its state (finished models "
-                                       "are stored; Ctrl-C again stops at once)"), ()
+            if self.stop is not None and self.stop.signum == signal.SIGTERM:
+                record.msg = ("SIGTERM (e.g. `ray job stop`): stopping the sweep and saving its state "
+                              "(finished models are stored; a second SIGTERM stops at once)")
+            else:
+                record.msg = ("Ctrl-C: stopping the sweep and saving its state (finished models "
+                              "are stored; Ctrl-C again stops at once)")
+            record.args = ()
         return True
 
 
@@ -354,9 +361,9 @@ class TuneOutput:
     engine (``RAY_AIR_NEW_OUTPUT=0``) at verbosity 0 prints nothing. ``tune.run`` reads the variable
     when it starts, so it is set for the run only."""
 
-    def __init__(self, verbose: bool):
+    def __init__(self, verbose: bool, stop: StopSignal | None = None):
         self.verbose = verbose
-        self.filter = _TuneMessages(verbose)
+        self.filter = _TuneMessages(verbose, stop)
         self.saved: tuple = ()
 
     def __enter__(self):
@@ -388,19 +395,28 @@ def quiet_worker() -> None:
 
 
 class StopSignal(tune.Callback):
-    """Notices the Ctrl-C that stops a Tune run.
+    """Notices the Ctrl-C (SIGINT), or the SIGTERM (``ray job stop``), that stops a Tune run.
 
     Tune's SIGINT handler ends the run, and ``Tuner.fit()`` returns normally; Tune then marks the
     trials it stopped as terminated, finished or not. So the command line asks this callback: at
     ``setup`` (Tune's handler is in place by then) it puts itself in front of Tune's handler, notes
-    the signal and hands it on. Used as a context manager around the runs, it puts back the SIGINT
-    handler that was there before (Tune leaves its own in place after a run that was not
-    interrupted, where a later Ctrl-C would do nothing)."""
+    the signal and hands it on. Tune (Ray 2.60, ``ray.tune.tune._setup_signal_catching``) handles
+    SIGINT (and SIGUSR1) only, and ``ray.init`` leaves SIGTERM to a handler that exits at once; so
+    a SIGTERM is handed to Tune's SIGINT handler too, and ends the run the same way. Tune's handler
+    puts back the SIGINT handler that was there before the run, so a second Ctrl-C raises
+    ``KeyboardInterrupt`` at once; a second SIGTERM does the same, raising ``Terminated``
+    (``sweeps.errors``). ``signum`` is the signal that stopped the sweep (None: none did).
+
+    Used as a context manager around the runs, it puts back the SIGINT and SIGTERM handlers that
+    were there before (Tune leaves its own in place after a run that was not interrupted, where a
+    later Ctrl-C would do nothing); inside it, outside Tune's runs, a SIGTERM raises ``Terminated``
+    as a Ctrl-C raises ``KeyboardInterrupt``."""
 
     def __init__(self):
         self.received = threading.Event()
-        self.reason: str | None = None  # why the sweep stops, where it is not a Ctrl-C
-        self._before = None
+        self.reason: str | None = None  # why the sweep stops, where it is not a signal
+        self.signum: int | None = None  # the signal that stopped it: SIGINT or SIGTERM
+        self._before: dict = {}
         self._tune_handler = None
 
     def __getstate__(self):  # Tune keeps its callbacks in its saved state
@@ -417,11 +433,21 @@ class StopSignal(tune.Callback):
             return
 
         def on_interrupt(signum, frame):
+            self.signum = self.signum or signal.SIGINT
             self.received.set()
             tune_handler(signum, frame)
 
+        def on_terminate(signum, frame):
+            if self.received.is_set():  # stopping already: at once, as a second Ctrl-C
+                self.signum = signal.SIGTERM
+                raise Terminated()
+            self.signum = signal.SIGTERM
+            self.received.set()
+            tune_handler(signal.SIGINT, frame)
+
         self._tune_handler = tune_handler
         signal.signal(signal.SIGINT, on_interrupt)
+        signal.signal(signal.SIGTERM, on_terminate)
 
     def request(self, reason: str) -> None:
         """Stop the sweep as a Ctrl-C does, for ``reason`` (the results store keeps failing): Tune
@@ -435,11 +461,13 @@ class StopSignal(tune.Callback):
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._before = signal.getsignal(signal.SIGINT)
+            self._before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+            signal.signal(signal.SIGTERM, raise_terminated)
         return self
 
     def __exit__(self, *exc):
         self._tune_handler = None
-        if self._before is not None:
-            signal.signal(signal.SIGINT, self._before)
+        for signum, handler in self._before.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._before = {}
         return False

@@ -66,9 +66,22 @@ def _first_line(error: BaseException) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
+class MissingData(UsageError):
+    """A dataset's real file or prepared folder that is not there: what is missing (``problem``)
+    and the command that puts it there (``command``; None where there is none), so that a study
+    missing several is told all of them at once (``plan_data``)."""
+
+    def __init__(self, message: str, problem: str, command: str | None):
+        super().__init__(message)
+        self.problem, self.command, self.then = problem, command, ""
+
+
+_THEN_DATA_DIR = " and pass --data-dir data"  # download_hint's ending where no folder was given
+
+
 def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
     """A dataset's real file, checked from its headers and labels (never its images), or a
-    one-line UsageError saying what is wrong with it."""
+    one-line UsageError saying what is wrong with it (``MissingData`` where it is not there)."""
     from data_pipeline.conversion import RealFile, real_file_path
     from data_pipeline.sources import download_hint
 
@@ -78,10 +91,17 @@ def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Lab
     except Exception as error:  # a user's file: any failure to read it is bad input
         where = f"--data-dir {data_dir}" if data_dir else "$DISGEN_DATA"
         hint = download_hint(dataset, data_dir) if isinstance(error, FileNotFoundError) else None
-        raise UsageError(f"data_source real: cannot load {dataset} ({_first_line(error)}); "
-                         + (f"{hint} (or pass --data-dir with the folder holding it)" if hint else
-                            f"pass --data-dir with the folder holding the real file (checked: {where}; "
-                            "docs/data.md names the files)")) from None
+        message = (f"data_source real: cannot load {dataset} ({_first_line(error)}); "
+                   + (f"{hint} (or pass --data-dir with the folder holding it)" if hint else
+                      f"pass --data-dir with the folder holding the real file (checked: {where}; "
+                      "docs/data.md names the files)"))
+        if isinstance(error, FileNotFoundError):
+            command = hint.removeprefix("download it with: ") if hint else None
+            missing = MissingData(message, f"{dataset} ({_first_line(error)})", command)
+            if command and command.endswith(_THEN_DATA_DIR):  # no folder given: the download's default
+                missing.command, missing.then = command.removesuffix(_THEN_DATA_DIR), _THEN_DATA_DIR
+            raise missing from None
+        raise UsageError(message) from None
     labels = Labels(source.name, source.classes, source.factor_space, source.image_shape,
                     f"the real {source.name} file")
     return file_reference(source.name, path, source.identity), labels
@@ -100,8 +120,10 @@ def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference,
         manifest = prepared.read_manifest(uri)
         classes = prepared.read_classes(uri, manifest)
     except Exception as error:  # missing, unreadable or damaged: bad input either way
-        raise UsageError(f"data_source prepared: no prepared {dataset} at {uri} ({_first_line(error)}); "
-                         f"prepare it with: python -m data_pipeline.prepare {dataset} --out {uri}") from None
+        command = f"python -m data_pipeline.prepare {dataset} --out {uri}"
+        raise MissingData(f"data_source prepared: no prepared {dataset} at {uri} ({_first_line(error)}); "
+                          f"prepare it with: {command}", f"{dataset} at {uri} ({_first_line(error)})",
+                          command) from None
     if manifest["dataset"] != dataset:
         raise UsageError(f"data_source prepared: {uri} holds {manifest['dataset']}, not {dataset}; prepare "
                          f"{dataset} with: python -m data_pipeline.prepare {dataset} --out {uri}")
@@ -134,9 +156,29 @@ def check_fits(data: Labels, trial: TrialConfig) -> None:
 
 def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dict:
     """``DataConfig.key`` → :class:`DatasetReference` for every trial's data. Each real file or
-    prepared folder is read once (labels only) and checked against the trials that use it."""
+    prepared folder is read once (labels only) and checked against the trials that use it. Where
+    several are missing, one UsageError names them all, with the commands that put them there."""
     references: dict = {}
     stored: dict = {}
+    missing: list[MissingData] = []
+    for source, dataset in dict.fromkeys((t.data.data_source, t.data.dataset) for t in trials):
+        if source == "procedural":
+            continue
+        read = real_file if source == "real" else prepared_data
+        print(f"Reading the {source} {dataset} labels…", flush=True)
+        try:
+            stored[source, dataset] = read(dataset, data_dir)
+        except MissingData as error:
+            missing.append(error)
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        commands = [error.command for error in missing if error.command]
+        then = next((error.then for error in missing if error.then), "")
+        fix = (f"run: {' && '.join(commands)}{then}" if len(commands) == len(missing)
+               else "pass --data-dir with the folder holding them (docs/data.md names the files)")
+        raise UsageError(f"{len(missing)} datasets this study reads are missing: "
+                         f"{'; '.join(error.problem for error in missing)}; {fix}")
     checked: set = set()
     for trial in trials:
         data = trial.data
@@ -144,10 +186,6 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
             if data.key not in references:
                 references[data.key] = procedural_reference(data.dataset, data.n_images, data.data_seed)
             continue
-        if (data.data_source, data.dataset) not in stored:
-            read = real_file if data.data_source == "real" else prepared_data
-            print(f"Reading the {data.data_source} {data.dataset} labels…", flush=True)
-            stored[data.data_source, data.dataset] = read(data.dataset, data_dir)
         reference, labels = stored[data.data_source, data.dataset]
         references[data.key] = reference
         if (data.key, data.split) not in checked:

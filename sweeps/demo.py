@@ -23,7 +23,7 @@ import sweeps
 from analysis import storage
 from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid
-from sweeps.errors import UsageError
+from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
 from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
@@ -63,7 +63,7 @@ def experiment(preset: str, storage_path: str) -> str:
 def run_study(preset: str, storage_path: str) -> tuple[int, float]:
     """One study at demo scale (``sweeps.run``), resumed if its experiment exists; (exit code as
     ``python -m sweeps.paper_grid`` gives it: 0, 1 if some trials failed, 2 on bad input, 130 on
-    Ctrl-C; wall seconds)."""
+    Ctrl-C, 143 on SIGTERM; wall seconds)."""
     resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path))
     started = time.perf_counter()
     command = (f"python -m sweeps.paper_grid --preset {preset} --scale demo --storage-path {storage_path}"
@@ -74,9 +74,11 @@ def run_study(preset: str, storage_path: str) -> tuple[int, float]:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2, time.perf_counter() - started
-    except KeyboardInterrupt as stop:  # paper_grid.SweepInterrupted, or a Ctrl-C before it started
-        print(f"\nInterrupted (Ctrl-C): {stop or 'before the study started; nothing ran'}", flush=True)
-        return paper_grid.INTERRUPTED, time.perf_counter() - started
+    except KeyboardInterrupt as stop:  # paper_grid.SweepInterrupted, or a Ctrl-C (SIGTERM) before it started
+        signum = getattr(stop, "signum", None) or stop_signal(stop)
+        what = stop or "before the study started; nothing ran"
+        print(f"\n{paper_grid.stopped_by(signum)}: {what}", flush=True)
+        return exit_code(signum), time.perf_counter() - started
     seconds = time.perf_counter() - started
     finished = int((trials["status"] == "finished").sum())
     print(f"{preset}: {finished} of {len(trials)} models finished in {seconds:.0f} s", flush=True)
@@ -89,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     times, failed = {}, []
     if not args.report_only:
         for preset in studies:
-            code, seconds = run_study(preset, args.storage_path)
+            with sigterm_as_interrupt():  # a SIGTERM stops the study as Ctrl-C does
+                code, seconds = run_study(preset, args.storage_path)
             times[preset] = seconds
-            if code == paper_grid.INTERRUPTED:  # Ctrl-C: stop here; the same command goes on
+            if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # Ctrl-C or SIGTERM: stop here;
+                # the same command goes on
                 print("The demo resumes where it stopped: run the same python -m sweeps.demo command again",
                       flush=True)
                 return code

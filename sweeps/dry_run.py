@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from analysis import storage
 from sweeps.costs import training_steps, trials_cost
-from sweeps.errors import UsageError
 from sweeps.packing import make_packs, pack_size_and_reason
 from sweeps.trials import TrialConfig
 
@@ -36,14 +35,9 @@ def _pack_size(args, trials: Sequence[TrialConfig]) -> tuple[int, str]:
         size, reason = pack_size_and_reason(requested, trials, 0, None)
         return size, reason + ("; planned for CPU trials: on a cluster with GPUs the size is decided "
                                "when Ray starts (pass --gpus-per-trial to plan it)")
-    try:
-        return pack_size_and_reason(requested, trials, gpus, None)
-    except UsageError as error:
-        if gpus == 0:
-            raise
-        # a run asks a GPU node for its free memory; without Ray, a 24 GiB GPU is assumed
-        return int(requested), (f"as asked; warning: it would not fit the GPU assumed here: {error}. A run "
-                                "measures the GPU it gets, and refuses the size there if it does not fit")
+    # without Ray, a GPU of sweeps.packing.ASSUMED_GPU_BYTES is assumed (a run measures the one it
+    # gets); a --pack-size that does not fit it is refused, as a run refuses it before any trial runs
+    return pack_size_and_reason(requested, trials, gpus, None)
 
 
 def _varying(pack: Sequence[TrialConfig]) -> str:

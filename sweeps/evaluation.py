@@ -228,9 +228,10 @@ class DeferredEvaluations:
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
     def start(self, result: dict, checkpoint, stored: set[str]) -> int:
-        """Evaluate the trained models of a Tune trial's ``result`` from its final ``checkpoint``:
-        those that trained to the end and have no row in ``stored`` and no evaluation running.
-        Returns how many started."""
+        """Evaluate the trained models of a Tune trial's ``result`` (its members' settings put back
+        from the plan, ``sweeps.packing.with_member_configs``) from its final ``checkpoint``: those
+        that trained to the end and have no row in ``stored`` and no evaluation running. Returns how
+        many started."""
         if checkpoint is None:
             raise ValueError(f"trial {result.get('trial_id')}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()

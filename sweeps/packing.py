@@ -1,11 +1,17 @@
 """Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
 
-Every Tune trial's config is ``{"members": [trial settings, ...]}``: one trial, or a pack of them
-(an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``, resolved by ``members_of``).
-The trainable trains the members with ``models.packed.PackedTrainer`` and the results writer
-stores one row per member, with the member's own config, key and metrics. A pack shares what one
-process holds once and what one vmap needs: the dataset and its data settings (not the split:
-each member trains on its own split's rows), the evaluation settings, and the model's
+Every Tune trial's config is ``{"members": [trial key, ...]}``: one trial, or a pack of them, named
+by their keys in the plan (an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``).
+``members_of`` resolves either through the planned trials (``PlannedTrials``), which the driver's
+callbacks hold and the trainable gets once, with its run's parameters. A config never carries a
+trial's settings: Tune writes the config into every result (``result.json``, ``progress.csv``,
+what each callback is handed), where a pack of 32 whole configs took about 21 KB a report
+(benchmarks/README.md, "Small results"). The trainable trains the members with
+``models.packed.PackedTrainer`` and reports, per member, its trial key, never its settings; the
+results writer stores one row per member, with the member's own config (from the plan), key and
+metrics. A pack shares what one process holds once and what one vmap needs: the dataset and its
+data settings (not the split: each member trains on its own split's rows), the evaluation
+settings, and the model's
 architecture, objective, task, latent size, batch size, image size, channels and run length
 (``steps``/``epochs``/``epoch_length``). Members may differ in everything else, every scalar hyperparameter
 included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -35,19 +41,92 @@ AUTO_LIMIT = 64
 
 
 def tune_config(members: Sequence[TrialConfig]) -> dict:
-    """The Tune trial config of one trial or of a pack."""
-    return {"members": [member.to_dict() for member in members]}
+    """The Tune trial config of one trial or of a pack: its members' trial keys, in order."""
+    return {"members": [member.trial_key for member in members]}
+
+
+class PlannedTrials(Sequence):
+    """The planned trials, by position (an Optuna trial's ``base``) and by trial key (a grid
+    trial's members, ``get``): indexed once per plan, so that resolving a Tune trial's config is a
+    lookup. It travels (to the trainable, in Tune's saved callbacks) as the trials' plain settings,
+    and a ``TrialConfig`` is built from them where one is looked up: a trial of a plan of a
+    thousand reads one, not a thousand."""
+
+    def __init__(self, trials: Sequence[TrialConfig] = (), settings: Sequence[dict] | None = None):
+        if settings is None:
+            self._trials: list[TrialConfig | None] = list(trials)
+            self._settings = [trial.to_dict() for trial in self._trials]
+        else:
+            self._settings, self._trials = list(settings), [None] * len(settings)
+        self._index = {settings["trial_key"]: k for k, settings in enumerate(self._settings)}
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[k] for k in range(*index.indices(len(self)))]
+        if self._trials[index] is None:
+            self._trials[index] = TrialConfig(self._settings[index])
+        return self._trials[index]
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    def get(self, key: str) -> TrialConfig | None:
+        """The planned trial of this key, or None."""
+        index = self._index.get(key)
+        return None if index is None else self[index]
+
+    def __reduce__(self):
+        return PlannedTrials, ((), self._settings)
+
+
+def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
+    """``base`` as ``PlannedTrials`` (itself if it is already)."""
+    return base if isinstance(base, PlannedTrials) else PlannedTrials(base)
 
 
 def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
-    """The trials a Tune trial config holds. An Optuna trial names a planned trial of ``base``
-    and the values sampled for it, which replace the planned ones (validated again)."""
+    """The trials a Tune trial config holds, from the planned trials ``base`` (pass a
+    ``PlannedTrials`` where this is called often: a plain sequence is indexed on every call). A
+    grid trial names its members by trial key (a member that is a whole settings dict, as an
+    experiment started by an older disgen holds, is read as it is); an Optuna trial names a planned
+    trial by position and the values sampled for it, which replace the planned ones (validated
+    again)."""
     if "members" in config:
-        return [TrialConfig(member) for member in config["members"]]
+        members = config["members"]
+        plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
+        found = [TrialConfig(m) if isinstance(m, Mapping) else plan.get(m) for m in members]
+        missing = [key for key, trial in zip(members, found) if trial is None]
+        if missing:
+            named = ", ".join(map(str, members))
+            raise UsageError(f"trial {missing[0]} (of the Tune trial of {named}) is not in this run's "
+                             "plan, which holds the settings Tune's state names by key; resume "
+                             "with the grid, --scale and options the experiment was started with")
+        return found
     if "base" in config:
         return [base[config["base"]].replace("search", **config["sampled"])]
     raise ValueError("not a disgen trial config: it holds neither 'members' nor 'base' (an experiment "
                      "started by an older disgen cannot be resumed by this one; start a new one)")
+
+
+def with_member_configs(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> dict | None:
+    """A Tune trial's final ``result`` with each member's settings put back (``"config"``), for the
+    driver's results writer, evaluations and console: the trial reports its members by trial key,
+    in the order of its Tune ``config``'s members (``members_of`` through ``base``), never with
+    their settings. A member that carries its settings (a result of an older disgen) keeps them;
+    a result without members (a progress report) is returned as it is."""
+    if not result or "members" not in result or all("config" in m for m in result["members"]):
+        return result
+    members = members_of(config, base)
+    filled = []
+    for position, member in enumerate(result["members"]):
+        if "config" not in member:
+            if position >= len(members) or members[position].trial_key != member.get("trial_key"):
+                keys = ", ".join(m.trial_key for m in members)
+                raise ValueError(f"member {position} of a Tune trial's result, trial "
+                                 f"{member.get('trial_key')}, is not its config's member there ({keys})")
+            member = {**member, "config": members[position].to_dict()}
+        filled.append(member)
+    return {**result, "members": filled}
 
 
 def shared_key(trial: TrialConfig) -> str:
@@ -119,7 +198,7 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
     gradients, Adam's moments and its activations with vmap's copies
     (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
     gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
-    allows is a UsageError naming the largest that fits."""
+    allows is a UsageError naming the largest that fits and how to ask for it."""
     from models.packed import (
         CUDA_PROCESS_BYTES,
         fits_resident,
@@ -159,9 +238,9 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
         raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {size}")
     if size > fits:
         need = pack_memory_bytes(model, size, device, data, device_bytes)
-        raise UsageError(f"--pack-size {size}: {size} members of {shape} need about {need / 2**30:.1f} GiB "
-                         f"with their process and data, more than the {where} allows; the largest pack "
-                         f"that fits is {fits}")
+        raise UsageError(f"--pack-size {size} does not fit: {size} members of {shape} need about "
+                         f"{need / 2**30:.1f} GiB with their process and data, and at most {fits} fit in 80% "
+                         f"of {where}; use --pack-size {fits} or --pack-size auto")
     return size, f"as asked (--pack-size {size}; up to {fits} members of {shape} fit in {where})"
 
 

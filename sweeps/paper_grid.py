@@ -14,6 +14,7 @@ import math
 import numbers
 import os
 import shlex
+import signal
 import socket
 import sys
 import textwrap
@@ -25,7 +26,7 @@ from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
 from data_pipeline.config import DATA_SOURCES
 from sweeps import plan_record
-from sweeps.errors import UsageError
+from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
 from sweeps.grid import (
     check_search_bounds,
     default_seeds,
@@ -151,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also log each model to MLflow, one run per model, at this tracking URI "
                              "(sqlite:///path/mlflow.db, file:///path/mlruns, http://host:5000); needs "
                              "pip install -e '.[mlflow]'")
+    parser.add_argument("--wandb", default=None, metavar="PROJECT",
+                        help="also log each model to Weights & Biases, one run per model, in this project "
+                             "(ENTITY/PROJECT for a team's), grouped by the experiment's name; W&B's own "
+                             "settings apply (wandb login or WANDB_API_KEY; WANDB_MODE=offline: no "
+                             "network). Needs pip install -e '.[wandb]'")
     parser.add_argument("--pack-size", default="auto", metavar="N|auto",
                         help="train up to N models that share data, split and shape in one trial "
                              "(models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as "
@@ -213,6 +219,8 @@ def check_options(args) -> None:
                          f"got {minutes}")
     if args.mlflow is not None:
         check_mlflow(args.mlflow)
+    if getattr(args, "wandb", None) is not None:
+        check_wandb(args.wandb)
     if args.pack_size != "auto":
         if not str(args.pack_size).isdigit() or int(args.pack_size) < 1:
             raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {args.pack_size!r}")
@@ -251,6 +259,18 @@ def check_mlflow(uri: str) -> None:
     if importlib.util.find_spec("mlflow") is None:
         raise UsageError("--mlflow needs MLflow, an optional extra: pip install -e '.[mlflow]' "
                          "(or pip install mlflow-skinny)")
+
+
+def check_wandb(project: str) -> None:
+    """--wandb needs the optional wandb package and a project name (ENTITY/PROJECT, or PROJECT)."""
+    entity, _, name = project.strip().rpartition("/")
+    if not name or "/" in entity or any(c in name for c in "\\#?%:"):
+        raise UsageError(f"--wandb {project!r}: give a W&B project, e.g. disgen or my-team/disgen")
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError("--wandb needs Weights & Biases, an optional extra: pip install -e '.[wandb]' "
+                         "(or pip install wandb)")
 
 
 def load_spec(args) -> tuple[dict, str]:
@@ -388,30 +408,46 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     print(f"  in pandas:         import pandas as pd; df = pd.read_parquet({trials!r})")
 
 
-# The exit code of a run stopped by Ctrl-C (SIGINT), as a shell reports a process it interrupted.
-INTERRUPTED = 130
+# The exit codes of a run stopped by Ctrl-C (SIGINT) or by SIGTERM (``ray job stop``), as a shell
+# reports a process that signal killed (128 + the signal).
+INTERRUPTED = exit_code(signal.SIGINT)  # 130
+TERMINATED = exit_code(signal.SIGTERM)  # 143
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by Ctrl-C once it had started: the finished models are stored in
-    ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
+    """A sweep stopped by Ctrl-C (or SIGTERM: ``signum``) once it had started: the finished models
+    are stored in ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
     ``resume=True`` (``--resume``) goes on from there. A Ctrl-C before the sweep starts, when
-    nothing ran, is a plain ``KeyboardInterrupt``. A sweep that stopped because its results store
-    kept failing (``sweeps/results.py``) ends the same way, with the ``reason``."""
+    nothing ran, is a plain ``KeyboardInterrupt`` (a SIGTERM, ``sweeps.errors.Terminated``). A
+    sweep that stopped because its results store kept failing (``sweeps/results.py``) ends the same
+    way, with the ``reason``."""
 
-    def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None):
+    def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None,
+                 signum: int = signal.SIGINT):
         self.experiment_dir, self.planned, self.finished = experiment_dir, planned, finished
-        self.reason = reason  # why it stopped, where not a Ctrl-C: the results store kept failing
+        self.reason = reason  # why it stopped, where not a signal: the results store kept failing
+        self.signum = signum  # the signal that stopped it: SIGINT (Ctrl-C) or SIGTERM
         super().__init__(f"{self.kept()} in {experiment_dir}; run it again with resume=True to go on")
 
     def kept(self) -> str:
         return (f"{self.finished} of {self.planned} models finished and stored" if self.finished is not None
                 else "the finished models are stored")
 
+    def exit_code(self) -> int:
+        """The command line's exit code: 130 after a Ctrl-C, 143 after a SIGTERM, 1 where the
+        results store kept failing."""
+        return exit_code(self.signum) if self.reason is None else 1
+
+
+def stopped_by(signum: int) -> str:
+    """How the command line names a signal that stopped a sweep."""
+    return "Stopped (SIGTERM, e.g. `ray job stop`)" if signum == signal.SIGTERM else "Interrupted (Ctrl-C)"
+
 
 def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
-    """What a Ctrl-C (or a results store that kept failing) left, and the command that goes on."""
-    why = "Interrupted (Ctrl-C)" if stop.reason is None else f"Stopped: {stop.reason}"
+    """What a Ctrl-C or SIGTERM (or a results store that kept failing) left, and the command that
+    goes on."""
+    why = stopped_by(stop.signum) if stop.reason is None else f"Stopped: {stop.reason}"
     print(f"\n{why}: {stop.kept()} in {stop.experiment_dir}; the others stopped at "
           "their last checkpoint, or had not started.", flush=True)
     print(f"Resume with:  {resume_command(argv)}", flush=True)
@@ -430,13 +466,13 @@ def execute(args) -> tuple[dict, dict]:
         from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
 
         summary = run_sweep(args, run_plan)
-    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's run: parts are whole
-        raise SweepInterrupted(run_plan["experiment_dir"], planned, None) from None
+    except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
+        raise SweepInterrupted(run_plan["experiment_dir"], planned, None, signum=stop_signal(stop)) from None
     finally:
         lock.release()
     if summary.get("interrupted"):
         raise SweepInterrupted(run_plan["experiment_dir"], planned, summary["finished"],
-                               summary.get("stopped_by"))
+                               summary.get("stopped_by"), summary.get("signal") or signal.SIGINT)
     return run_plan, {**summary, "planned": planned}
 
 
@@ -466,7 +502,7 @@ def run(grid_or_trials="default", *, scale: str = "smoke", storage_path: str = D
         checkpoint_every: int | None = None, checkpoint_minutes: float = 5.0, search: str = "grid",
         num_samples: int = 8, scheduler: str = "none", data_source: str | None = None,
         data_dir: str | None = None, max_failures: int = 2, verbose: bool = False,
-        mlflow: str | None = None, pack_size: int | str = "auto"):
+        mlflow: str | None = None, wandb: str | None = None, pack_size: int | str = "auto"):
     """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every
     model's row of ``trials.parquet``, finished or not (its ``status`` says which), as
     ``analysis.load_trials`` gives them.
@@ -528,17 +564,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     try:
-        run_plan, summary = execute(args)
+        with sigterm_as_interrupt():  # a SIGTERM stops the sweep as Ctrl-C does (exit code 143)
+            run_plan, summary = execute(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except SweepInterrupted as stop:
         print_interrupted(stop, argv)
-        return INTERRUPTED if stop.reason is None else 1
-    except KeyboardInterrupt:
-        print("\nInterrupted (Ctrl-C) before the sweep started; nothing ran. Run the same command "
-              "again to start it.", flush=True)
-        return INTERRUPTED
+        return stop.exit_code()
+    except KeyboardInterrupt as stop:  # Ctrl-C, or a SIGTERM (Terminated), before the sweep started
+        print(f"\n{stopped_by(stop_signal(stop))} before the sweep started; nothing ran. Run the same "
+              "command again to start it.", flush=True)
+        return exit_code(stop_signal(stop))
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 

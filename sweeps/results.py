@@ -44,7 +44,7 @@ from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, PROVEN
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
 from sweeps.evaluation import DeferredEvaluations
-from sweeps.packing import members_of, tensorboard_folder
+from sweeps.packing import members_of, planned, tensorboard_folder, with_member_configs
 from sweeps.trials import TrialConfig
 
 _STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
@@ -213,7 +213,7 @@ class ResultsWriter(tune.Callback):
 
     def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None, stop=None):
         self.experiment_dir = experiment_dir
-        self.base_trials = base_trials  # the planned trials an Optuna trial's config names
+        self.base_trials = planned(base_trials)  # the planned trials a Tune trial's config names
         self._store = store or results_store(experiment_dir, fresh=True)
         self.stop = stop
         self.failure: str | None = None  # the write that kept failing, once one has
@@ -276,7 +276,7 @@ class ResultsWriter(tune.Callback):
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
             self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
             return
-        result = {"trial_id": trial.trial_id, **result}
+        result = {"trial_id": trial.trial_id, **self._with_settings(trial, result)}
         if result.get("evaluated") is False:
             self._errors(result)
             if self.failure is not None:  # stopping: the resume evaluates its models
@@ -290,6 +290,14 @@ class ResultsWriter(tune.Callback):
                                  "error": f"evaluation not started: {type(error).__name__}: {error}"})
         else:
             self.store_result(result)
+
+    def _with_settings(self, trial, result: dict) -> dict:
+        """A finished trial's result with its members' settings, from the plan (the trial reports
+        its members by trial key, ``sweeps.packing.with_member_configs``); a result whose members
+        carry their settings (an older disgen's) as it is."""
+        if all("config" in member for member in result["members"]):
+            return result
+        return with_member_configs(result, trial.config, self.base_trials)
 
     def on_step_end(self, iteration, trials, **info):
         self.collect()

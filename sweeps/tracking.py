@@ -1,37 +1,53 @@
-"""MLflow: each model of a sweep as one MLflow run (``--mlflow URI``; the optional ``mlflow`` extra).
+"""MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``,
+``--wandb PROJECT``; the optional ``mlflow`` and ``wandb`` extras).
 
-Ray Tune's ``MLflowLoggerCallback`` logs a Tune trial as one run, with the trial's config as its
-parameters and every result as metrics. A disgen Tune trial is one model or a pack of them, and its
-config is ``{"members": [...]}``, so ``ModelRuns`` keeps Tune's callback (its MLflow set-up: the
-tracking URI, the experiment, found or created by the disgen experiment's name) and logs per model:
+Ray Tune's ``MLflowLoggerCallback`` and ``WandbLoggerCallback`` log a Tune trial as one run, with the
+trial's config as its parameters and every result as metrics. A disgen Tune trial is one model or a
+pack of them, and its config is ``{"members": [trial key, ...]}`` (their settings are in the plan:
+``base_trials``), so ``ModelRuns`` (MLflow) and ``WandbRuns``
+(W&B) keep Tune's callbacks (their set-up: MLflow's tracking URI and experiment, found or created by
+the disgen experiment's name; W&B's API key, project and a logging actor per Tune trial) and log per
+model, what the functions below take from a Tune trial and its results for both:
 
 - one run per model, named as disgen names it (``TrialConfig.dirname``), with the model's settings
-  as parameters and its trial key, experiment and Tune trial as tags;
+  as parameters (W&B: its config) and its trial key, experiment and Tune trial as tags (W&B: in its
+  config too; its group is the experiment);
 - a lone model's progress reports (its loss terms and images per second) as metrics at their step,
   and its final metrics at its last step;
 - for a pack, each member's final metrics in its own run. A pack's progress reports to Tune are
   means over its members, so they belong to no one model; each member's curves are in its
   TensorBoard folder and in ``history.parquet``;
 - a run ends FINISHED, FAILED (a failed trial, or a pack member whose loss diverged: its error is
-  the ``error`` tag) or KILLED (stopped early by ASHA). A run interrupted by Ctrl-C stays RUNNING,
-  and ``--resume`` continues it: a model's run is found by its trial key, so a model is one run
+  the ``error`` tag; W&B: a run that exits 1, with ``error`` in its summary) or KILLED (stopped early
+  by ASHA; W&B: exit 0, ``status: stopped`` in its summary). A run interrupted by Ctrl-C stays
+  RUNNING, and ``--resume`` continues it: a model's run is found by its trial key (W&B: its run id
+  is made of the trial key and the experiment's name, and the run resumes), so a model is one run
   however often it resumes.
 
 MLflow 3 refuses a plain folder (``file:`` URI) as a tracking store unless
 ``MLFLOW_ALLOW_FILE_STORE=true``; naming one with ``--mlflow`` sets it for this process.
-``sqlite:///path/mlflow.db`` is MLflow's recommended local store.
+``sqlite:///path/mlflow.db`` is MLflow's recommended local store. W&B reads its usual environment
+(``WANDB_API_KEY`` or ``wandb login``; ``WANDB_MODE=offline`` writes the runs under ``WANDB_DIR``,
+else in the experiment's folder, for a later ``wandb sync``, with no network); ``--wandb
+ENTITY/PROJECT`` names a team's project.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
+from collections.abc import Sequence
 
+import ray
 from ray.air.integrations.mlflow import MLflowLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log
+from ray.air.util.node import _force_on_current_node
 
 from analysis.schema import HISTORY_SCHEMA
-from sweeps.packing import dirname, members_of
+from sweeps.packing import dirname, members_of, planned
+from sweeps.trials import TrialConfig
 
 KEY_TAG = "trial_key"
 # A model's progress metrics: the loss terms and speed history.parquet keeps.
@@ -45,6 +61,54 @@ def _numbers(values: dict) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isinf(v)}
 
 
+# -- what a tracked run records of a model: the same for MLflow and W&B ----------------------------
+
+
+def run_tags(member: TrialConfig, trial, experiment: str, base: Sequence[TrialConfig] = ()) -> dict[str, str]:
+    """The labels of a model's run: its trial key, the disgen experiment, and its Tune trial (the
+    pack's name for a pack member) and that trial's id."""
+    return {KEY_TAG: member.trial_key, "experiment": experiment,
+            "tune_trial": dirname(members_of(trial.config, base)), "tune_trial_id": trial.trial_id}
+
+
+def progress_of(members: Sequence[TrialConfig], result: dict) -> tuple[int, dict[str, float]] | None:
+    """(step, metrics) of a lone model's progress report; None for a pack's (means over its
+    members) and for the final result."""
+    if len(members) != 1 or "step" not in result or (result.get("done") and "members" in result):
+        return None
+    return int(result["step"]), _numbers({n: result[n] for n in PROGRESS_METRICS if n in result})
+
+
+def finals_of(members: Sequence[TrialConfig],
+              result: dict) -> list[tuple[TrialConfig, int, dict, str | None]]:
+    """Each model's (trial, step, final metrics, error) from its Tune trial's final result (none
+    before it): a pack member whose loss diverged has its error and no metrics."""
+    if not (result.get("done") and "members" in result):
+        return []
+    finals = []
+    for member, outcome in zip(members, result["members"]):
+        step = int(outcome.get("step", result.get("step", 0)))
+        if "error" in outcome:
+            finals.append((member, step, {}, str(outcome["error"])[:5000]))
+        else:
+            metrics = _numbers({k: v for k, v in outcome.items() if k not in ("config", "trial_key", "step")})
+            finals.append((member, step, metrics, None))
+    return finals
+
+
+def end_states(members: Sequence[TrialConfig], trial, failed: bool) -> list[tuple[TrialConfig, str]]:
+    """Each model's run state when its Tune trial ends: FINISHED, FAILED (the trial failed, or the
+    model's loss diverged in a pack) or KILLED (stopped early, by ASHA)."""
+    result = trial.last_result or {}
+    outcomes = result.get("members") or []
+    states = []
+    for k, member in enumerate(members):
+        diverged = k < len(outcomes) and "error" in outcomes[k]
+        states.append((member, "FAILED" if failed or diverged else "FINISHED" if result.get("done")
+                       else "KILLED"))
+    return states
+
+
 class ModelRuns(MLflowLoggerCallback):
     """Tune's MLflow callback, one run per model (see the module docstring)."""
 
@@ -52,7 +116,7 @@ class ModelRuns(MLflowLoggerCallback):
         if tracking_uri.startswith("file:") or "://" not in tracking_uri:  # a folder: MLflow's file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         super().__init__(tracking_uri=tracking_uri, experiment_name=experiment_name)
-        self.base_trials = tuple(base_trials)
+        self.base_trials = planned(base_trials)
         self._runs: dict[str, str] = {}
 
     def setup(self, *args, **kwargs):
@@ -78,9 +142,7 @@ class ModelRuns(MLflowLoggerCallback):
         from mlflow.entities import Param
 
         run = client.create_run(experiment, run_name=member.dirname,
-                                tags={KEY_TAG: key, "experiment": self.experiment_name,
-                                      "tune_trial": dirname(members_of(trial.config, self.base_trials)),
-                                      "tune_trial_id": trial.trial_id})
+                                tags=run_tags(member, trial, self.experiment_name, self.base_trials))
         params = [Param(name, str(value)) for name, value in sorted(member.items())]
         for start in range(0, len(params), _BATCH):
             client.log_batch(run.info.run_id, params=params[start:start + _BATCH])
@@ -88,11 +150,11 @@ class ModelRuns(MLflowLoggerCallback):
         return self._runs[key]
 
     @staticmethod
-    def _log(client, run_id: str, values: dict, step: int) -> None:
+    def _log(client, run_id: str, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(name, value, now, int(step)) for name, value in _numbers(values).items()]
+        metrics = [Metric(name, value, now, int(step)) for name, value in values.items()]
         for start in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[start:start + 1000])
 
@@ -104,23 +166,157 @@ class ModelRuns(MLflowLoggerCallback):
     def log_trial_result(self, iteration, trial, result):
         client = self._client()
         members = members_of(trial.config, self.base_trials)
-        if result.get("done") and "members" in result:
-            for member, outcome in zip(members, result["members"]):
-                run_id = self._run_of(client, member, trial)
-                if "error" in outcome:
-                    client.set_tag(run_id, "error", str(outcome["error"])[:5000])
-                    continue
-                metrics = {k: v for k, v in outcome.items() if k not in ("config", "step")}
-                self._log(client, run_id, metrics, outcome.get("step", result.get("step", 0)))
-        elif len(members) == 1 and "step" in result:
-            progress = {name: result[name] for name in PROGRESS_METRICS if name in result}
-            self._log(client, self._run_of(client, members[0], trial), progress, result["step"])
+        for member, step, metrics, error in finals_of(members, result):
+            run_id = self._run_of(client, member, trial)
+            if error is not None:
+                client.set_tag(run_id, "error", error)
+            else:
+                self._log(client, run_id, metrics, step)
+        progress = progress_of(members, result)
+        if progress is not None:
+            self._log(client, self._run_of(client, members[0], trial), progress[1], progress[0])
 
     def log_trial_end(self, trial, failed: bool = False):
         client = self._client()
-        result = trial.last_result or {}
-        outcomes = result.get("members") or []
-        for k, member in enumerate(members_of(trial.config, self.base_trials)):
-            diverged = k < len(outcomes) and "error" in outcomes[k]
-            status = "FAILED" if failed or diverged else "FINISHED" if result.get("done") else "KILLED"
-            client.set_terminated(self._run_of(client, member, trial), status)
+        for member, state in end_states(members_of(trial.config, self.base_trials), trial, failed):
+            client.set_terminated(self._run_of(client, member, trial), state)
+
+
+# -- Weights & Biases ------------------------------------------------------------------------------
+
+
+def wandb_run_id(experiment: str, trial_key: str) -> str:
+    """A model's W&B run id: its trial key and the experiment's, so that the same model in two
+    experiments of one project is two runs, and a resumed model its one run."""
+    return f"{trial_key}-{hashlib.sha1(experiment.encode()).hexdigest()[:8]}"
+
+
+class _ModelRunsActor:
+    """A Tune trial's W&B runs, one per model, in one process on the driver's node, as Tune's
+    ``_WandbLoggingActor`` holds a trial's one run (W&B wants a run's records from a process of its
+    own, not the driver's). Its methods are called without waiting for them; a synchronous actor
+    runs one caller's calls in the order they were made, so a run's records arrive in order and its
+    end comes last."""
+
+    def __init__(self, logdir: str, runs: list[dict]):
+        import wandb
+
+        os.makedirs(logdir, exist_ok=True)  # the Tune trial's folder on the driver: W&B's default place
+        os.chdir(logdir)
+        os.environ["WANDB_START_METHOD"] = "thread"
+        # one process, several runs at once: reinit="create_new" (wandb >= 0.19.10)
+        self.runs = [wandb.init(reinit="create_new", **kwargs) for kwargs in runs]
+
+    def log(self, k: int, step: int, values: dict, summary: dict) -> None:
+        if values:
+            self.runs[k].log(values, step=step)
+        if summary:
+            self.runs[k].summary.update(summary)
+
+    def end(self, ends: dict[int, tuple[int, str]]) -> None:
+        """Each run's end: its exit code and its ``status`` (finished, failed, stopped or interrupted)."""
+        for k, run in enumerate(self.runs):
+            code, status = ends.get(k, (0, "finished"))
+            run.summary["status"] = status
+            run.finish(exit_code=code)
+
+
+class WandbRuns(WandbLoggerCallback):
+    """Tune's W&B callback, one run per model (see the module docstring): Tune's set-up (API key,
+    project, group) and, like Tune's, one logging actor per Tune trial (``_ModelRunsActor``, no CPU,
+    on the driver's node), holding a run for each of the trial's models. The driver never waits on
+    W&B: each record is a call on the actor, not waited for (Tune's queue makes the driver wait,
+    seconds while the queue's actor starts)."""
+
+    def __init__(self, project: str, experiment_name: str, base_trials=(), local_dir: str | None = None):
+        entity, _, name = project.rpartition("/")
+        where = {"entity": entity} if entity else {}
+        if local_dir and not os.environ.get("WANDB_DIR"):  # W&B's files in <experiment>/wandb/
+            where["dir"] = local_dir
+        super().__init__(project=name, group=experiment_name, **where)
+        self.experiment_name = experiment_name
+        self.base_trials = planned(base_trials)
+        self._actors: dict = {}  # trial → its logging actor, until the trial ends
+        self._ending: dict = {}  # the end call of each trial's last actor → (trial, actor)
+
+    def _members(self, trial) -> list[TrialConfig]:
+        return members_of(trial.config, self.base_trials)
+
+    def check(self) -> WandbRuns:
+        """Tune's set-up now, before the sweep: no API key (where W&B is not offline) is a
+        UsageError, rather than Tune's error once the sweep has started."""
+        from sweeps.errors import UsageError
+
+        try:
+            self.setup()
+        except ValueError:
+            message = ("--wandb: no W&B API key found; run wandb login or set WANDB_API_KEY (or set "
+                       "WANDB_MODE=offline to write the runs to disk, for a later wandb sync)")
+            raise UsageError(message) from None
+        return self
+
+    def _actor_class(self):
+        # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_API_KEY, WANDB_BASE_URL…) go with
+        # the actor, as a Ray worker may have been started before they were set. Not restarted: an
+        # actor that dies costs its trial's W&B records, never the sweep
+        if not self._remote_logger_class:
+            env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+            self._remote_logger_class = ray.remote(
+                num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env})(_ModelRunsActor)
+        return self._remote_logger_class
+
+    def log_trial_start(self, trial):
+        if trial in self._actors:
+            return
+        # a failed trial that Tune retries: its runs resume once its last actor has ended them
+        self._collect([f for f, (t, _) in self._ending.items() if t is trial], timeout=60)
+        runs = []
+        for member in self._members(trial):
+            config = {**member.to_dict(), **run_tags(member, trial, self.experiment_name, self.base_trials)}
+            runs.append(dict(id=wandb_run_id(self.experiment_name, member.trial_key), name=member.dirname,
+                             resume="allow", allow_val_change=True, group=self.group, project=self.project,
+                             config=_clean_log(config), **self.kwargs))
+        self._actors[trial] = self._actor_class().remote(trial.local_path, runs)
+
+    def log_trial_result(self, iteration, trial, result):
+        if trial not in self._actors:
+            self.log_trial_start(trial)
+        actor, members = self._actors[trial], self._members(trial)
+        for k, (_, step, metrics, error) in enumerate(finals_of(members, result)):
+            actor.log.remote(k, step, metrics, {"error": error} if error else {})
+        progress = progress_of(members, result)
+        if progress is not None:
+            actor.log.remote(0, progress[0], progress[1], {})
+
+    def log_trial_save(self, trial):
+        pass  # checkpoints are a Tune trial's, of all its models: not uploaded to a model's run
+
+    def log_trial_end(self, trial, failed: bool = False):
+        actor = self._actors.pop(trial, None)
+        if actor is None:
+            return
+        status = {"FINISHED": "finished", "FAILED": "failed", "KILLED": "stopped"}
+        ends = {k: (1 if state == "FAILED" else 0, status[state])
+                for k, (_, state) in enumerate(end_states(self._members(trial), trial, failed))}
+        self._ending[actor.end.remote(ends)] = (trial, actor)
+        self._collect(list(self._ending), timeout=0)
+
+    def _collect(self, futures: list, timeout: float) -> None:
+        """Let go of the actors whose end has run (or, past ``timeout``, not)."""
+        if not futures:
+            return
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        for future in futures if timeout else done:
+            _, actor = self._ending.pop(future)
+            ray.kill(actor)
+
+    def on_experiment_end(self, trials, **info):
+        """Wait for the runs to finish (W&B's uploads included), as Tune's callback does."""
+        for trial in list(self._actors):  # trials Tune did not end (a Ctrl-C): --resume goes on with them
+            actor = self._actors.pop(trial)
+            ends = {k: (0, "interrupted") for k in range(len(self._members(trial)))}
+            self._ending[actor.end.remote(ends)] = (trial, actor)
+        self._collect(list(self._ending), timeout=self._upload_timeout)
+
+    def __del__(self):
+        self._actors, self._ending = {}, {}

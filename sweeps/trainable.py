@@ -24,7 +24,12 @@ images, in one of two ways:
   and its CPUs), then ends, which frees the GPU for the next trial; the driver evaluates the
   models from the checkpoint in CPU-only Ray tasks and commits them (``DeferredEvaluations``).
 
-Loss histories never travel through Tune.
+Loss histories never travel through Tune, nor do the trials' settings: the Tune trial's config
+names its members by trial key (``sweeps.packing``), the planned trials reach the trainable once
+(``run_info``), and a report names each member by its key; the driver takes each member's settings
+from its plan. Tune writes the config into every result, so a progress report holds its loss terms
+and a 10-character key per member, never the members' settings
+(``tests/end_to_end/test_small_results.py``).
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull) -> Non
     A report, not a raise: Tune would retry a raise up to --max-failures times, failing the same way."""
     message = f"{type(error).__name__}: {error}"
     tune.report({"step": 0, "done": True, "node_id": ray.get_runtime_context().get_node_id(),
-                 "members": [{"config": m.to_dict(), "error": message, "step": 0} for m in members]})
+                 "members": [{"trial_key": m.trial_key, "error": message, "step": 0} for m in members]})
 
 
 def gpu_settings(gpus_per_trial: float) -> GPUSettings:
@@ -204,17 +209,18 @@ def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every
 
 
 def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference, n_images: int) -> list[dict]:
-    """What the trial knows of each model once trained: its config, its step, the settings only the
-    run resolves (its length in steps, its images, bf16), the training's timings (the members of a
-    pack train together: each is credited an equal share of the pack's time) and the dataset it
-    read (its location and content id); or its config, error and the step it reached."""
+    """What the trial knows of each model once trained: its trial key (never its settings, which
+    the driver has in its plan), its step, the settings only the run resolves (its length in steps,
+    its images, bf16), the training's timings (the members of a pack train together: each is
+    credited an equal share of the pack's time) and the dataset it read (its location and content
+    id); or its trial key, error and the step it reached."""
     errors = _errors(trainer)
     out = []
     for k, (model, trial) in enumerate(zip(_models(trainer), members)):
         if k in errors:
-            out.append({"config": trial.to_dict(), "error": errors[k], "step": model.step})
+            out.append({"trial_key": trial.trial_key, "error": errors[k], "step": model.step})
             continue
-        out.append({"config": trial.to_dict(), "step": model.step, "steps": model.total_steps,
+        out.append({"trial_key": trial.trial_key, "step": model.step, "steps": model.total_steps,
                     "n_images": n_images, "bf16": bool(model.bf16),
                     "train_seconds": training["seconds"] / len(members),
                     "train_started_at": training["started_at"], "train_ended_at": training["ended_at"],
@@ -242,7 +248,7 @@ def write_history(experiment_dir: str, logs: list[ModelLog], results: list[dict]
     Written before the final report, so the driver's commit always finds it."""
     experiment = storage.experiment_name(experiment_dir)
     rows = [row for log, result in zip(logs, results) if "error" not in result
-            for row in history_rows(experiment, result["config"], log.history)]
+            for row in history_rows(experiment, log.trial, log.history)]
     part = storage.new_part()
     storage.write_history_part(experiment_dir, part, rows)
     return part
@@ -253,7 +259,10 @@ def train_trial(config: dict, run_info: dict) -> None:
     ``run_info`` holds the dataset references (``DataConfig.key`` → ``DatasetReference``), the
     experiment's folder or URI (for the history part), the TensorBoard root, the CPUs and GPUs per
     trial, whether evaluation is deferred to CPU-only tasks, the checkpoint intervals (steps and
-    seconds), whether the worker's own output is shown, and the planned trials (for Optuna's)."""
+    seconds), whether the worker's own output is shown, and the planned trials
+    (``sweeps.packing.PlannedTrials``), through which ``config`` names its members: their trial
+    keys, or for Optuna a planned trial and the values sampled for it. Every report carries the
+    members' trial keys at most, never their settings: Tune writes the config into each result."""
     cpus = run_info["cpus_per_trial"]
     if not run_info.get("verbose"):
         quiet_worker()
@@ -300,7 +309,7 @@ def train_trial(config: dict, run_info: dict) -> None:
         results = _evaluate(trainer, logs, trained, data, rows, cpus)
         final.update(members=results, results_part=write_history(run_info["experiment_dir"], logs, results))
         if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
-            final.update({k: v for k, v in results[0].items() if k != "config"})
+            final.update({k: v for k, v in results[0].items() if k != "trial_key"})
     with tempfile.TemporaryDirectory() as folder:
         trainer_file.save_final(folder, [m.model.state_dict() for m in _models(trainer)],
                                 [m.step for m in _models(trainer)], _errors(trainer),

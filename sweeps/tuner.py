@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
@@ -22,7 +24,15 @@ from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
-from sweeps.packing import dirname, make_packs, members_of, pack_size_and_reason, tune_config  # noqa: E402
+from sweeps.packing import (  # noqa: E402
+    PlannedTrials,
+    dirname,
+    make_packs,
+    members_of,
+    pack_size_and_reason,
+    tune_config,
+    with_member_configs,
+)
 from sweeps.results import ResultsWriter, StorageFailed, read_trials, repair, results_store, retried  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
 
@@ -83,6 +93,10 @@ def _connect(args) -> bool:
     if not args.address and _existing_local_cluster():
         print("note: a Ray cluster already runs on this machine; starting a private local Ray for this "
               "run (pass --address auto to run on that cluster instead)", flush=True)
+    # ray.init puts in its own SIGTERM handler (the driver exits at once, sys.exit(15)); a handler
+    # this process had (the command line's: SIGTERM stops the sweep as Ctrl-C does) is put back
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
         environment = storage.worker_environment()
         runtime_env = {"env_vars": environment} if environment else None
@@ -96,6 +110,9 @@ def _connect(args) -> bool:
                      runtime_env=runtime_env, log_to_driver=workers)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
+    finally:
+        if callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
     return True
 
 
@@ -147,7 +164,9 @@ def _checkpoint_every(args, trials) -> int:
 
 def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
     """(Tune's param_space, search algorithm, samples): the planned trials, one by one or in packs,
-    as a grid search; or for --search optuna, the planned trials to pick from and the search space."""
+    as a grid search of their trial keys (``tune_config``: Tune writes a trial's config into each of
+    its results, so it holds no settings); or for --search optuna, the index of a planned trial to
+    pick and the search space."""
     trials = plan["trials"]
     if args.search == "optuna":
         search = plan["spec"]["search"]
@@ -155,7 +174,7 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
         param_space = {"base": tune.choice(list(range(len(trials)))), "sampled": space}
         algorithm = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
         return param_space, algorithm, args.num_samples
-    pack_size = _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
+    pack_size = plan.get("pack_size") or _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
     packs = make_packs(trials, pack_size)
     if pack_size > 1:
         print(f"Packing {len(trials)} trials into {len(packs)} packs of up to {pack_size} "
@@ -166,8 +185,8 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
 def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> list:
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
-    --mlflow, and Tune's JSON and CSV records of each trial."""
-    base = plan["trials"]
+    --mlflow, W&B with --wandb, and Tune's JSON and CSV records of each trial."""
+    base = PlannedTrials(plan["trials"])
     writer = ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]), stop)
     callbacks = [writer, stop]
     if console is not None:
@@ -176,6 +195,12 @@ def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> l
         from sweeps.tracking import ModelRuns
 
         callbacks.append(ModelRuns(args.mlflow, plan["name"], base))
+    if getattr(args, "wandb", None):
+        from sweeps.tracking import WandbRuns
+
+        experiment_dir = plan["experiment_dir"]  # W&B writes its files there (offline: its runs)
+        callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base,
+                                   None if storage.is_remote(experiment_dir) else experiment_dir).check())
     return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
 
 
@@ -195,7 +220,7 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: 
         scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min",
                                                   max_t=steps + 1, grace_period=max(1, steps // 8),
                                                   reduction_factor=3)
-    base = plan["trials"]
+    base = PlannedTrials(plan["trials"])
     name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
     return tune.Tuner(
         trainable,
@@ -231,7 +256,9 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
                 "checkpoint_every": _checkpoint_every(args, plan["trials"]),
                 "checkpoint_seconds": 60.0 * getattr(args, "checkpoint_minutes", 0.0),
                 "verbose": getattr(args, "verbose", False),
-                "base_trials": plan["trials"] if args.search == "optuna" else (),
+                # what the Tune trials' configs name (their members' keys, or Optuna's planned trial):
+                # sent once, with the trainable's parameters, never in a trial's config
+                "base_trials": PlannedTrials(plan["trials"]),
                 "datasets": plan["data"],
                 "gpus_per_trial": gpus,
                 # a trial that holds a GPU frees it for the next as soon as its models are trained,
@@ -280,7 +307,7 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     rows never landed (a driver killed while writing them) are written now; trials that trained but
     whose models were never evaluated (a driver killed while their evaluations ran) have them
     evaluated from their final checkpoints, beside the restored run's training."""
-    base = plan["trials"]
+    base = PlannedTrials(plan["trials"])  # holds every trial of the restored run (plan_record.check_resume)
     print(f"Resuming {experiment_dir}", flush=True)
     store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
     tuner = _restored(experiment_dir, trainable, args, plan, console, stop)
@@ -288,13 +315,13 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
         before = list(tuner.get_results())
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
         before = []
-    _repair(store, before, evaluations, stop)
+    _repair(store, before, base, evaluations, stop)
     if stop.received.is_set():  # the store keeps failing: nothing runs until it is healthy
         return 0, set()
     if len(evaluations):
         print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
     grid = tuner.fit()
-    repaired = _repair(store, grid, evaluations, stop)
+    repaired = _repair(store, grid, base, evaluations, stop)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)
     lost = sum(1 for result in grid if result.error and LOST_CHECKPOINT in str(result.error))
@@ -304,14 +331,16 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     return grid.num_errors - lost, _keys_of(grid, base)
 
 
-def _repair(store, results, evaluations: DeferredEvaluations, stop: StopSignal) -> int:
-    """``repair`` of Tune's ``results``, its writes ``retried``; where they keep failing, the sweep
-    stops (``stop``) and the next resume repairs them."""
+def _repair(store, results, base: PlannedTrials, evaluations: DeferredEvaluations, stop: StopSignal) -> int:
+    """``repair`` of Tune's ``results`` (their members' settings from the plan, ``base``), its
+    writes ``retried``; where they keep failing, the sweep stops (``stop``) and the next resume
+    repairs them."""
     if stop.reason is not None:
         return 0
+    finals = [with_member_configs(r.metrics, r.config or {}, base) for r in results]
     try:
-        return retried(lambda: repair(store, [r.metrics for r in results], [r.checkpoint for r in results],
-                                      evaluations), f"storing the finished trials of {store.experiment}")
+        return retried(lambda: repair(store, finals, [r.checkpoint for r in results], evaluations),
+                       f"storing the finished trials of {store.experiment}")
     except StorageFailed as error:
         print(f"error: {error}; stopping (--resume stores them)", flush=True)
         stop.request(f"the results could not be written to {store.experiment} ({error})")
@@ -356,6 +385,10 @@ def run_sweep(args, plan: dict) -> dict:
     DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
         gpus = _gpus_per_trial(args)
+        if not restoring and args.search == "grid":  # a --pack-size that does not fit: refused before
+            # anything is written or any trial runs (a restore's packs are in Tune's state)
+            plan = {**plan, "pack_size": _pack_size(args, plan["trials"], gpus,
+                                                    ray.cluster_resources().get("GPU", 0))}
         if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
             plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
         console = None if getattr(args, "verbose", False) else Console(
@@ -365,7 +398,7 @@ def run_sweep(args, plan: dict) -> dict:
         trainable = _trainable(args, plan, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
-        with TuneOutput(getattr(args, "verbose", False)), stop:
+        with TuneOutput(getattr(args, "verbose", False), stop), stop:
             if restoring:
                 failed, covered = _restore(experiment_dir, trainable, args, plan, console, stop)
             new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
@@ -396,4 +429,4 @@ def run_sweep(args, plan: dict) -> dict:
         trials = None
     finished = None if trials is None else int((trials["status"] == "finished").sum())
     return {"finished": finished, "failed": failed, "trials": trials, "interrupted": stop.received.is_set(),
-            "stopped_by": stop.reason, "seconds": time.perf_counter() - started}
+            "stopped_by": stop.reason, "signal": stop.signum, "seconds": time.perf_counter() - started}

@@ -1,4 +1,4 @@
-"""Helpers for the tests that run real sweeps and act while they run: a short grid, and a wait."""
+"""Helpers for the tests that run real sweeps and act while they run: short grids, and a wait."""
 
 from __future__ import annotations
 
@@ -15,6 +15,22 @@ axes:
   beta: [1.0, 4.0]
 scales:
   tiny: {steps: 10}
+"""
+
+
+# Two β-VAEs that share a pack (with --pack-size 2) and a FactorVAE alone: both paths of the tracking
+# callbacks (sweeps/tracking.py) in one sweep.
+PACK_AND_LONE_MODEL = """\
+description: a pack of two β-VAEs and a FactorVAE alone, small enough for a test
+fixed: {dataset: dsprites, architecture: burgess, n_images: 600, data_seed: 0, batch_size: 8,
+        report_every: 2, n_nll: 40, n_metric: 60, metrics: [d_score], lr: 0.001, split: blank_side}
+axes:
+  model:
+    - {objective: beta_vae, beta: 1.0}
+    - {objective: beta_vae, beta: 4.0}
+    - {objective: factor_vae, gamma: 10.0, discriminator_width: 16, discriminator_layers: 2}
+scales:
+  tiny: {steps: 6}
 """
 
 

@@ -341,6 +341,28 @@ def test_a_missing_real_file_error_prints_the_download_command(tmp_path, monkeyp
         load_real_file("shapes3d", None)
 
 
+def test_a_study_missing_several_real_files_names_them_all_at_once_before_ray(tmp_path, monkeypatch, capsys):
+    """montero2021 reads dSprites and 3DShapes: one error names both files and both downloads (the
+    check runs in the plan, before Ray: --dry-run shows it too)."""
+    from sweeps.paper_grid import main
+
+    monkeypatch.delenv("DISGEN_DATA", raising=False)
+    for argv in (["--dry-run"], ["--storage-path", str(tmp_path / "results")]):
+        assert main(["--preset", "montero2021", "--scale", "small", "--data-dir", str(tmp_path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert "2 datasets this study reads are missing" in err
+        dsprites = "dsprites_ndarray_co1sh3sc6or40x32y32_64x64"
+        assert f"{dsprites}.npz (or {dsprites}.hdf5) not found in {tmp_path}" in err
+        assert f"3dshapes.h5 not found in {tmp_path}" in err
+        assert err.rstrip().endswith(f"run: python -m data_pipeline.download dsprites --to {tmp_path} && "
+                                     f"python -m data_pipeline.download 3dshapes --to {tmp_path}"), err
+    # no folder given: the downloads go to ./data, and the sweep is told where they are
+    assert main(["--preset", "montero2021", "--scale", "small", "--data-source", "real", "--dry-run"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        "python -m data_pipeline.download 3dshapes --to data and pass --data-dir data")
+
+
 def test_mpi3d_comes_from_the_maintainers_new_address_with_the_old_one_as_a_mirror(capsys):
     # moved in 2024 (rr-learning/disentanglement_dataset, issue 4); the checksums name the bytes
     for name in ("mpi3d_toy", "mpi3d_realistic", "mpi3d_real"):

@@ -10,20 +10,7 @@ import pandas as pd
 import pytest
 
 from sweeps.paper_grid import main
-
-# Two β-VAEs that share a pack and a FactorVAE alone: both of ModelRuns' paths in one sweep.
-GRID = """\
-description: a pack of two β-VAEs and a FactorVAE alone, small enough for a test
-fixed: {dataset: dsprites, architecture: burgess, n_images: 600, data_seed: 0, batch_size: 8,
-        report_every: 2, n_nll: 40, n_metric: 60, metrics: [d_score], lr: 0.001, split: blank_side}
-axes:
-  model:
-    - {objective: beta_vae, beta: 1.0}
-    - {objective: beta_vae, beta: 4.0}
-    - {objective: factor_vae, gamma: 10.0, discriminator_width: 16, discriminator_layers: 2}
-scales:
-  tiny: {steps: 6}
-"""
+from tests.sweep_runs import PACK_AND_LONE_MODEL as GRID
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,

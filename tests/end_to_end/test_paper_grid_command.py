@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from analysis.schema import SETTING_FIELDS
 from analysis.storage import PARTS_DIR
+from sweeps.errors import Terminated
 from sweeps.grid import get_spec, trial_configs
 from sweeps.paper_grid import main
 from sweeps.trials import trial_key
@@ -245,17 +246,55 @@ def test_a_failed_and_a_stopped_model_get_rows_with_their_status(ray_session, tm
     assert len(everything) == 3 and len(finished_models(everything)) == 1
 
 
-def test_a_ctrl_c_outside_tunes_run_exits_130_with_the_resume_command_and_frees_the_folder(
-        tmp_path, capsys, monkeypatch):
+@pytest.mark.slow
+def test_a_run_refuses_a_pack_size_that_does_not_fit_in_one_line_before_anything_is_written(
+        ray_session, tmp_path, capsys):
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp", "--pack-size", "100000000"]
+    assert main(argv) == 2  # on the tests' Ray (no GPU): far more than the host's memory holds
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: --pack-size 100000000 does not fit: ")
+    assert err.endswith(" or --pack-size auto\n")  # after the size that fits
+    # nothing of an experiment was written: the same command with a size that fits may start it
+    from sweeps.paper_grid import build_parser, plan
+
+    assert plan(build_parser().parse_args(argv[:-2]))["added"] == []  # no "already exists; pass --resume"
+
+
+@pytest.mark.parametrize("stop, code, said", [
+    (KeyboardInterrupt, 130, "Interrupted (Ctrl-C)"),
+    (Terminated, 143, "Stopped (SIGTERM, e.g. `ray job stop`)"),
+], ids=["ctrl-c", "sigterm"])
+def test_a_ctrl_c_or_sigterm_outside_tunes_run_exits_130_or_143_with_the_resume_command_and_frees_the_folder(
+        tmp_path, capsys, monkeypatch, stop, code, said):
     import sweeps.tuner
 
-    def interrupted(args, plan):  # a second Ctrl-C: Tune's handler is gone, Python raises
-        raise KeyboardInterrupt
+    def interrupted(args, plan):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
+        raise stop
 
     monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
     argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
-    assert main(argv) == 130
+    assert main(argv) == code
     out = capsys.readouterr().out
-    assert f"Interrupted (Ctrl-C): the finished models are stored in {tmp_path / 'exp'}" in out
+    assert f"{said}: the finished models are stored in {tmp_path / 'exp'}" in out
     assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
     assert not (tmp_path / "exp" / "driver.lock").exists()  # the next driver may take the folder
+
+
+def test_a_sigterm_before_the_sweep_started_exits_143_in_one_line(tmp_path, capsys, monkeypatch):
+    import signal
+
+    import sweeps.paper_grid
+
+    def terminated(args):  # SIGTERM (`ray job stop`) while the sweep is planned: nothing ran
+        signal.raise_signal(signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    monkeypatch.setattr(sweeps.paper_grid, "plan", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]) == 143
+    captured = capsys.readouterr()
+    assert captured.out.strip() == ("Stopped (SIGTERM, e.g. `ray job stop`) before the sweep started; "
+                                    "nothing ran. Run the same command again to start it.")
+    assert captured.err == ""  # no traceback
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler is gone with it

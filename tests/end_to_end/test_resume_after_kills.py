@@ -274,8 +274,12 @@ def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_ctrl_c_stops_the_sweep_with_exit_130_and_a_resume_finishes_every_model_once(
-        ray_session, tmp_path, checkpoint_signals):
+@pytest.mark.parametrize("stop, code, said", [
+    (signal.SIGINT, 130, "Interrupted (Ctrl-C)"),
+    (signal.SIGTERM, 143, "Stopped (SIGTERM, e.g. `ray job stop`)"),  # what `ray job stop` sends
+], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_the_sweep_with_exit_130_or_143_and_a_resume_finishes_every_model_once(
+        ray_session, tmp_path, checkpoint_signals, stop, code, said):
     from sweep_runs import TWO_SHORT_TRIALS
 
     from sweeps.paper_grid import resume_command
@@ -296,15 +300,16 @@ def test_ctrl_c_stops_the_sweep_with_exit_130_and_a_resume_finishes_every_model_
         checkpoint_signals.release_all()
         checkpoint_signals.hold(lambda name: name.endswith("-5") and name != first, 240, running)
         wait_for(lambda: finished_rows(experiment) == 1, 60, lambda: log_path.read_text())
-        driver.send_signal(signal.SIGINT)
+        driver.send_signal(stop)
         with checkpoint_signals.releasing():
             driver.wait(timeout=120)
     finally:
         if driver.poll() is None:
             driver.kill()
     output = log_path.read_text()
-    assert driver.returncode == 130, output
-    assert "Interrupted (Ctrl-C): 1 of 2 models finished and stored" in output, output
+    assert driver.returncode == code, output
+    assert f"{said}: 1 of 2 models finished and stored" in output, output
+    assert "Traceback" not in output, output
     assert f"Resume with:  {resume_command(argv[3:])}\n" in output
     assert "Tuner.restore" not in output
     # the finished model's row is in trials.parquet, where plain pandas finds it

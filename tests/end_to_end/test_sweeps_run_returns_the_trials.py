@@ -73,7 +73,11 @@ def two_trials() -> list[TrialConfig]:
     return plan_trials(options(grid=yaml.safe_load(TWO_TRIAL_GRID), scale="tiny"))["trials"]
 
 
-def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("signum, code, said", [(2, 130, "Interrupted (Ctrl-C)"),
+                                                 (15, 143, "Stopped (SIGTERM, e.g. `ray job stop`)")],
+                         ids=["ctrl-c", "sigterm"])
+def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c_or_sigterm(
+        monkeypatch, tmp_path, capsys, signum, code, said):
     import sweeps.paper_grid
     from sweeps import demo
 
@@ -82,16 +86,16 @@ def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c(monke
     def run(grid, **options):  # the sweep itself is the Ray test's above: here, what the demo asks
         calls.append((grid, options))
         if grid == "montero2022":
-            raise sweeps.SweepInterrupted(str(tmp_path / "montero2022-demo"), 8, 3)
+            raise sweeps.SweepInterrupted(str(tmp_path / "montero2022-demo"), 8, 3, signum=signum)
         return pd.DataFrame({"status": ["finished", "failed"]})
 
     monkeypatch.setattr(sweeps.paper_grid, "run", run)
     argv = ["--studies", "montero2021,montero2022,dittadi2021", "--storage-path", str(tmp_path), "--no-open"]
-    assert demo.main(argv) == 130
+    assert demo.main(argv) == code
     assert calls == [(preset, {"scale": "demo", "storage_path": str(tmp_path), "resume": False})
                      for preset in ("montero2021", "montero2022")]
     out = capsys.readouterr().out
     assert "montero2021: 1 of 2 models finished in" in out
     stopped = tmp_path / "montero2022-demo"
-    assert f"Interrupted (Ctrl-C): 3 of 8 models finished and stored in {stopped}" in out
+    assert f"{said}: 3 of 8 models finished and stored in {stopped}" in out
     assert "run the same python -m sweeps.demo command again" in out

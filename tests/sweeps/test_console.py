@@ -155,3 +155,44 @@ def test_checkpoints_come_by_steps_or_by_time_never_at_the_end():
     assert checkpoint_due(5, 100, every_steps=0, every_seconds=0.01, seconds_since=0.02)
     assert not checkpoint_due(100, 100, every_steps=20, every_seconds=0.01, seconds_since=1e9)
     assert not checkpoint_due(7, 100, every_steps=0, every_seconds=0, seconds_since=1e9)
+
+
+def test_a_sigterm_stops_a_tune_run_as_ctrl_c_does_and_a_second_one_stops_at_once():
+    import signal
+
+    from sweeps.console import StopSignal
+    from sweeps.errors import Terminated
+
+    interrupts = []
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+    def tune_handler(signum, frame):  # as Tune's (ray.tune.tune._setup_signal_catching): once
+        interrupts.append(signum)
+        signal.signal(signal.SIGINT, before[0])
+
+    with StopSignal() as stop:
+        with pytest.raises(Terminated):  # before Tune's run: at once, as Ctrl-C raises KeyboardInterrupt
+            signal.raise_signal(signal.SIGTERM)
+        signal.signal(signal.SIGINT, tune_handler)  # Tune's run starts
+        stop.setup()
+        signal.raise_signal(signal.SIGTERM)  # `ray job stop`: Tune ends its run, as on Ctrl-C
+        assert interrupts == [signal.SIGINT] and stop.received.is_set() and stop.signum == signal.SIGTERM
+        with pytest.raises(Terminated):  # a second SIGTERM stops at once, as a second Ctrl-C does
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert interrupts == [signal.SIGINT]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+@pytest.mark.parametrize("signum, said", [(2, "Ctrl-C: stopping the sweep"),
+                                          (15, "SIGTERM (e.g. `ray job stop`): stopping the sweep")])
+def test_tunes_stop_message_names_the_signal(signum, said):
+    from sweeps.console import StopSignal
+
+    stop = StopSignal()
+    stop.signum = signum
+    message = "Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."
+    record = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, message, (), None)
+    assert TuneOutput(False, stop).filter.filter(record)
+    assert record.getMessage().startswith(said)

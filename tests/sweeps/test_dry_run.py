@@ -13,7 +13,7 @@ PLAN_BOTH = """
 import sys
 from sweeps.paper_grid import main
 for preset in ("montero2021", "montero2022"):
-    assert main(["--preset", preset, "--scale", "full", "--pack-size", "64", "--gpus-per-trial", "1",
+    assert main(["--preset", preset, "--scale", "full", "--gpus-per-trial", "1",
                  "--dry-run", "--storage-path", sys.argv[1]]) == 0
 print("ray modules:", sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
 """
@@ -29,7 +29,7 @@ def test_the_paper_grids_plan_into_wide_packs_without_ray(tmp_path):
     assert not (tmp_path / "results").exists()  # nothing written
     plans = out.split("Plan of ")[1:]
     assert [p.split(" ", 1)[0] for p in plans] == ["montero2021", "montero2022"]
-    for plan, trials, most in zip(plans, (144, 288), (12, 36)):
+    for plan, trials, most in zip(plans, (144, 288), (16, 37)):
         total, packs = map(int, re.search(r"^(\d+) trials in (\d+) packs$", plan, re.M).groups())
         assert total == trials and packs <= most
         sizes = [int(n) for n in re.findall(r"^    pack +\d+: +(\d+) trials? ", plan, re.M)]
@@ -37,8 +37,9 @@ def test_the_paper_grids_plan_into_wide_packs_without_ray(tmp_path):
         assert "per trial:   1 CPU and 1 GPU" in plan
         assert "evaluation:  in CPU-only Ray tasks" in plan
         assert re.search(r"cost: +[\d,]+ training images; [\d,.]+ GPU-hours .*; [\d,.]+ CPU-core-hours", plan)
-        # no GPU was asked: the one assumed is too small for 64 of the larger networks, and it says so
-        assert "pack size:   64 (as asked; warning: it would not fit the GPU assumed here" in plan
+        # no GPU was measured: as many as fit in the one assumed
+        assert re.search(r"pack size:   \d+ \(auto: \d+ members of .* fit in 80% of 1 GPU \(24.0 GiB free, "
+                         r"assumed: a 24 GiB GPU\)", plan)
         # each pack says how long its members train: one figure, or a range over their splits
         lengths = re.findall(r"^    pack .*batch_size=\d+, [\d,]+( to [\d,]+)? steps; ", plan, re.M)
         assert len(lengths) == packs
@@ -67,6 +68,28 @@ def test_a_dry_run_checks_its_input_and_plans_cpu_trials(tmp_path, capsys):
     assert size and int(size[1]) == min(int(size[2]), 64) >= 4  # the fit, or the cap when more fit
     assert ("capped at 64" in out) == (int(size[2]) > 64)
     assert out.rstrip().endswith("4 trials in 1 packs")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_pack_size_that_does_not_fit_is_refused_in_one_line_naming_the_size_that_fits(tmp_path, capsys):
+    from sweeps.paper_grid import main
+
+    # the cluster's line of issue 33, which planned packs of 32 with a warning and exited 0
+    argv = ["--preset", "dittadi2021", "--scale", "full", "--gpus-per-trial", "1", "--storage-path",
+            str(tmp_path), "--dry-run"]
+    assert main([*argv, "--pack-size", "32"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    refused = re.fullmatch(r"error: --pack-size 32 does not fit: 32 members of dittadi/ada_gvae at batch 64 "
+                           r"need about [\d.]+ GiB with their process and data, and at most (\d+) fit in 80% "
+                           r"of 1 GPU \(24.0 GiB free, assumed: a 24 GiB GPU\); use --pack-size (\d+) or "
+                           r"--pack-size auto\n", err)
+    assert refused and refused[1] == refused[2], err
+    fits = refused[1]
+    assert main([*argv, "--pack-size", fits]) == 0  # the size it names is planned
+    planned = capsys.readouterr().out
+    assert f"pack size:   {fits} (as asked (--pack-size {fits}; up to {fits} members" in planned
     assert list(tmp_path.iterdir()) == []
 
 

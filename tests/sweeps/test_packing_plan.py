@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from sweeps.errors import UsageError
 from sweeps.grid import default_seeds, trial_configs
-from sweeps.packing import dirname, make_packs, pack_id, resolve_pack_size
+from sweeps.packing import (
+    PlannedTrials,
+    dirname,
+    make_packs,
+    members_of,
+    pack_id,
+    resolve_pack_size,
+    tune_config,
+    with_member_configs,
+)
 from sweeps.presets import PRESETS
 
 
@@ -87,7 +98,32 @@ def test_a_pack_size_beyond_memory_names_the_largest_that_fits():
     configs = trial_configs(PRESETS["default"], "default", "tiny", [0])
     fits = resolve_pack_size("auto", configs, 1.0, 4 * 2**30)
     assert resolve_pack_size(fits, configs, 1.0, 4 * 2**30) == fits
-    with pytest.raises(UsageError, match=f"the largest pack that fits is {fits}"):
+    refused = f"at most {fits} fit in .*; use --pack-size {fits} or --pack-size auto"
+    with pytest.raises(UsageError, match=refused):
         resolve_pack_size(fits + 1, configs, 1.0, 4 * 2**30)
     with pytest.raises(UsageError, match="at least 1"):
         resolve_pack_size(0, configs, 0, None)
+
+
+def test_a_tune_config_names_its_members_by_key_and_the_plan_resolves_them():
+    configs = trial_configs(PRESETS["default"], "default", "tiny", [0, 1])
+    plan = PlannedTrials(configs)
+    pack = configs[2:6]
+    config = tune_config(pack)
+    assert config == {"members": [m.trial_key for m in pack]}  # no settings: Tune writes it into each result
+    assert members_of(config, plan) == pack and members_of(config, configs) == pack
+    # the plan travels (to the trainable, in Tune's state) as plain settings, and resolves the same
+    assert members_of(config, pickle.loads(pickle.dumps(plan))) == pack
+    # an experiment started by an older disgen holds whole settings: they are read as they are
+    assert members_of({"members": [m.to_dict() for m in pack]}) == pack
+    # a key the plan does not hold: which one, and what to do
+    with pytest.raises(UsageError, match=f"trial {pack[0].trial_key} .*not in this run's plan.*resume with"):
+        members_of(config, PlannedTrials(configs[3:]))
+    # a final report names its members by key; the driver puts their settings back from the plan
+    result = {"done": True, "members": [{"trial_key": m.trial_key, "test_nll": 1.0} for m in pack]}
+    filled = with_member_configs(result, config, plan)
+    assert [m["config"] for m in filled["members"]] == [m.to_dict() for m in pack]
+    assert "config" not in result["members"][0]  # Tune's own record is left as it is
+    swapped = {**result, "members": result["members"][::-1]}
+    with pytest.raises(ValueError, match="not its config's member there"):
+        with_member_configs(swapped, config, plan)

@@ -33,6 +33,11 @@ def config(seed):
                                  "seed": seed})
 
 
+# The planned trials, as the driver gives them to its results writer: a Tune trial's config names
+# its members by trial key (sweeps.packing.tune_config)
+PLANNED = [config(seed) for seed in (*range(4), *range(10, 14), 100)]
+
+
 def trial(experiment, seed, outcome="finished"):
     """A Tune trial as the driver's callbacks see it: ``finished`` (its history part written, as the
     trial writes it, and its final result naming it; a pack member that diverged in
@@ -89,7 +94,7 @@ def quick_backoff(monkeypatch):
 
 def test_a_burst_of_failures_is_retried_and_stores_each_row_once(tmp_path, monkeypatch, stop, capsys):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
     finished = trial(experiment, 0)
     faults = Faults(monkeypatch, times=2)
     writer.on_trial_complete(0, [], finished)
@@ -122,7 +127,7 @@ def callbacks(experiment, writer, seed):
 def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_nothing(
         callback, tmp_path, monkeypatch, stop, capsys):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
     ended = trial(experiment, 100)  # a trial whose deferred evaluation ended
     monkeypatch.setattr(type(writer), "evaluations", property(lambda self: type("Evaluations", (), {
         "finished": lambda _, wait=False: [{"trial_id": ended.trial_id, **ended.last_result}]})()))
@@ -141,7 +146,7 @@ def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_n
 
 def test_without_a_stop_signal_the_failure_is_raised(tmp_path, monkeypatch):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, store=ResultsStore(experiment))
+    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment))
     finished = trial(experiment, 0)
     Faults(monkeypatch)
     with pytest.raises(StorageFailed, match="failed 3 times.*SLOW_DOWN"):
@@ -151,7 +156,7 @@ def test_without_a_stop_signal_the_failure_is_raised(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_on_s3_a_burst_of_503s_longer_than_pyarrows_own_retries_is_retried(faulty_s3, stop):
     experiment = "s3://disgen-test/runs/exp"
-    writer = ResultsWriter(experiment, store=ResultsStore(experiment), stop=stop)
+    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
     finished, failed = trial(experiment, 0), trial(experiment, 1, "finished-with-error")
     faulty_s3.fail(is_put, times=PYARROW_TRIES)  # more than pyarrow absorbs: the driver retries
     writer.on_trial_complete(0, [], finished)
