@@ -198,13 +198,13 @@ def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every
         progress = {**_pack_progress(reports, len(models)), "node_id": node_id,
                     "device": trainer.device.type, "total_steps": trainer.total_steps}
         step = progress["step"]
+        tune.report(progress)
         if checkpoint_due(step, trainer.total_steps, checkpoint_every, checkpoint_seconds,
                           time.monotonic() - last_checkpoint):
             for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
                 log.flush()
             writer.save(_state(trainer), [log.history for log in logs])
             last_checkpoint = time.monotonic()
-        tune.report(progress)
     writer.wait()  # the last in-training checkpoint is whole before the final one is reported
 
 
