@@ -48,6 +48,7 @@ def _run(arguments: list[str], tmp_path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # two command lines, each importing its module in a subprocess: about 5 s each
 @pytest.mark.parametrize("command", [
     [*SWEEP, "--storage-path", "{tmp}/results"],
     [*PREPARE, "--out", "{tmp}/dsprites"],
