@@ -235,8 +235,8 @@ def _token_written(workspace: Path) -> None:
 RUNS = {
     # the README's command 1, a real sweep of 3-4 minutes: its plan only (the sweep's own tests run it)
     "python -m sweeps.paper_grid": (None, ["--dry-run"], None, None),
-    "python -m sweeps.paper_grid --preset dittadi2021 --scale full --gpus-per-trial 1 --pack-size 32 "
-    "--dry-run": (None, [], None, None),
+    "python -m sweeps.paper_grid --preset dittadi2021 --scale full --gpus-per-trial 1 --dry-run":
+        (None, [], None, None),
     "python -m sweeps.paper_grid --grid my_grid.yaml --seeds 3": (_readme_grid, ["--dry-run"], None, None),
     "python -m data_pipeline.show dsprites --split blank_side --out split.png":
         (None, [], lambda w: (w / "split.png").stat().st_size > 0, None),
