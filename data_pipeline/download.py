@@ -291,7 +291,7 @@ def list_sources(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m data_pipeline.download",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help=f"one of {', '.join(SOURCES)}")
@@ -303,6 +303,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retries", type=int, default=4, help="retries of a transient failure (default 4)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without data before retrying")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     folder = Path(args.to) if args.to else default_folder()
     if args.list:

@@ -92,6 +92,27 @@ def _rows(dataset: str, rows_per_block: int | None) -> int:
     return rows_per_block or prepared.rows_per_block(_image_shape(dataset))
 
 
+def missing_cluster(address: str | None) -> str | None:
+    """Why ``ray.init(address)`` would find no cluster to join, as one line; None if it would.
+
+    Only ``auto`` is looked up (as Ray looks it up: ``$RAY_ADDRESS``, a ``ray start`` on this
+    machine, a running Ray instance here), so that a command asked to join a cluster where none
+    runs says so, and what to do, before it starts, instead of a traceback from ``ray.init``."""
+    if address != "auto":
+        return None
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        return ("--address auto: no Ray cluster runs on this machine; start one (`ray up cluster.yaml` "
+                "from your laptop and run this on its head node, or `ray start --head` here), or drop "
+                "--address to run on a private local Ray")
+    except Exception:  # a private API: if it moves, leave the answer to ray.init
+        return None
+    return None
+
+
 PROGRESS = "progress-"  # a finished shard's record during a build: progress-<first row>.json
 
 
@@ -411,6 +432,8 @@ def _dataset_or_labelled(text: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.single_process and (problem := missing_cluster(args.address)):
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
     if args.from_file:
         from data_pipeline.conversion import convert
 

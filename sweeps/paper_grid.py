@@ -182,7 +182,13 @@ def check_storage(path: str) -> str:
 
 def check_address(address: str | None) -> None:
     """Fail fast, before Ray starts, on a cluster address that cannot be reached."""
-    if not address or address == "auto" or address.startswith("local"):
+    if address == "auto":  # a cluster on this machine (its head node): one must run
+        from data_pipeline.prepare import missing_cluster
+
+        if problem := missing_cluster(address):
+            raise UsageError(problem)
+        return
+    if not address or address.startswith("local"):
         return
     target = address.split("://", 1)[-1]
     host, _, port = target.rpartition(":")

@@ -1,4 +1,5 @@
-"""Rows and TensorBoard files the report tests build their experiments from."""
+"""Rows and TensorBoard files the report tests build their experiments from, and the files a stored
+experiment holds."""
 
 
 def trial(key, split, objective, d, nll):
@@ -31,3 +32,15 @@ def write_events(folder):
     for step in (1, 2):
         writer.add_scalar("train/loss", 10.0 / step, step)
     writer.close()
+
+
+def experiment_files(experiment) -> dict[str, tuple[int, object]]:
+    """Every file under a stored experiment (a local folder or an ``s3://`` URI), by its path
+    inside the experiment: (size, modification time)."""
+    import pyarrow.fs as pafs
+
+    from analysis.storage import resolve
+
+    fs, inner = resolve(experiment)
+    return {info.path[len(inner) + 1:]: (info.size, info.mtime)
+            for info in fs.get_file_info(pafs.FileSelector(inner, recursive=True))}

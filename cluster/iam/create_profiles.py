@@ -1,6 +1,7 @@
 """Create (or update) the IAM roles and instance profiles that cluster.yaml names.
 
     export DISGEN_BUCKET=my-lab-disgen        # the results bucket: named here, and only here
+    python cluster/iam/create_bucket.py       # the bucket itself, versioned (create_bucket.py)
     python cluster/iam/create_profiles.py     # needs boto3 and IAM rights (once per AWS account)
 
 ``disgen-worker`` may read and write the results bucket and nothing else (worker-policy.json).
@@ -66,12 +67,17 @@ def create_profiles(bucket: str, session=None) -> dict[str, dict]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python cluster/iam/create_profiles.py",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--bucket", default=os.environ.get("DISGEN_BUCKET"),
                         help="the results bucket (default: $DISGEN_BUCKET)")
     parser.add_argument("--print", action="store_true", help="print the filled-in policies; create nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         bucket = check_bucket(args.bucket)
     except ValueError as error:
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {role}\n{json.dumps(policy(filename, bucket, 'ACCOUNT_ID'), indent=1)}")
         return 0
     create_profiles(bucket)
-    print(f"instance profiles {', '.join(ROLES)} ready for bucket {bucket}; now: ray up cluster.yaml")
+    print(f"instance profiles {', '.join(ROLES)} ready for bucket {bucket}; now: ray get-auth-token "
+          "--generate (once), then ray up cluster.yaml")
     return 0
 
 

@@ -3,8 +3,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from dataset_files import OBJECTIVE_SETTINGS, blobs
 
-from models import ModelConfig, NonFiniteLossError, Trainer, build, encode_means, nll_per_image, reconstruct
+from models import ModelConfig, Trainer, build, encode_means, nll_per_image, reconstruct
 from models.objectives import (
     annealed_capacity,
     bernoulli_nll,
@@ -16,16 +17,6 @@ from models.objectives import (
 from models.registry import LOSS_TERMS, OBJECTIVES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def blobs(n=256, seed=0, channels=1):
-    """Tiny binary images: a 12×12 square at one of 4×4 positions; factors are the (x, y) classes."""
-    rng = np.random.default_rng(seed)
-    factors = rng.integers(0, 4, size=(n, 2))
-    images = np.zeros((n, channels, 64, 64), np.uint8)
-    for i, (x, y) in enumerate(factors * 12 + 4):
-        images[i, :, y : y + 12, x : x + 12] = 255
-    return images, factors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,21 +231,6 @@ def test_config_round_trips_and_accepts_aliases_and_lists():
 # objectives train
 
 
-OBJECTIVE_SETTINGS = {
-    "vae": {},
-    "beta_vae": {"beta": 4.0},
-    "annealed_vae": {"gamma": 5.0, "capacity_max": 10.0, "capacity_steps": 40},
-    "factor_vae": {"gamma": 10.0},
-    "beta_tcvae": {"beta": 4.0},
-    "wae_mmd": {},
-    "ada_gvae": {"beta": 2.0},
-    "wae_gan": {"adversary_width": 64},
-    "cascade_vae": {"latent_dim": 6, "cascade_steps": 10, "discrete_categories": 2},
-    "lie_group_vae": {},
-    "dip_vae": {"gamma": 2.0},
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_every_objective_lowers_its_loss_on_a_tiny_dataset(objective):
@@ -283,64 +259,7 @@ def test_burgess_trains_and_the_evaluation_hooks_work():
 
 
 # ---------------------------------------------------------------------------------------------
-# engine
-
-
-@pytest.mark.parametrize("objective", ["beta_vae", "factor_vae", "ada_gvae"])
-def test_resume_from_a_checkpoint_follows_the_same_trajectory(objective):
-    config = ModelConfig(
-        objective=objective,
-        steps=10,
-        lr=1e-3,
-        batch_size=8,
-        seed=3,
-        kl_warmup_steps=6,
-        lr_milestones=(4, 8),
-        grad_clip_norm=5.0,
-        input_noise_subpixel_std=0.05,
-        input_noise_greyscale_std=0.05,
-        discriminator_width=32,
-    )
-    images, factors = blobs(32)
-    rows = np.arange(32)
-    straight = Trainer(build(config), images, rows, config, "cpu", factors=factors)
-    uninterrupted = list(straight.run(report_every=1))
-
-    first = Trainer(build(config), images, rows, config, "cpu", factors=factors)
-    reports = list(first.run(until_step=5, report_every=1))
-    state = first.state_dict()
-    other = ModelConfig(**{**config.to_dict(), "seed": 99})
-    resumed = Trainer(build(other), images, rows, config, "cpu", factors=factors)
-    # differently initialised: the checkpoint must fix it
-    resumed.objective = type(resumed.objective)(config.loss, config.latent_dim)
-    resumed.load_state_dict(state)
-    reports += list(resumed.run(report_every=1))
-    drop = "images_per_second"
-    assert [{k: v for k, v in r.items() if k != drop} for r in reports] == [
-        {k: v for k, v in r.items() if k != drop} for r in uninterrupted
-    ]
-
-
-def test_schedules_lr_halving_kl_warmup_and_capacity():
-    images, _ = blobs(8)
-    config = ModelConfig(
-        lr=1e-3,
-        lr_milestones=(2, 4),
-        kl_warmup_steps=4,
-        capacity_max=20.0,
-        capacity_steps=10,
-        batch_size=4,
-        steps=5,
-    )
-    trainer = Trainer(build(config), images, np.arange(8), config, "cpu")
-    seen = []
-    for _ in range(5):
-        seen.append((trainer.learning_rate(), trainer.kl_weight(), trainer.capacity()))
-        trainer.train_step()
-    assert [s[0] for s in seen] == pytest.approx([1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4])
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4)
-    assert [s[1] for s in seen] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0])
-    assert [s[2] for s in seen] == pytest.approx([0, 2, 4, 6, 8])
+# run lengths (epochs) and pairs; the engine itself is tested in tests/models/test_engine.py
 
 
 def test_training_by_epochs():
@@ -381,22 +300,6 @@ def test_a_bad_epoch_length_is_refused_in_one_line_naming_it(value, error, messa
     assert str(refused.value) == f"invalid model config: {message}"
 
 
-def test_input_noise_has_both_components():
-    from models import add_input_noise
-
-    x = torch.zeros(4, 3, 64, 64)
-    generator = torch.Generator().manual_seed(0)
-    assert torch.equal(add_input_noise(x, 0.0, 0.0, generator), x)
-    subpixel = add_input_noise(x, 0.1, 0.0, generator)
-    assert subpixel.std().item() == pytest.approx(0.1, rel=0.05)
-    assert abs(torch.corrcoef(torch.stack([subpixel[:, 0].flatten(), subpixel[:, 1].flatten()]))[0, 1]) < 0.05
-    greyscale = add_input_noise(x, 0.0, 0.2, generator)
-    assert torch.equal(greyscale[:, 0], greyscale[:, 1]) and torch.equal(greyscale[:, 1], greyscale[:, 2])
-    # drawn at 1/16 resolution and upsampled: neighbouring pixels almost equal, far ones independent
-    assert (greyscale[..., 1:] - greyscale[..., :-1]).abs().mean() < 0.1 * greyscale.abs().mean()
-    assert greyscale.std().item() > 0.05
-
-
 def test_pairs_differ_in_at_most_k_factors():
     from models import PairSampler
 
@@ -411,43 +314,6 @@ def test_pairs_differ_in_at_most_k_factors():
     assert ((factors[first] != factors[second]).sum(1) == 1).all()
     first, second = PairSampler(factors, train, factors_changed=2).sample(np.random.default_rng(0), 200)
     assert ((factors[first] != factors[second]).sum(1) <= 2).all()
-
-
-def test_a_nan_loss_stops_with_the_step_and_term():
-    config = ModelConfig(steps=5, batch_size=8)
-    model = build(config)
-    with torch.no_grad():
-        model.decoder.deconv[-1].bias.fill_(float("nan"))
-    images, _ = blobs(16)
-    trainer = Trainer(model, images, np.arange(16), config, "cpu")
-    with pytest.raises(NonFiniteLossError, match=r"step 1: loss term .*reconstruction"):
-        list(trainer.run(report_every=3))
-
-
-def test_a_loss_that_turns_infinite_mid_window_names_its_step():
-    config = ModelConfig(steps=10, batch_size=4)
-    images, _ = blobs(8)
-    trainer = Trainer(build(config), images, np.arange(8), config, "cpu")
-    real_step = trainer.train_step
-
-    def step(rows=None):
-        terms = real_step(rows)
-        if trainer.step == 4:
-            terms["kl"] = torch.tensor(float("inf"))
-        return terms
-
-    trainer.train_step = step
-    with pytest.raises(NonFiniteLossError, match=r"step 4: loss term kl is not finite"):
-        list(trainer.run(report_every=10))
-
-
-def test_bf16_off_gpu_warns_and_trains_in_float32():
-    images, _ = blobs(8)
-    config = ModelConfig(steps=4, batch_size=4, bf16=True)
-    with pytest.warns(UserWarning, match="bf16"):
-        trainer = Trainer(build(config), images, np.arange(8), config, "cpu")
-    reports = list(trainer.run(report_every=2))
-    assert not trainer.bf16 and [r["step"] for r in reports] == [2, 4]
 
 
 # ---------------------------------------------------------------------------------------------

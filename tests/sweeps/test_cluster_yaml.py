@@ -17,6 +17,10 @@ _spec = importlib.util.spec_from_file_location("create_profiles",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_profiles.py")
 create_profiles = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(create_profiles)
+_spec = importlib.util.spec_from_file_location("create_bucket",
+                                               CLUSTER_YAML.parent / "cluster" / "iam" / "create_bucket.py")
+create_bucket = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(create_bucket)
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +259,63 @@ def test_create_profiles_refuses_a_bad_bucket_name(bucket, monkeypatch, capsys):
     assert "bucket" in capsys.readouterr().err
 
 
+# --- the results bucket: created, versioned, closed ------------------------------------------------
+
+@pytest.fixture
+def mocked_aws(monkeypatch):
+    moto = pytest.importorskip("moto", reason="moto is in the test extra")
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws():
+        yield
+
+
+def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(cluster, mocked_aws,
+                                                                              monkeypatch, capsys):
+    import boto3
+
+    monkeypatch.setenv("DISGEN_BUCKET", "my-lab-disgen")
+    assert create_bucket.main([]) == 0
+    assert "created in us-west-2" in capsys.readouterr().out
+    s3 = boto3.client("s3", region_name="us-west-2")
+    region = s3.get_bucket_location(Bucket="my-lab-disgen")["LocationConstraint"]
+    assert region == cluster["provider"]["region"]
+    assert s3.get_bucket_versioning(Bucket="my-lab-disgen")["Status"] == "Enabled"
+    block = s3.get_public_access_block(Bucket="my-lab-disgen")["PublicAccessBlockConfiguration"]
+    assert all(block.values()) and len(block) == 4
+    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
+    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+    # what versioning is for: a results part that a driver deleted comes back
+    key = "disgen/default/results-parts/a.trials.parquet"
+    s3.put_object(Bucket="my-lab-disgen", Key=key, Body=b"rows")
+    s3.delete_object(Bucket="my-lab-disgen", Key=key)
+    versions = s3.list_object_versions(Bucket="my-lab-disgen", Prefix=key)["Versions"]
+    s3.copy_object(Bucket="my-lab-disgen", Key=key,
+                   CopySource={"Bucket": "my-lab-disgen", "Key": key, "VersionId": versions[0]["VersionId"]})
+    assert s3.get_object(Bucket="my-lab-disgen", Key=key)["Body"].read() == b"rows"
+    # again: the bucket is this account's, nothing changes, and an own lifecycle rule stays
+    s3.put_bucket_lifecycle_configuration(Bucket="my-lab-disgen", LifecycleConfiguration={"Rules": [
+        {"ID": "mine", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}, "Expiration": {"Days": 1}}]})
+    assert create_bucket.main(["--bucket", "my-lab-disgen"]) == 0
+    assert "exists in us-west-2" in capsys.readouterr().out
+    rules = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
+    assert [r["ID"] for r in rules] == ["mine"]
+
+
+def test_create_bucket_in_us_east_1_and_refusals(mocked_aws, monkeypatch, capsys):
+    import boto3
+
+    assert create_bucket.main(["--bucket", "east-disgen", "--region", "us-east-1"]) == 0
+    assert boto3.client("s3").get_bucket_versioning(Bucket="east-disgen")["Status"] == "Enabled"
+    monkeypatch.delenv("DISGEN_BUCKET", raising=False)
+    capsys.readouterr()
+    assert create_bucket.main([]) == 2 and "DISGEN_BUCKET" in capsys.readouterr().err
+    assert create_bucket.main(["--bucket", "Bad_Name"]) == 2 and "bucket" in capsys.readouterr().err
+    assert create_bucket.main(["--bucket", "ok-name", "--keep-days", "0"]) == 2
+
+
 # --- what Ray's autoscaler runs where: the host, or the container ---------------------------------
 # Rendered by Ray's own command runner (DockerCommandRunner, over its SSH runner), with a process
 # runner that records the commands instead of running them: what `ray up` and `ray exec` would send.
@@ -370,6 +431,7 @@ def test_ray_exec_shells_run_in_the_container_with_token_authentication(cluster,
     assert "cd /home/ray/disgen && python -m sweeps.paper_grid" in ran
     assert env.get("RAY_AUTH_MODE") == "token"  # ...whose every process (docker exec's included) has it
     assert mounts["/tmp/ray_tmp_mount/disgen/~/.ray/auth_token"] == "/home/ray/.ray/auth_token"  # the token
+    assert mounts["/mnt/shared"] == "/mnt/shared"  # the host's shared folder, at the same path
     # the ~/.bashrc that the container's login shells read gets it too, from inside the container
     assert any(where == name and "export RAY_AUTH_MODE=token" in c and ">> /home/ray/.bashrc" in c
                for where, c in rendered)
@@ -381,15 +443,19 @@ def test_ray_exec_shells_run_in_the_container_with_token_authentication(cluster,
 
 
 def test_the_documented_shared_folder_is_mounted_on_the_host_and_seen_in_the_container(cluster):
-    """docs/cluster.md's EFS recipe, applied to cluster.yaml: mounted on the host, then bind-mounted
-    into the container at the same path, so --storage-path /mnt/shared/disgen works in `ray exec`."""
+    """docs/cluster.md's EFS recipe, applied to cluster.yaml as it says (its initialization_commands
+    in place of the []): mounted on the host, before the container starts, which cluster.yaml's
+    run_options bind-mount at the same path, so --storage-path /mnt/shared/disgen works in `ray exec`."""
     doc = (ROOT / "docs" / "cluster.md").read_text()
     recipe = yaml.safe_load(doc.split("<!-- shared-folder recipe -->", 1)[1].split("```yaml", 1)[1]
                             .split("```", 1)[0])
-    config = {**cluster, "initialization_commands": recipe["initialization_commands"],
-              "docker": {**cluster["docker"], "run_options": cluster["docker"]["run_options"]
-                         + recipe["docker"]["run_options"]}}
-    assert "# - -v /mnt/shared:/mnt/shared" in CLUSTER_YAML.read_text()  # the same line, commented out
+    assert set(recipe) == {"initialization_commands"} and cluster["initialization_commands"] == []
+    text = CLUSTER_YAML.read_text()  # the same commands, in cluster.yaml's comment where they go
+    assert all(f"#     - {c}" in text for c in recipe["initialization_commands"])
+    assert "initialization_commands: []" in text and "replace `initialization_commands: []`" in doc
+    edited = yaml.safe_load(text.replace("initialization_commands: []", "initialization_commands:\n"
+                                         + "".join(f"  - {c}\n" for c in recipe["initialization_commands"])))
+    config = edited
     rendered = _render(prepare_config(config), False, "ls /mnt/shared/disgen")
     name, env, mounts = _container(rendered)
     assert mounts["/mnt/shared"] == "/mnt/shared" and env.get("RAY_AUTH_MODE") == "token"

@@ -147,16 +147,6 @@ def test_tunes_restore_hint_is_dropped_and_its_stop_message_said_in_disgens_word
                        "Ctrl-C again stops at once)", "Trials did not complete: [a]"]
 
 
-def test_checkpoints_come_by_steps_or_by_time_never_at_the_end():
-    assert checkpoint_due(40, 100, every_steps=20, every_seconds=0, seconds_since=0)
-    assert not checkpoint_due(30, 100, every_steps=20, every_seconds=0, seconds_since=1e9)
-    assert checkpoint_due(30, 100, every_steps=20, every_seconds=300, seconds_since=300)
-    assert not checkpoint_due(30, 100, every_steps=20, every_seconds=300, seconds_since=299)
-    assert checkpoint_due(5, 100, every_steps=0, every_seconds=0.01, seconds_since=0.02)
-    assert not checkpoint_due(100, 100, every_steps=20, every_seconds=0.01, seconds_since=1e9)
-    assert not checkpoint_due(7, 100, every_steps=0, every_seconds=0, seconds_since=1e9)
-
-
 def test_a_sigterm_stops_a_tune_run_as_ctrl_c_does_and_a_second_one_stops_at_once():
     import signal
 

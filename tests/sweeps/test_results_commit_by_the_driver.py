@@ -1,0 +1,153 @@
+"""How the driver commits results (sweeps/results.py) through the store, without Ray: one pair of
+small parts per finished trial (its history, written by the trial, then its trials rows, written by
+the driver: the commit), each file whole, locally and on an object store alike; a trial that
+finishes again keeps its first stored row, the driver folds the parts every so many commits, a
+resume reads the stored keys once, and the repair stores finished trials whose rows never landed.
+How the store merges and compacts parts is checked in
+tests/analysis/test_results_parts_merge_and_compact.py, a crash between a real sweep's two writes
+in tests/end_to_end/test_results_commit.py."""
+
+import os
+import random
+import types
+
+import pandas as pd
+import pytest
+from report_rows import experiment_files
+
+from analysis.schema import HISTORY_FILE, TRIALS_FILE
+from analysis.storage import PARTS_DIR, compact, new_part, read_results, write_history_part
+from sweeps.results import history_rows
+from sweeps.trials import TrialConfig
+
+
+def config(seed):
+    return TrialConfig.complete({"dataset": "dsprites", "split": "blank_side", "n_images": 100,
+                                 "data_seed": 0, "report_every": 5, "n_nll": 10, "n_metric": 10,
+                                 "architecture": "burgess", "objective": "beta_vae", "steps": 10, "beta": 1.0,
+                                 "seed": seed}).to_dict()
+
+
+def finished(experiment, seed, steps=(5, 10), pack=()):
+    """A Tune trial as the results writer sees it when it finishes: its history part written, as
+    the trial writes it before its final report, and its last result, which names that part. With
+    ``pack``, the seeds of more members trained with it."""
+    members = [{"config": config(s), "test_nll": 100.0 + s} for s in (seed, *pack)]
+    part = new_part()
+    write_history_part(experiment, part, [row for m in members for row in history_rows(
+        "exp", m["config"], [{"step": s, "loss": random.random()} for s in steps])])
+    return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": members,
+                                                                   "results_part": part})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(where, tmp_path, request):
+    from sweeps.results import ResultsWriter
+
+    if where == "s3":
+        request.getfixturevalue("s3_server")
+        experiment = "s3://disgen-test/runs/exp"
+    else:
+        experiment = str(tmp_path / "exp")
+    writer = ResultsWriter(experiment)
+    for seed in range(3):
+        writer.on_trial_complete(0, [], finished(experiment, seed, steps=range(5, 10001, 5)))
+    compact(experiment)
+    before = experiment_files(experiment)
+    assert before[HISTORY_FILE][0] > 40_000
+
+    writer.on_trial_complete(0, [], finished(experiment, 3))
+    after = experiment_files(experiment)
+    assert after[HISTORY_FILE] == before[HISTORY_FILE] and after[TRIALS_FILE] == before[TRIALS_FILE]
+    new = sorted(p for p in set(after) - set(before) if p.endswith(".parquet"))  # files, not the folder
+    assert len(new) == 2 and all(p.startswith(PARTS_DIR + "/") for p in new)
+    part = next(p for p in new if p.endswith(HISTORY_FILE))
+    assert after[part][0] < before[HISTORY_FILE][0] / 5  # one trial's rows, not the whole file
+    trials = read_results(experiment, TRIALS_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 2, 3] and trials["trial_key"].is_unique
+    history = read_results(experiment, HISTORY_FILE)
+    assert history.groupby("trial_key").size().sort_values().tolist() == [2, 2000, 2000, 2000]
+
+
+def test_a_trial_that_finishes_again_keeps_its_first_stored_row(tmp_path):
+    # A resume can run a finished trial again when the driver died after storing its row and
+    # before Tune saved it as finished: the stored row and history stay as they were.
+    from sweeps.results import ResultsWriter
+
+    writer = ResultsWriter(str(tmp_path))
+    first = finished(tmp_path, 0)
+    writer.on_trial_complete(0, [], first)
+    stored = read_results(str(tmp_path), TRIALS_FILE)
+    history = read_results(str(tmp_path), HISTORY_FILE)
+    again = finished(tmp_path, 0)  # its own history part, with other losses
+    again.last_result["members"][0]["test_nll"] = 999.0
+    writer.on_trial_complete(0, [], again)
+    # a pack with it and a new model: only the new one is stored, with its own history
+    pack = finished(tmp_path, 0, pack=(1,))
+    pack.last_result["members"][0]["test_nll"] = 999.0
+    writer.on_trial_complete(0, [], pack)
+    after = read_results(str(tmp_path), TRIALS_FILE).set_index("trial_key")
+    assert after["test_nll"].to_dict() == {stored["trial_key"][0]: 100.0, config(1)["trial_key"]: 101.0}
+    assert len(read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @config(1)['trial_key']")) == 2
+    pd.testing.assert_frame_equal(
+        read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @stored.trial_key[0]"), history)
+
+
+def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once(tmp_path):
+    from analysis import storage
+    from sweeps.results import ResultsWriter
+
+    experiment = str(tmp_path / "exp")
+    # a trial that has written its history part and not yet reported: the folds leave it alone
+    running = finished(experiment, 9)
+    writer = ResultsWriter(experiment, store=storage.ResultsStore(experiment, compact_every=2))
+    for seed in range(5):
+        writer.on_trial_complete(0, [], finished(experiment, seed))
+    trials = read_results(experiment, TRIALS_FILE)
+    history = read_results(experiment, HISTORY_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 2, 3, 4]
+    assert history.groupby("trial_key").size().tolist() == [2] * 5
+    parts = sorted(os.listdir(tmp_path / "exp" / PARTS_DIR))
+    folded = [p for p in parts if p.startswith(storage.COMPACTED)]
+    assert len(folded) == 4 and len(parts) == 4 + 2 * 5 + 1  # two folded pairs; the parts stay until the end
+    # what a reader reads: the folded pairs and the one part no fold holds yet
+    _, pairs, unfolded = storage._listing(*storage.resolve(experiment))
+    assert len(pairs) == 2 and len(storage._committed(*storage.resolve(experiment))) == 3
+
+    # a resume opens the store again: the stored keys and the unfolded part, from one read
+    store = storage.ResultsStore(experiment, compact_every=2)
+    assert store.keys == set(trials["trial_key"]) and len(store.unfolded) == 1
+    writer = ResultsWriter(experiment, store=store)
+    writer.on_trial_complete(0, [], running)
+    new = {p for p in os.listdir(tmp_path / "exp" / PARTS_DIR) if p.startswith(storage.COMPACTED)}
+    new -= set(folded)
+    assert len(new) == 2  # the sixth commit folded the two unfolded parts into a third pair
+    assert store.compact() == 4 + 2 * 6 + 2
+    assert sorted(os.listdir(tmp_path / "exp")) == [HISTORY_FILE, TRIALS_FILE]
+    after = read_results(experiment, TRIALS_FILE)
+    assert sorted(after["seed"]) == [0, 1, 2, 3, 4, 9]
+    pd.testing.assert_frame_equal(after[after["seed"] < 9].reset_index(drop=True), trials)
+    assert read_results(experiment, HISTORY_FILE).groupby("trial_key").size().tolist() == [2] * 6
+
+
+def test_repair_stores_finished_trials_whose_rows_never_landed(tmp_path):
+    # The driver died after Tune recorded the trials as finished and before their commit: the
+    # resume's repair commits them from Tune's last results, with the history parts they wrote.
+    from sweeps.results import repair, results_store
+
+    experiment = str(tmp_path / "exp")
+    done = [finished(experiment, seed).last_result for seed in (0, 1)]
+    unfinished = {**finished(experiment, 2).last_result, "done": False}
+    # a result of older disgen, whose history travelled in the result: stored all the same
+    older = {"done": True, "members": [{"config": config(3), "test_nll": 1.0,
+                                        "history": [{"step": 5, "loss": 2.0}]}]}
+    store = results_store(experiment, fresh=True)
+    assert repair(store, [done[0], None, unfinished, done[1], older]) == 3
+    assert repair(store, [done[0], done[1], older]) == 0  # stored once
+    trials = read_results(experiment, TRIALS_FILE)
+    assert sorted(trials["seed"]) == [0, 1, 3] and trials["trial_key"].is_unique
+    history = read_results(experiment, HISTORY_FILE)
+    assert history.groupby("trial_key").size().to_dict() == {config(0)["trial_key"]: 2,
+                                                              config(1)["trial_key"]: 2,
+                                                              config(3)["trial_key"]: 1}
