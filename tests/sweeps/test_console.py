@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from sweeps.checkpoints import checkpoint_due
 from sweeps.console import Console, TuneOutput, duration
 from sweeps.grid import get_spec, trial_configs
 from sweeps.packing import dirname, tune_config
