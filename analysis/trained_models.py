@@ -223,13 +223,18 @@ class _Experiment:
         return join(self.location, folder, names[-1], CHECKPOINT_FILE) if names else None
 
     def local(self, location: str) -> str:
-        """A local path for ``location``: itself, or a downloaded copy of a remote file."""
+        """A local path for the checkpoint file ``location``: itself, or the copy of a remote one
+        downloaded with the other files of its folder (a checkpoint's index names its members'
+        files beside it)."""
         if not is_remote(location):
             return location
-        fd, path = tempfile.mkstemp(dir=self.local_copies, suffix=".pt")
-        with os.fdopen(fd, "wb") as f:
-            f.write(read_bytes(location) or b"")
-        return path
+        folder = tempfile.mkdtemp(dir=self.local_copies)
+        fs, inner = resolve(location.rsplit("/", 1)[0])
+        for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)):
+            if info.type == pafs.FileType.File:
+                with open(os.path.join(folder, info.base_name), "wb") as f:
+                    f.write(read_bytes(join(location.rsplit("/", 1)[0], info.base_name)) or b"")
+        return os.path.join(folder, os.path.basename(location))
 
     def in_pack(self, key: str) -> tuple[str, int] | None:
         if self._packs is None:

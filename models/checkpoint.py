@@ -1,20 +1,28 @@
-"""The ``trainer.pt`` format: what a trial's checkpoint holds, written and read here only.
+"""The checkpoint format: what a trial's checkpoint folder holds, written and read here only.
 
+A checkpoint is a folder: one file per model (``member_0000.pt``, ``member_0001.pt``, …; one for
+a lone model, one per member of a pack) and a small index, ``trainer.pt``, written last. So a task
+that needs one member of a pack reads that member's file and the index, never the whole pack
+(``load_member``), and a checkpoint writer can hand each file to storage as soon as it is written.
 Every value is plain data (tensors, numbers, strings, lists, dicts), so ``torch.load(...,
 weights_only=True)`` reads it and no code in a checkpoint can run. Checkpoints are always read that
 way: one from a colleague or a bucket is data, never a program. Two layouts:
 
-- **in training** (``save_training``): ``{"format", "trainer": PackedTrainer.state_dict(),
-  "histories": [one list of progress reports per model]}``, enough to resume exactly;
-- **final** (``save_final``): ``{"format", "final": True, "models": [weights per model], "steps",
-  "errors": {member: message}, "histories", "config": the Tune trial's config as JSON}``; the
-  trained weights only (a third of the size with Adam's state): a trial restored from it is
-  evaluated again, not retrained.
+- **in training** (``save_training``): each member file ``{"format", "member": its
+  ``state_dict()``, "history": its progress reports}``; the index ``{"format", "members": count,
+  "errors": {member: message}}``. Enough to resume exactly;
+- **final** (``save_final``): each member file ``{"format", "weights", "step", "history"}``; the
+  index ``{"format", "final": True, "members", "steps", "errors", "config": the Tune trial's config
+  as JSON}``. The trained weights only (a third of the size with Adam's state): a trial restored
+  from it is evaluated again, not retrained.
 
-A file that needs pickle (written by disgen before this format) is refused with a message that
-says how to convert it: ``python -m models.checkpoint --convert PATH``. Converting reads the old file
-with ``weights_only=True`` too, allowing only numpy's scalar and number dtypes (what older disgen
-stored beside the tensors), so converting runs no code either.
+``load`` gives either layout back as one dict (``"trainer": {"members", "errors"}`` and
+``"histories"``; or ``"models"``, ``"steps"``, ``"errors"``, ``"histories"``, ``"config"``). It also
+reads the single-file ``trainer.pt`` of format 2 (every model in one file), which disgen wrote before
+this layout. A file that needs pickle (written by disgen before format 2) is refused with a message
+that says how to convert it: ``python -m models.checkpoint --convert PATH``. Converting reads the
+old file with ``weights_only=True`` too, allowing only numpy's scalar and number dtypes (what older
+disgen stored beside the tensors), so converting runs no code either.
 """
 
 from __future__ import annotations
@@ -29,38 +37,51 @@ import sys
 import numpy as np
 import torch
 
-CHECKPOINT_FILE = "trainer.pt"
-FORMAT = 2
+CHECKPOINT_FILE = "trainer.pt"  # the index
+FORMAT = 3
+ONE_FILE_FORMAT = 2  # every model in trainer.pt itself: read, never written
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read as this format: the message says why and what to do."""
 
 
-def save_training(folder: str, trainer_state: dict, histories: list[list[dict]]) -> str:
-    """Write an in-training checkpoint into ``folder``; returns its path."""
+def member_file(position: int) -> str:
+    """The file name of member ``position``'s part of a checkpoint."""
+    return f"member_{position:04d}.pt"
+
+
+def _save(folder: str, members: list[dict], index: dict) -> str:
+    """Write each member's file, then the index (last: an index names files already written)."""
+    for position, member in enumerate(members):
+        torch.save({"format": FORMAT, **member}, os.path.join(folder, member_file(position)))
     path = os.path.join(folder, CHECKPOINT_FILE)
-    torch.save({"format": FORMAT, "trainer": trainer_state, "histories": histories}, path)
+    torch.save({"format": FORMAT, "members": len(members), **index}, path)
     return path
+
+
+def save_training(folder: str, trainer_state: dict, histories: list[list[dict]]) -> str:
+    """Write an in-training checkpoint into ``folder`` (``trainer_state``: a pack's
+    ``state_dict()``, ``{"members": [...], "errors": {...}}``); returns the index's path."""
+    members = [{"member": state, "history": history}
+               for state, history in zip(trainer_state["members"], histories, strict=True)]
+    errors = {int(k): str(v) for k, v in trainer_state.get("errors", {}).items()}
+    return _save(folder, members, {"errors": errors})
 
 
 def save_final(folder: str, models: list[dict], steps: list[int], errors: dict[int, str],
                histories: list[list[dict]], config: dict) -> str:
-    """Write a final checkpoint (trained weights only) into ``folder``; returns its path."""
-    path = os.path.join(folder, CHECKPOINT_FILE)
-    torch.save({"format": FORMAT, "final": True, "models": models, "steps": steps,
-                "errors": {int(k): str(v) for k, v in errors.items()}, "histories": histories,
-                "config": json.dumps(config, sort_keys=True, default=str)}, path)
-    return path
+    """Write a final checkpoint (trained weights only) into ``folder``; returns the index's path."""
+    members = [{"weights": weights, "step": int(step), "history": history}
+               for weights, step, history in zip(models, steps, histories, strict=True)]
+    return _save(folder, members, {"final": True, "steps": [int(s) for s in steps],
+                                   "errors": {int(k): str(v) for k, v in errors.items()},
+                                   "config": json.dumps(config, sort_keys=True, default=str)})
 
 
-def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
-    """A ``trainer.pt`` as a dict (``config`` decoded from JSON), read with ``weights_only=True``;
-    a ``CheckpointError`` saying why if it is missing, truncated, not a checkpoint, or needs pickle.
-    ``mmap``: the tensors are memory-mapped, read from the file only when used (one member of a
-    large pack's final checkpoint, without reading the others)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, CHECKPOINT_FILE)
+def _read(path: str, map_location="cpu", mmap: bool = False) -> dict:
+    """One checkpoint file, read with ``weights_only=True``; a ``CheckpointError`` saying why if
+    it is missing, truncated, not a checkpoint, or needs pickle."""
     try:
         state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
@@ -76,13 +97,64 @@ def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
         kind = "truncated" if isinstance(error, EOFError) or "central directory" in str(error) else "corrupt"
         raise CheckpointError(f"{path}: {kind}, not a readable checkpoint ({type(error).__name__}: "
                               f"{_first_line(error)})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a disgen trainer.pt of format {FORMAT}; if an older disgen "
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, ONE_FILE_FORMAT):
+        raise CheckpointError(f"{path}: not a disgen checkpoint of format {FORMAT}; if an older disgen "
                               "wrote it, convert it: "
                               f"python -m models.checkpoint --convert {path}")
+    return state
+
+
+def _index(path: str) -> tuple[str, dict]:
+    """(the checkpoint's folder, its index) of a checkpoint folder or its ``trainer.pt``."""
+    if os.path.isdir(path):
+        path = os.path.join(path, CHECKPOINT_FILE)
+    state = _read(path)
+    if state["format"] == FORMAT and not isinstance(state.get("members"), int):
+        raise CheckpointError(f"{path}: not a checkpoint index (it names no members)")
     if isinstance(state.get("config"), str):
         state["config"] = json.loads(state["config"])
-    return state
+    return os.path.dirname(path) or ".", state
+
+
+def _member(folder: str, position: int, map_location="cpu", mmap: bool = False) -> dict:
+    member = _read(os.path.join(folder, member_file(position)), map_location, mmap)
+    if member.get("format") != FORMAT:
+        raise CheckpointError(f"{folder}/{member_file(position)}: not a member file of format {FORMAT}")
+    return member
+
+
+def load(path: str, map_location="cpu", mmap: bool = False) -> dict:
+    """A checkpoint (its folder, or its ``trainer.pt``) as one dict, every member read (the
+    layouts in the module docstring; ``config`` decoded from JSON); a ``CheckpointError`` saying
+    why if a file is missing, truncated, not a checkpoint, or needs pickle. ``mmap``: the tensors
+    are memory-mapped, read from the files only when used."""
+    folder, index = _index(path)
+    if index["format"] == ONE_FILE_FORMAT:
+        return index
+    members = [_member(folder, k, map_location, mmap) for k in range(index["members"])]
+    state = {"format": FORMAT, "histories": [m["history"] for m in members]}
+    if index.get("final"):
+        return {**state, "final": True, "models": [m["weights"] for m in members], "steps": index["steps"],
+                "errors": index["errors"], "config": index["config"]}
+    return {**state, "trainer": {"members": [m["member"] for m in members], "errors": index["errors"]}}
+
+
+def load_member(path: str, position: int, mmap: bool = False) -> dict:
+    """Member ``position`` of a final checkpoint (its folder, or its ``trainer.pt``):
+    ``{"weights", "step", "history", "config"}`` (``config``: the member's settings), reading the
+    index and that member's file only. ``mmap``: its tensors are read from the file when used."""
+    folder, index = _index(path)
+    if not index.get("final"):
+        raise CheckpointError(f"{path}: not a final trial checkpoint (the trial had not finished)")
+    if not 0 <= position < len(index["steps"]):
+        raise CheckpointError(f"{path}: holds {len(index['steps'])} model(s), not member {position}")
+    config = index["config"]["members"][position] if "members" in index.get("config", {}) else {}
+    if index["format"] == ONE_FILE_FORMAT:
+        return {"weights": index["models"][position], "step": int(index["steps"][position]),
+                "history": index["histories"][position], "config": config}
+    member = _member(folder, position, mmap=mmap)
+    return {"weights": member["weights"], "step": member["step"], "history": member["history"],
+            "config": config}
 
 
 def _first_line(error: BaseException, containing: str = "") -> str:

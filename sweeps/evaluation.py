@@ -132,19 +132,20 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 
 
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
-    """(weights, loss history, step) of member ``position`` of the final ``trainer.pt`` in the
-    checkpoint folder ``location`` (a path or URI), read as data. The file is memory-mapped, so a
-    task reads its own member's tensors, not the whole pack's."""
+    """(weights, loss history, step) of member ``position`` of the final checkpoint in the folder
+    ``location`` (a path or URI), read as data: its index and that member's file only, never the
+    other members' (``models.checkpoint.load_member``)."""
     from models import checkpoint as trainer_file
 
     with tempfile.TemporaryDirectory() as local:
         path = location
         if storage.is_remote(location):
-            path = os.path.join(local, trainer_file.CHECKPOINT_FILE)
-            storage.download_if_exists(storage.join(location, trainer_file.CHECKPOINT_FILE), path)
-        state = trainer_file.load(path, mmap=True)
-        weights = {name: tensor.clone() for name, tensor in state["models"][position].items()}
-        return weights, state["histories"][position], int(state["steps"][position])
+            path = local
+            for name in (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position)):
+                storage.download_if_exists(storage.join(location, name), os.path.join(local, name))
+        member = trainer_file.load_member(path, position, mmap=True)
+        weights = {name: tensor.clone() for name, tensor in member["weights"].items()}
+        return weights, member["history"], int(member["step"])
 
 
 def evaluate_saved(job: dict) -> dict:

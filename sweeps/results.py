@@ -269,6 +269,8 @@ class ResultsWriter(tune.Callback):
         already stored keeps it: a driver killed after the commit but before Tune saved the trial as
         finished lets the resume run the trial again."""
         result = trial.last_result or {}
+        if "members" in result and trial.checkpoint is not None:
+            _remove_training_checkpoints(trial, members_of(trial.config, self.base_trials))
         if "members" not in result:  # no final report: the scheduler stopped it
             part, rows = storage.new_part(), unfinished_rows(
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
@@ -339,6 +341,19 @@ class ResultsWriter(tune.Callback):
                 f.write(json.dumps(record) + "\n")
 
         self._write(f"recording an error in {ERRORS_FILE}", lambda: self._edit(ERRORS_FILE, add_line))
+
+
+def _remove_training_checkpoints(trial, members) -> None:
+    """Delete a trial's in-training checkpoints once its final one (the trained models) is on
+    storage and Tune's; one that cannot be deleted now stays, costing only its storage."""
+    from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints
+
+    try:
+        remove_training_checkpoints(trial.storage.storage_filesystem,
+                                    checkpoint_folder(trial.storage, members))
+    except OSError as error:
+        print(f"warning: the in-training checkpoints of trial {trial.trial_id} stay on storage "
+              f"({error})", flush=True)
 
 
 def read_trials(experiment_dir: str):

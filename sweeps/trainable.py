@@ -7,9 +7,9 @@ training rows. One model takes the plain path, ``models.build_trainer``: one ``T
 loop. A pack is the second path beside it: one ``models.packed.PackedTrainer`` (vmapped on a GPU,
 a loop on a CPU) with one array of training rows per member. Either way the trial reports loss
 terms as it goes, writes each model's TensorBoard scalars and reconstruction grids (drawn from
-the model's current weights), and checkpoints so a failed trial resumes where it stopped: from
-the newest complete checkpoint in its folder on storage, each sealed once written (``SEAL``),
-whatever checkpoint Tune's record names (``newest_checkpoint``).
+the model's current weights), and checkpoints so a failed trial resumes where it stopped
+(``sweeps/checkpoints.py``: written in the background, one file per model, straight to the trial's
+folder on storage; a trial goes on from the newest complete one there).
 
 Then the models are evaluated (``sweeps/evaluation.py``), each on its own split's held-out
 images, in one of two ways:
@@ -35,7 +35,6 @@ and a 10-character key per member, never the members' settings
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
 import time
@@ -51,6 +50,7 @@ from data_pipeline.node_cache import NodeCacheFull, open_reference
 from models import GPUSettings, NonFiniteLossError, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
+from sweeps.checkpoints import CheckpointWriter, checkpoint_due, checkpoint_folder, newest_checkpoint, seal
 from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.packing import members_of
@@ -152,16 +152,18 @@ def _reports(trainer, report_every: int):
             yield {0: report}
 
 
-def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> dict | None:
+def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> tuple[dict | None, str | None]:
     """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``), if any.
-    Returns None if training goes on (from the start or a checkpoint); if training had already
-    finished (a final checkpoint), the models' trained weights are loaded and the training's record
-    is returned (its timings, where saved)."""
+    Returns (training, checkpoint): training is None if it goes on (from the start or a
+    checkpoint, whose path is returned); if training had already finished (a final checkpoint),
+    the models' trained weights are loaded and the training's record is returned (its timings,
+    where saved)."""
     storage_context = tune.get_context().get_storage()
-    found = newest_checkpoint(members, storage_context.storage_filesystem, storage_context.trial_fs_path,
-                              tune.get_checkpoint())
+    found = newest_checkpoint(members, storage_context.storage_filesystem,
+                              checkpoint_folder(storage_context, members), tune.get_checkpoint(),
+                              others=[storage_context.trial_fs_path])
     if found is None:
-        return None
+        return None, None
     state = found[1]
     for log, history in zip(logs, state["histories"]):
         log.history = history
@@ -170,7 +172,7 @@ def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> d
         for log, member in zip(logs, _models(trainer)):
             # TensorBoard drops what an earlier worker wrote after the checkpoint: no curve doubles back
             log.purge_step = member.step + 1
-        return None
+        return None, found[0].path
     for member, weights, step, log in zip(_models(trainer), state["models"], state["steps"], logs):
         member.model.load_state_dict(weights)
         member.step = step
@@ -179,110 +181,14 @@ def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> d
         trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
     elif state.get("errors"):  # a lone model that diverged is a failed trial, never a final checkpoint
         raise NonFiniteLossError(next(iter(state["errors"].values())))
-    return state.get("config", {}).get("training", {})
+    return state.get("config", {}).get("training", {}), found[0].path
 
 
-# Written into every checkpoint folder beside its files: the trial's keys, how far the checkpoint
-# goes, and each file's size. Tune copies a folder's files in no set order, and a trial run again
-# in its old folder (a resume) writes over the old checkpoint folders of the same names, so a
-# checkpoint counts as complete only where every file has the size its seal names and the state
-# read back goes exactly as far as the seal says.
-SEAL = "disgen_checkpoint.json"
-
-
-def _reach(histories: list[list[dict]]) -> int:
-    """How far a checkpoint goes: the last step any of its models reported."""
-    return max((history[-1]["step"] for history in histories if history), default=0)
-
-
-def seal(folder: str, members: Sequence[TrialConfig], histories: list[list[dict]], final: bool) -> None:
-    """Write the checkpoint's seal (``SEAL``) into ``folder``, once its other files are written."""
-    files = {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
-             if name != SEAL}
-    with open(os.path.join(folder, SEAL), "w") as file:
-        json.dump({"trial_keys": [m.trial_key for m in members], "step": _reach(histories),
-                   "final": final, "files": files}, file)
-
-
-def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | None:
-    """The seal of the checkpoint folder at ``path`` if it is this trial's and every file it names
-    is there at its size; else None (another trial's, half written, or from before seals)."""
-    from pyarrow import fs
-
-    if filesystem.get_file_info(f"{path}/{SEAL}").type != fs.FileType.File:
-        return None  # no seal (yet)
-    try:
-        with filesystem.open_input_stream(f"{path}/{SEAL}") as stream:
-            sealed = json.loads(stream.read())
-        infos = filesystem.get_file_info([f"{path}/{name}" for name in sealed["files"]])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None  # gone meanwhile, or not a seal this code wrote
-    if sealed.get("trial_keys") != [m.trial_key for m in members]:
-        return None
-    sizes = [info.size if info.type == fs.FileType.File else None for info in infos]
-    return sealed if sizes == list(sealed["files"].values()) else None
-
-
-def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
-                        folder: str) -> list[tuple[dict, tune.Checkpoint]]:
-    """The complete checkpoints in the trial's folder on storage, as (seal, checkpoint); storage
-    that does not answer fails the trial (Tune retries it)."""
-    from pyarrow import fs
-
-    entries = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
-    found = []
-    for entry in entries:
-        if entry.type == fs.FileType.Directory and entry.base_name.startswith("checkpoint_"):
-            sealed = _sealed(filesystem, entry.path, members)
-            if sealed is not None:
-                found.append((sealed, tune.Checkpoint(entry.path, filesystem=filesystem)))
-    return found
-
-
-def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str,
-                      given: tune.Checkpoint | None) -> tuple[tune.Checkpoint, dict] | None:
-    """The checkpoint a trial goes on from, and its state: the one that goes furthest of Tune's
-    (``given``, from ``tune.get_checkpoint``) and the complete ones in the trial's ``folder`` on
-    storage (a pyarrow ``filesystem``). Tune's record
-    can name an older checkpoint than storage holds, or one already deleted, or none: a driver that
-    died after a newer checkpoint registered and before Tune saved its state, or a resume that
-    restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
-    not read back whole, or goes less far than its seal says, is passed over for the next; one that
-    cannot be read for another reason (storage that does not answer) fails the trial."""
-    candidates = _stored_checkpoints(members, filesystem, folder)
-    if given is not None and not any(c.path == given.path for _, c in candidates):
-        # Tune's own, from before seals (or unsealed): tried after every sealed one that goes further
-        candidates.append(({"step": -1, "final": False}, given))
-    candidates.sort(key=lambda c: (bool(c[0].get("final")), c[0]["step"]), reverse=True)
-    for sealed, checkpoint in candidates:
-        try:
-            with checkpoint.as_directory() as folder:
-                state = trainer_file.load(folder)
-        except (FileNotFoundError, trainer_file.CheckpointError):
-            continue  # gone or torn meanwhile: the next one back
-        # any other error (storage that does not answer) fails the trial, which Tune retries: never
-        # a silent start from an older checkpoint, or from step 0
-        if sealed["step"] in (-1, _reach(state["histories"])):
-            return checkpoint, state
-    return None
-
-
-def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds: float,
-                   seconds_since: float) -> bool:
-    """Whether the report at ``step`` carries a checkpoint: every ``every_steps`` steps, or once
-    ``every_seconds`` have passed since the last one (0 turns either off), so a lost node costs
-    minutes, not a fifth of a run. Never at the end: the final report carries the trained model."""
-    if step >= total_steps:
-        return False
-    by_steps = bool(every_steps) and step % every_steps == 0
-    return by_steps or bool(every_seconds and seconds_since >= every_seconds)
-
-
-def _train(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], report_every: int,
+def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every: int,
            checkpoint_every: int, node_id: str, checkpoint_seconds: float = 0.0) -> None:
-    """Train, reporting progress to Tune and checkpointing every ``checkpoint_every`` steps or
-    ``checkpoint_seconds`` (``checkpoint_due``). A lone model whose loss diverges fails its trial
-    (Tune retries or records it); a pack member stops alone."""
+    """Train, reporting progress to Tune and checkpointing (through ``writer``, in the background)
+    every ``checkpoint_every`` steps or ``checkpoint_seconds`` (``checkpoint_due``). A lone model
+    whose loss diverges fails its trial (Tune retries or records it); a pack member stops alone."""
     models = _models(trainer)
     last_checkpoint = time.monotonic()
     for reports in _reports(trainer, report_every):
@@ -292,17 +198,14 @@ def _train(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], report
         progress = {**_pack_progress(reports, len(models)), "node_id": node_id,
                     "device": trainer.device.type, "total_steps": trainer.total_steps}
         step = progress["step"]
+        tune.report(progress)
         if checkpoint_due(step, trainer.total_steps, checkpoint_every, checkpoint_seconds,
                           time.monotonic() - last_checkpoint):
             for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
                 log.flush()
-            with tempfile.TemporaryDirectory() as folder:
-                trainer_file.save_training(folder, _state(trainer), [log.history for log in logs])
-                seal(folder, members, [log.history for log in logs], final=False)
-                tune.report(progress, checkpoint=tune.Checkpoint.from_directory(folder))
+            writer.save(_state(trainer), [log.history for log in logs])
             last_checkpoint = time.monotonic()
-        else:
-            tune.report(progress)
+    writer.wait()  # the last in-training checkpoint is whole before the final one is reported
 
 
 def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference, n_images: int) -> list[dict]:
@@ -381,10 +284,16 @@ def train_trial(config: dict, run_info: dict) -> None:
 
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     began, started = time.time(), time.perf_counter()
-    training = _restore(trainer, logs, members)
-    if training is None:
-        _train(trainer, logs, members, first.evaluation.report_every, run_info.get("checkpoint_every", 0),
-               node_id, run_info.get("checkpoint_seconds", 0.0))
+    training, resumed_from = _restore(trainer, logs, members)
+    storage_context = tune.get_context().get_storage()
+    writer = CheckpointWriter(storage_context.storage_filesystem, checkpoint_folder(storage_context, members),
+                              members, resumed_from)
+    try:
+        if training is None:
+            _train(trainer, logs, writer, first.evaluation.report_every, run_info.get("checkpoint_every", 0),
+                   node_id, run_info.get("checkpoint_seconds", 0.0))
+    finally:
+        writer.close()
     if not training:  # trained now (or restored from an older final checkpoint, without its timings)
         training = {"started_at": began, "ended_at": time.time(), "seconds": time.perf_counter() - started}
     trained = _trained(trainer, members, training, reference, len(data))

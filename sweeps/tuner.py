@@ -13,7 +13,6 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 # A search metric such as test_nll comes only with a trial's final report, not with its progress.
 os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 
-import pyarrow.fs  # noqa: E402
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
@@ -272,46 +271,12 @@ def _trainable(args, plan: dict, gpus: float, remote: bool):
     )
 
 
-# Tune's error when a trial's recorded checkpoint is gone: the driver died after a newer checkpoint
-# replaced it (CheckpointConfig num_to_keep=1) and before Tune saved its state. ForgetLostCheckpoints
-# keeps Tune from trying such a checkpoint; one deleted after that check still fails, and its trial
-# runs again as a new Tune trial in its folder, going on from the newest checkpoint there
-# (sweeps.trainable.newest_checkpoint).
+# Tune's error when a trial's recorded checkpoint is gone. disgen's in-training checkpoints are
+# its own, never Tune's (sweeps/checkpoints.py), so only an experiment started by an older disgen,
+# whose driver died after Tune deleted a checkpoint and before it saved its state, meets it: its
+# trial runs again as a new Tune trial in its folder, going on from the newest checkpoint there
+# (sweeps.checkpoints.newest_checkpoint).
 LOST_CHECKPOINT = "Could not recover from checkpoint"
-
-
-class ForgetLostCheckpoints(tune.Callback):
-    """On a restore, before any restored trial starts: a trial whose recorded checkpoint is gone
-    from storage (deleted after a newer one registered, the driver dead before Tune saved its
-    state) has the record dropped, so Tune starts it without one rather than failing to restore it;
-    the trial then goes on from its newest checkpoint on storage (``sweeps.trainable.
-    newest_checkpoint``). Tune has no API for this: it edits the restored trial's checkpoint
-    manager (Ray 2.60's ``_CheckpointManager``; ray is pinned to 2.60)."""
-
-    def __init__(self):
-        self.checked: set[str] = set()
-        self.forgotten = 0
-
-    def on_step_begin(self, iteration, trials, **info):
-        for trial in trials:
-            if trial.trial_id in self.checked:
-                continue
-            self.checked.add(trial.trial_id)
-            manager = trial.run_metadata.checkpoint_manager
-            latest = manager.latest_checkpoint_result
-            if trial.status == trial.TERMINATED or latest is None or latest.checkpoint is None:
-                continue
-            checkpoint = latest.checkpoint
-            try:
-                if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
-                    continue
-            except OSError:  # storage did not answer: Tune tries the checkpoint (LOST_CHECKPOINT if gone)
-                continue
-            manager._checkpoint_results = [r for r in manager._checkpoint_results if r is not latest]
-            manager._latest_checkpoint_result = None
-            trial.invalidate_json_state()
-            trial.run_metadata.invalidate_cache()
-            self.forgotten += 1
 
 
 def _keys_of(grid, base) -> set[str]:
@@ -331,7 +296,7 @@ def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console
     accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60)."""
     tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
     run_config = tuner._local_tuner.get_run_config()
-    run_config.callbacks = [ForgetLostCheckpoints(), *_callbacks(args, plan, console, stop)]
+    run_config.callbacks = _callbacks(args, plan, console, stop)
     run_config.verbose = _tune_verbosity(args)
     return tuner
 
@@ -356,10 +321,6 @@ def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console 
     if len(evaluations):
         print(f"Evaluating {len(evaluations)} trained models whose evaluation had not ended", flush=True)
     grid = tuner.fit()
-    forgotten = tuner._local_tuner.get_run_config().callbacks[0].forgotten
-    if forgotten:
-        print(f"{forgotten} trials went on from their newest checkpoint on storage (the one Tune had "
-              "recorded was gone)", flush=True)
     repaired = _repair(store, grid, base, evaluations, stop)
     if repaired:
         print(f"Stored {repaired} finished trials whose rows were missing", flush=True)

@@ -4,24 +4,18 @@ node or the driver), with nothing racing.
 Inside a test that uses the ``checkpoint_signals`` fixture (tests/conftest.py), the folder named by
 ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists, and the Ray workers of every sweep signal there and wait:
 
-- a trial's worker, once the checkpoint of a step is reported (so that Tune holds it): the file
-  ``<trial dir name>-<step>``;
+- a trial's worker, once the checkpoint of a step is whole on storage (written by
+  ``sweeps.checkpoints.CheckpointWriter`` and sealed): the file ``<trial dir name>-<step>``;
 - an evaluation task (``sweeps.evaluation.evaluate_saved``), before it reads its checkpoint: the
   file ``evaluation-<trial key>``.
 
 Each file holds the process's pid, and the process waits (at most 60 s) until the file is deleted.
 Outside such a test the folder is gone and nothing waits.
 
-A sweep's driver started with ``DRIVER_DIES_AT=N`` in its environment dies (``os._exit``, no
-clean-up, as a killed head does) right after Tune registers a trial's Nth checkpoint: after Tune
-has deleted the checkpoints beyond ``num_to_keep`` and before it saves its experiment state again.
-So that the state it leaves names a checkpoint, Tune's state is saved right after each trial's
-first checkpoint registers (Tune saves it every so often; here, at a known point).
-
 disgen itself has no hook for this: conftest sets ``RAY_RUNTIME_ENV_HOOK`` to ``runtime_env_hook``,
 so that every ``ray.init`` of a test (the tests' shared Ray, a sweep's driver in a subprocess, a
 multi-node cluster's) gives its workers ``install`` as their ``worker_process_setup_hook``, and
-``install`` wraps ``ray.tune.report`` and ``evaluate_saved`` as ``sweeps.trainable`` and
+``install`` wraps ``CheckpointWriter.save`` and ``evaluate_saved`` as ``sweeps.checkpoints`` and
 ``sweeps.evaluation`` are imported there.
 """
 
@@ -37,8 +31,6 @@ import time
 
 FOLDER = "DISGEN_CHECKPOINT_SIGNAL_DIR"
 WAIT_SECONDS = 60
-DRIVER_DIES_AT = "DISGEN_TEST_DRIVER_DIES_AT_CHECKPOINT"
-DRIVER_EXIT_CODE = 86  # the code a driver dies with at DRIVER_DIES_AT
 
 
 class CheckpointSignals:
@@ -99,38 +91,13 @@ def runtime_env_hook(runtime_env):
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    if os.environ.get(DRIVER_DIES_AT):
-        _die_at_checkpoint(int(os.environ[DRIVER_DIES_AT]))
     return {**(runtime_env or {}), "worker_process_setup_hook": install}
-
-
-def _die_at_checkpoint(count: int) -> None:
-    """In a sweep's driver: save Tune's state after each trial's first registered checkpoint, and
-    die right after a trial's ``count``th registers (see the module docstring)."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    process_save = TuneController._process_trial_save
-    registered: dict[str, int] = {}
-
-    @functools.wraps(process_save)
-    def processing_save(controller, trial, checkpoint_value):
-        process_save(controller, trial, checkpoint_value)
-        if checkpoint_value is None or checkpoint_value.checkpoint is None:
-            return
-        registered[trial.trial_id] = registered.get(trial.trial_id, 0) + 1
-        if registered[trial.trial_id] == 1:
-            controller.checkpoint(force=True, wait=True)
-        if registered[trial.trial_id] == count:
-            sys.stdout.flush()
-            os._exit(DRIVER_EXIT_CODE)
-
-    TuneController._process_trial_save = processing_save
 
 
 def install() -> None:
     """In each Ray worker: signal at checkpoints and evaluations, once ``sweeps.trainable`` and
     ``sweeps.evaluation`` are imported."""
-    sys.meta_path.insert(0, _AfterImport({"sweeps.trainable": _at_checkpoints,
+    sys.meta_path.insert(0, _AfterImport({"sweeps.checkpoints": _at_checkpoints,
                                           "sweeps.evaluation": _at_evaluations}))
 
 
@@ -151,20 +118,20 @@ def signal(name: str) -> None:
         os.remove(path)
 
 
-def _at_checkpoints(trainable) -> None:
-    """A trial's report that carries a checkpoint, but the final one, signals
-    ``<trial dir name>-<step>`` once Tune holds it."""
-    tune = trainable.tune
-    report = tune.report
+def _at_checkpoints(checkpoints) -> None:
+    """A trial's in-training checkpoint signals ``<trial dir name>-<step>`` once it is whole on
+    storage (the worker waits for its writer first, so it trains no further meanwhile)."""
+    writer = checkpoints.CheckpointWriter
+    save = writer.save
 
-    @functools.wraps(report)
-    def reporting(metrics, *args, checkpoint=None, **kwargs):
-        report(metrics, *args, checkpoint=checkpoint, **kwargs)
-        if checkpoint is not None and not metrics.get("done"):
-            trial = os.path.basename(tune.get_context().get_trial_dir().rstrip("/"))
-            signal(f"{trial}-{metrics['step']}")
+    @functools.wraps(save)
+    def saving(self, trainer_state, histories):
+        save(self, trainer_state, histories)
+        self.wait()
+        trial = os.path.basename(checkpoints.tune.get_context().get_trial_dir().rstrip("/"))
+        signal(f"{trial}-{checkpoints._reach(histories)}")
 
-    tune.report = reporting
+    writer.save = saving
 
 
 def _at_evaluations(evaluation) -> None:

@@ -174,7 +174,8 @@ def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_met
                    {"members": [trial.to_dict()]})
         experiment = f"s3://{S3_BUCKET}/exp"
         checkpoint = storage.join(experiment, trial.dirname, "checkpoint_000000")
-        storage.upload(str(local / "trainer.pt"), storage.join(checkpoint, "trainer.pt"))
+        for file in local.iterdir():  # the index and the model's own file
+            storage.upload(str(file), storage.join(checkpoint, file.name))
         # a Tune checkpoint names its folder inside the store's file system: bucket/exp/...
         tune_checkpoint = SimpleNamespace(path=f"{S3_BUCKET}/exp/{trial.dirname}/checkpoint_000000")
         assert DeferredEvaluations(experiment)._checkpoint_location(tune_checkpoint) == checkpoint

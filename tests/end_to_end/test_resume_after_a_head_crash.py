@@ -1,11 +1,12 @@
-"""A driver (the head) that dies between Tune's registering a checkpoint and its saving of the
-experiment state redoes no training: the trial goes on from its newest checkpoint on storage, not
-from the one Tune's saved state names (already deleted), and not from step 0.
+"""A driver (the head) that dies right after a trial's second checkpoint redoes no training: the
+trial goes on from that checkpoint on storage, not from an older one and not from step 0.
 
-The driver dies at a known point (tests/checkpoint_signals.py, ``DRIVER_DIES_AT``): right after
-Tune registers the trial's second checkpoint, which deletes the first (``num_to_keep=1``), while
-the experiment state on storage still names the first. The trial's worker waits at that
-checkpoint's signal, so it trains no further before Ray ends it with the driver's job."""
+In-training checkpoints are disgen's own (``sweeps/checkpoints.py``): written straight to the
+trial's folder on storage and never registered with Tune, so Tune's saved state, whatever it names
+or whenever it was last saved, cannot point at a checkpoint already deleted. The driver is killed
+(SIGKILL, no clean-up, as a lost head) while the trial's worker waits at its second checkpoint's
+signal (tests/checkpoint_signals.py), so it trains no further before Ray ends it with the driver's
+job."""
 
 import json
 import subprocess
@@ -22,8 +23,7 @@ from test_resume_after_kills import (
     sweep_argv,
 )
 
-from sweeps.trainable import SEAL
-from tests.checkpoint_signals import DRIVER_DIES_AT, DRIVER_EXIT_CODE
+from sweeps.checkpoints import SEAL, TRAINING_PREFIX
 
 GRID = ONE_TRIAL_GRID.replace("steps: 60", "steps: 40")  # checkpoints at steps 10, 20 and 30
 
@@ -35,31 +35,18 @@ def live_trial_actors() -> list:
             if a["State"] == "ALIVE" and a["ActorClassName"] in ("ImplicitFunc", "train_trial")]
 
 
-def crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv):
-    """Run ``argv`` as a driver of its own that dies right after its trial's second checkpoint
-    (step 20) registers, the trial's worker held at that checkpoint; wait until Ray has ended the
-    worker. The driver's output."""
-    env = ray_env(ray_session, **{DRIVER_DIES_AT: "2"})
-    log_path = tmp_path / "driver.log"
-    with open(log_path, "w") as log:
-        driver = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+def crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv) -> None:
+    """Run ``argv`` as a driver of its own, kill it once its trial's second checkpoint (step 20)
+    is on storage, the trial's worker held there; wait until Ray has ended the worker."""
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen(argv, env=ray_env(ray_session), stdout=log, stderr=subprocess.STDOUT)
     try:
-        while driver.poll() is None:  # every checkpoint signal goes on, but the second checkpoint's
-            for name in checkpoint_signals.current():
-                if not name.endswith("-20"):
-                    (checkpoint_signals.folder / name).unlink(missing_ok=True)
-            try:
-                driver.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
+        checkpoint_signals.hold(lambda name: name.endswith("-20"), 300, alive=lambda: driver.poll() is None)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-    output = log_path.read_text()
-    assert driver.returncode == DRIVER_EXIT_CODE, output[-3000:]
+        driver.kill()
+        driver.wait()
     wait_for(lambda: not live_trial_actors(), 120, "Ray to end the dead driver's trial worker")
     checkpoint_signals.release_all()
-    return output
 
 
 @pytest.mark.slow
@@ -76,19 +63,19 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     argv = sweep_argv(grid, tmp_path, "exp", *options)
     crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv)
     experiment = tmp_path / "exp"
-    (trial_dir,) = [p for p in experiment.iterdir() if (p / "result.json").exists()]
-    # the gap of the issue: the first checkpoint is deleted, the state on storage names it
-    assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000001"]
-    states = list(experiment.glob("experiment_state-*.json"))
-    assert len(states) == 1 and "checkpoint_000000" in states[0].read_text()
+    (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir() and list(p.glob(TRAINING_PREFIX + "*"))]
+    # both in-training checkpoints on storage (the newest two are kept), none of them Tune's
+    assert sorted(p.name for p in trial_dir.glob(TRAINING_PREFIX + "*")) == [
+        f"{TRAINING_PREFIX}{step:010d}" for step in (10, 20)]
+    assert not list(trial_dir.glob("checkpoint_*"))
+    assert all(TRAINING_PREFIX not in p.read_text() for p in experiment.glob("experiment_state-*.json"))
 
     capsys.readouterr()
     with checkpoint_signals.releasing():
         run_to_the_end([*argv, "--resume"])
     out = capsys.readouterr().out
-    # Tune was not left to fail restoring the deleted checkpoint: the trial never failed
-    assert "1 trials went on from their newest checkpoint on storage" in out, out[-3000:]
-    assert "could not be restored" not in out and not (experiment / "errors.jsonl").exists()
+    # the trial never failed
+    assert "could not be restored" not in out and not (experiment / "errors.jsonl").exists(), out[-3000:]
     trials, history = resumed = results(experiment)
     assert len(trials) == 1 and (trials["status"] == "finished").all()
     assert history["step"].tolist() == list(range(5, 41, 5))  # each report once, none lost
@@ -102,3 +89,5 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     seals = [json.loads((p / SEAL).read_text()) for p in trial_dir.glob("checkpoint_*")]
     keys = trials["trial_key"].tolist()
     assert [(s["trial_keys"], s["step"], s["final"]) for s in seals] == [(keys, 40, True)]
+    # and the in-training checkpoints are gone once the final one is on storage
+    assert not list(trial_dir.glob(TRAINING_PREFIX + "*"))

@@ -3,7 +3,7 @@
 (the final report carries the trained model). Checkpoints in real runs are checked in
 tests/end_to_end/."""
 
-from sweeps.trainable import checkpoint_due
+from sweeps.checkpoints import checkpoint_due
 
 
 def test_checkpoints_come_every_n_steps():

@@ -1,4 +1,4 @@
-"""Which checkpoint a trial goes on from (``sweeps.trainable.newest_checkpoint``): the sealed one
+"""Which checkpoint a trial goes on from (``sweeps.checkpoints.newest_checkpoint``): the sealed one
 of its own that goes furthest, never a half-written one, another trial's, or a folder whose seal
 was copied over an older checkpoint's files; Tune's own where it goes as far."""
 
@@ -10,7 +10,7 @@ import torch
 from ray import tune
 
 from models import checkpoint as trainer_file
-from sweeps.trainable import SEAL, newest_checkpoint, seal
+from sweeps.checkpoints import SEAL, newest_checkpoint, seal
 from sweeps.trials import TrialConfig
 
 
@@ -56,9 +56,9 @@ def test_the_sealed_checkpoint_that_goes_furthest_wins_whatever_its_name(tmp_pat
 def test_a_half_written_foreign_or_unsealed_checkpoint_is_never_picked(tmp_path):
     members = [trial()]
     write(tmp_path / "checkpoint_000000", members, 10)
-    # half written: its file shorter than its seal says
+    # half written: its member's file shorter than its seal says
     write(tmp_path / "checkpoint_000001", members, 20)
-    path = tmp_path / "checkpoint_000001" / trainer_file.CHECKPOINT_FILE
+    path = tmp_path / "checkpoint_000001" / trainer_file.member_file(0)
     path.write_bytes(path.read_bytes()[:100])
     # its seal copied over an older checkpoint's files (Tune copies files in no set order)
     # (and, to pass the size check, a seal that names the older file's size)
@@ -66,9 +66,10 @@ def test_a_half_written_foreign_or_unsealed_checkpoint_is_never_picked(tmp_path)
     write(overwritten, members, 30)
     newer_seal = json.loads((overwritten / SEAL).read_text())
     write(tmp_path / "old", members, 5)
-    os.replace(tmp_path / "old" / trainer_file.CHECKPOINT_FILE, overwritten / trainer_file.CHECKPOINT_FILE)
-    older_file = overwritten / trainer_file.CHECKPOINT_FILE
-    newer_seal["files"] = {trainer_file.CHECKPOINT_FILE: os.path.getsize(older_file)}
+    older_files = sorted(p.name for p in (tmp_path / "old").iterdir() if p.name != SEAL)
+    for name in older_files:
+        os.replace(tmp_path / "old" / name, overwritten / name)
+    newer_seal["files"] = {name: os.path.getsize(overwritten / name) for name in older_files}
     (overwritten / SEAL).write_text(json.dumps(newer_seal))
     # without a seal (Tune still copying): not counted
     write(tmp_path / "checkpoint_000003", members, 35, sealed=False)

@@ -37,7 +37,8 @@ def finished(experiment, seed, steps=(5, 10), pack=()):
     write_history_part(experiment, part, [row for m in members for row in history_rows(
         "exp", m["config"], [{"step": s, "loss": random.random()} for s in steps])])
     return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": members,
-                                                                   "results_part": part})
+                                                                   "results_part": part},
+                                 checkpoint=None)  # no final checkpoint here: no checkpoints to clear
 
 
 @pytest.mark.slow
