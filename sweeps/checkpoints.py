@@ -201,15 +201,20 @@ class CheckpointWriter:
 
         name = f"{TRAINING_PREFIX}{_reach(histories):010d}"
         target = f"{self.folder}/{name}"
-        with tempfile.TemporaryDirectory(prefix="disgen-checkpoint-") as local:
-            trainer_file.save_training(local, state, histories)
-            seal(local, self.members, histories, final=False)
-            self.filesystem.create_dir(target)
-            if self.filesystem.get_file_info(f"{target}/{SEAL}").type == fs.FileType.File:
-                self.filesystem.delete_file(f"{target}/{SEAL}")  # a rewrite: unsealed until whole again
-            for file in [*sorted(set(os.listdir(local)) - {SEAL}), SEAL]:  # the seal last
-                fs.copy_files(os.path.join(local, file), f"{target}/{file}",
-                              source_filesystem=fs.LocalFileSystem(), destination_filesystem=self.filesystem)
+        self.filesystem.create_dir(target)
+        if self.filesystem.get_file_info(f"{target}/{SEAL}").type == fs.FileType.File:
+            self.filesystem.delete_file(f"{target}/{SEAL}")  # a rewrite: unsealed until whole again
+        if isinstance(self.filesystem, fs.LocalFileSystem):  # a disk or a shared mount: written in place
+            trainer_file.save_training(target, state, histories)
+            seal(target, self.members, histories, final=False)
+        else:  # an object store: written here, then uploaded file by file, the seal last
+            with tempfile.TemporaryDirectory(prefix="disgen-checkpoint-") as local:
+                trainer_file.save_training(local, state, histories)
+                seal(local, self.members, histories, final=False)
+                for file in [*sorted(set(os.listdir(local)) - {SEAL}), SEAL]:
+                    fs.copy_files(os.path.join(local, file), f"{target}/{file}",
+                                  source_filesystem=fs.LocalFileSystem(),
+                                  destination_filesystem=self.filesystem)
         if name in self.kept:
             self.kept.remove(name)
         self.kept.append(name)
