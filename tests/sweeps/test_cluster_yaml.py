@@ -229,38 +229,6 @@ def test_the_bucket_is_named_in_one_place(cluster):
     assert "DISGEN_BUCKET" not in json.dumps(filled) and "arn:aws:s3:::my-lab-disgen/*" in json.dumps(filled)
 
 
-def test_create_profiles_makes_both_profiles_with_the_bucket_filled_in(monkeypatch):
-    moto = pytest.importorskip("moto", reason="moto is in the test extra")
-    import boto3
-
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with moto.mock_aws():
-        monkeypatch.setenv("DISGEN_BUCKET", "first-bucket")
-        assert create_profiles.main([]) == 0
-        assert create_profiles.main(["--bucket", "my-lab-disgen"]) == 0  # again: updates in place
-        iam = boto3.client("iam")
-        for role in ("disgen-head", "disgen-worker"):
-            profile = iam.get_instance_profile(InstanceProfileName=role)["InstanceProfile"]
-            assert [r["RoleName"] for r in profile["Roles"]] == [role]
-            document = json.dumps(iam.get_role_policy(RoleName=role, PolicyName=role)["PolicyDocument"])
-            assert "my-lab-disgen" in document and "first-bucket" not in document
-            assert "DISGEN_BUCKET" not in document and "ACCOUNT_ID" not in document
-            trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
-            assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-
-
-@pytest.mark.parametrize("bucket", ["", "UPPER", "a", "bad_name", "-dash", "x" * 64, "two..dots"])
-def test_create_profiles_refuses_a_bad_bucket_name(bucket, monkeypatch, capsys):
-    monkeypatch.delenv("DISGEN_BUCKET", raising=False)
-    assert create_profiles.main([f"--bucket={bucket}"] if bucket else []) == 2
-    assert "bucket" in capsys.readouterr().err
-
-
-# --- the results bucket: created, versioned, closed ------------------------------------------------
-
 @pytest.fixture
 def mocked_aws(monkeypatch):
     moto = pytest.importorskip("moto", reason="moto is in the test extra")
@@ -271,6 +239,32 @@ def mocked_aws(monkeypatch):
     with moto.mock_aws():
         yield
 
+
+def test_create_profiles_makes_both_profiles_with_the_bucket_filled_in(mocked_aws, monkeypatch):
+    import boto3
+
+    monkeypatch.setenv("DISGEN_BUCKET", "first-bucket")
+    assert create_profiles.main([]) == 0
+    assert create_profiles.main(["--bucket", "my-lab-disgen"]) == 0  # again: updates in place
+    iam = boto3.client("iam")
+    for role in ("disgen-head", "disgen-worker"):
+        profile = iam.get_instance_profile(InstanceProfileName=role)["InstanceProfile"]
+        assert [r["RoleName"] for r in profile["Roles"]] == [role]
+        document = json.dumps(iam.get_role_policy(RoleName=role, PolicyName=role)["PolicyDocument"])
+        assert "my-lab-disgen" in document and "first-bucket" not in document
+        assert "DISGEN_BUCKET" not in document and "ACCOUNT_ID" not in document
+        trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
+        assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+
+
+@pytest.mark.parametrize("bucket", ["", "UPPER", "a", "bad_name", "-dash", "x" * 64, "two..dots"])
+def test_create_profiles_refuses_a_bad_bucket_name(bucket, monkeypatch, capsys):
+    monkeypatch.delenv("DISGEN_BUCKET", raising=False)
+    assert create_profiles.main([f"--bucket={bucket}"] if bucket else []) == 2
+    assert "bucket" in capsys.readouterr().err
+
+
+# --- the results bucket: created, versioned, closed ------------------------------------------------
 
 def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(cluster, mocked_aws,
                                                                               monkeypatch, capsys):
