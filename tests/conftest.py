@@ -139,20 +139,10 @@ def two_trial_grid(tmp_path):
     return path
 
 
-def _longest_first(item) -> int:
-    """The Ray sweeps (tests/end_to_end/) first, then the files at tests/ itself (the printed
-    commands), then the rest: ``-n 2 --dist loadfile`` hands out whole files in this order, and
-    the long files started last left one process running alone for minutes at the end."""
-    path = item.nodeid.split("::")[0]
-    return 0 if path.startswith("tests/end_to_end/") else 1 if path.count("/") == 1 else 2
-
-
 def pytest_collection_modifyitems(config, items):
-    """Longest files first (``_longest_first``; a stable sort). Tests marked ``gpu`` need a CUDA
-    device: skipped without one, the reason in the summary (-ra)."""
+    """Tests marked ``gpu`` need a CUDA device: skipped without one, the reason in the summary (-ra)."""
     import torch
 
-    items.sort(key=_longest_first)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device: torch.cuda.is_available() is False on this machine")
