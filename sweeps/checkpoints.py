@@ -189,10 +189,14 @@ class CheckpointWriter:
         if pending is not None:
             pending.result()
 
-    def close(self) -> None:
-        """Wait for the last checkpoint; then no more are written."""
+    def close(self, raise_error: bool = True) -> None:
+        """Wait for the last checkpoint; then no more are written. ``raise_error=False``: its
+        error, if any, is not raised (training has already failed with its own)."""
         try:
             self.wait()
+        except Exception:
+            if raise_error:
+                raise
         finally:
             self._thread.shutdown(wait=True)
 

@@ -292,8 +292,10 @@ def train_trial(config: dict, run_info: dict) -> None:
         if training is None:
             _train(trainer, logs, writer, first.evaluation.report_every, run_info.get("checkpoint_every", 0),
                    node_id, run_info.get("checkpoint_seconds", 0.0))
-    finally:
-        writer.close()
+    except BaseException:
+        writer.close(raise_error=False)  # the trial fails with training's error, not a write's
+        raise
+    writer.close()
     if not training:  # trained now (or restored from an older final checkpoint, without its timings)
         training = {"started_at": began, "ended_at": time.time(), "seconds": time.perf_counter() - started}
     trained = _trained(trainer, members, training, reference, len(data))
