@@ -1,11 +1,13 @@
-"""Arrays for the small real-format files that the loader tests write, and the tiny image set that
-the training tests train on, with the settings each objective trains on it with."""
+"""Arrays for the small real-format files that the loader tests write, the tiny image set that the
+training tests train on, with the settings each objective trains on it with, and a real Circles
+file with a grid that trains on it."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from data_pipeline import factor_space, render
+from data_pipeline.spaces import sprite_space
 
 
 def dsprites_arrays(n: int, seed: int = 0):
@@ -42,3 +44,28 @@ OBJECTIVE_SETTINGS = {
     "lie_group_vae": {},
     "dip_vae": {"gamma": 2.0},
 }
+
+
+# A real Circles file (M22's npz format) on a 6 × 6 grid: 36 images, of which midpos holds out the
+# 2 × 2 centre; and a one-trial grid that trains on it (the tests of real files, planned and swept).
+CIRCLES_SIZES = (6, 6)
+CIRCLES_GRID = """
+description: Circles from its real file
+fixed: {dataset: circles, architecture: burgess, objective: beta_vae, n_images: null, data_seed: 0,
+        batch_size: 8, report_every: 2, n_nll: 16, n_metric: 32, dci_estimator: none}
+axes:
+  beta: [1.0]
+  split: [midpos]
+scales:
+  tiny: {steps: 4, lr: 0.001}
+"""
+
+
+def write_circles(folder, order_seed=0):
+    """circles.npz in M22's format, its rows shuffled (a real file need not be in grid order)."""
+    space = sprite_space(("posX", "posY"), CIRCLES_SIZES)
+    classes = space.all_classes()[np.random.default_rng(order_seed).permutation(space.n_images)]
+    images = render("circles", classes, space)
+    np.savez(folder / "circles.npz", images=images // 255, factor_values=space.raw_values(classes),
+             factor_sizes=np.array(CIRCLES_SIZES))
+    return space, classes

@@ -34,6 +34,21 @@ scales:
 """
 
 
+# Four one-model trials of 200 steps on 2,000 images with one cheap metric, for the tests of deferred
+# evaluation (tests/end_to_end/test_deferred_evaluation.py runs them; a test of one evaluation
+# shortens them with "steps: 200" replaced).
+FOUR_ONE_MODEL_TRIALS = """
+description: four one-model trials, each long enough to train while the one before is evaluated
+fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,
+        batch_size: 16, report_every: 25, n_nll: 1000, n_metric: 300, metrics: [d_score], lr: 0.001,
+        split: blank_side}
+axes:
+  beta: [1.0, 2.0, 4.0, 8.0]
+scales:
+  tiny: {steps: 200}
+"""
+
+
 def wait_for(predicate, timeout: float, what) -> None:
     """Poll ``predicate`` until it is true; after ``timeout`` seconds fail, saying ``what`` (a
     string, or a function giving one, called only then: a driver's log, say)."""

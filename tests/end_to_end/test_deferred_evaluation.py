@@ -16,20 +16,11 @@ import time
 
 import pandas as pd
 import pytest
-from sweep_runs import wait_for
+from sweep_runs import FOUR_ONE_MODEL_TRIALS, wait_for
 
 from analysis.storage import read_results
 
-GRID = """
-description: four one-model trials, each long enough to train while the one before is evaluated
-fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,
-        batch_size: 16, report_every: 25, n_nll: 1000, n_metric: 300, metrics: [d_score], lr: 0.001,
-        split: blank_side}
-axes:
-  beta: [1.0, 2.0, 4.0, 8.0]
-scales:
-  tiny: {steps: 200}
-"""
+GRID = FOUR_ONE_MODEL_TRIALS
 # A training takes about twice an evaluation (mostly the NLL of 1,000 images a side), so that each
 # evaluation outlasts the switch to the next trial, and ends before the next but one needs its CPU.
 STEPS, REPORT_EVERY = 200, 25
@@ -135,74 +126,3 @@ def test_gpu_trials_train_while_cpu_tasks_evaluate_and_a_killed_driver_loses_no_
             assert "history" not in member
             assert all(not isinstance(v, (list, dict)) for k, v in member.items() if k != "config")
     assert (trials["device"] == "cpu").all() and trials["test_nll"].notna().all()
-
-
-@pytest.mark.slow
-def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_metrics(tmp_path, s3_server):
-    """``evaluate_saved`` (what each CPU-only task runs) on a final checkpoint in an object store:
-    the metrics the trial would have computed itself, the loss history the checkpoint holds, and
-    the model's final TensorBoard record uploaded beside its training's."""
-    from types import SimpleNamespace
-
-    import torch
-    from conftest import S3_BUCKET
-
-    from analysis import storage
-    from data_pipeline.node_cache import open_reference
-    from models import build_trainer
-    from models.checkpoint import save_final
-    from sweeps.data import plan_data
-    from sweeps.evaluation import DeferredEvaluations, evaluate_model, evaluate_saved, split_rows
-    from sweeps.grid import load_grid_file, trial_configs
-
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(GRID.replace("steps: 200", "steps: 10").replace("report_every: 25", "report_every: 5")
-                    .replace("n_nll: 1000", "n_nll: 100"))
-    trial = trial_configs(load_grid_file(str(grid)), "grid", "tiny", [0])[0]
-    reference = plan_data([trial])[trial.data.key]
-    data = open_reference(reference, trial.data.n_images, trial.data.data_seed)
-    split, train_rows, _ = split_rows(trial, data)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        trainer = build_trainer(trial.model, data.images, data.classes, data.factor_space, train_rows)
-        history = list(trainer.run(report_every=5))
-        in_trial = evaluate_model(trainer, trial, data, split, cpus=1)
-        local = tmp_path / "checkpoint"
-        local.mkdir()
-        save_final(str(local), [trainer.model.state_dict()], [trainer.step], {}, [history],
-                   {"members": [trial.to_dict()]})
-        experiment = f"s3://{S3_BUCKET}/exp"
-        checkpoint = storage.join(experiment, trial.dirname, "checkpoint_000000")
-        for file in local.iterdir():  # the index and the model's own file
-            storage.upload(str(file), storage.join(checkpoint, file.name))
-        # a Tune checkpoint names its folder inside the store's file system: bucket/exp/...
-        tune_checkpoint = SimpleNamespace(path=f"{S3_BUCKET}/exp/{trial.dirname}/checkpoint_000000")
-        assert DeferredEvaluations(experiment)._checkpoint_location(tune_checkpoint) == checkpoint
-        out = evaluate_saved({"config": trial.to_dict(), "position": 0, "checkpoint": checkpoint,
-                              "reference": reference.to_dict(), "cpus": 1,
-                              "tensorboard": storage.join(experiment, trial.dirname)})
-    finally:
-        torch.set_num_threads(threads)
-    timings = ("eval_seconds", "eval_started_at", "eval_ended_at")
-    assert set(out["metrics"]) == set(in_trial)
-    deferred = out["metrics"]
-    differing = {k: (deferred[k], in_trial[k]) for k in in_trial if k not in timings
-                 and deferred[k] != in_trial[k] and not (pd.isna(deferred[k]) and pd.isna(in_trial[k]))}
-    assert not differing  # the very same numbers
-    assert in_trial["test_nll"] > 0 and in_trial["d_score"] >= 0
-    assert out["history"] == history and out["step"] == 10
-    assert out["metrics"]["eval_started_at"] < out["metrics"]["eval_ended_at"]
-    assert any(name.startswith("events.out.tfevents")
-               for name in storage.list_names(storage.join(experiment, trial.dirname)))
-
-
-def test_a_trials_gpu_settings_take_its_share_of_the_gpu(monkeypatch):
-    from sweeps.trainable import gpu_settings
-
-    monkeypatch.setenv("DISGEN_GPU_SETTINGS", "tf32=off")
-    settings = gpu_settings(0.25)
-    assert settings.memory_share == 0.25 and settings.tf32 is False  # the share, on top of the switches
-    assert gpu_settings(2).memory_share == 1.0  # more than one GPU: a process still uses one
-    monkeypatch.delenv("DISGEN_GPU_SETTINGS")
-    assert gpu_settings(0).memory_share == 1.0 and gpu_settings(0).tf32

@@ -48,8 +48,3 @@ def test_each_model_is_one_mlflow_run_with_its_settings_and_final_metrics(ray_se
         assert loss == ([2, 4, 6] if config["objective"] == "factor_vae" else []), (key, loss)
     assert sorted(run.data.tags["tune_trial"].split("-")[0] for run in runs.values()) == [
         "blank_side", "pack2", "pack2"]
-
-
-def test_mlflow_without_a_uri_is_refused_before_ray_starts(tmp_path, capsys):
-    assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--mlflow", " "]) == 2
-    assert "--mlflow: give a tracking URI" in capsys.readouterr().err

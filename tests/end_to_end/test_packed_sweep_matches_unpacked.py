@@ -106,11 +106,3 @@ def test_a_packed_sweep_stores_each_model_as_the_unpacked_sweep_does(ray_session
     again = pd.read_parquet(tmp_path / "packed" / "trials.parquet").set_index("trial_key").sort_index()
     pd.testing.assert_frame_equal(again[again["status"] == "finished"], packed)
     assert len(again) == 4
-
-
-def test_pack_size_is_checked_before_ray_starts(tmp_path, capsys):
-    common = ["--scale", "tiny", "--storage-path", str(tmp_path)]
-    assert main([*common, "--pack-size", "zero"]) == 2
-    assert "--pack-size: must be a whole number >= 1 or 'auto'; got 'zero'" in capsys.readouterr().err
-    assert main([*common, "--pack-size", "4", "--scheduler", "asha"]) == 2
-    assert "cannot be combined with --search optuna or --scheduler asha" in capsys.readouterr().err

@@ -1,4 +1,6 @@
-"""The command line: bad input before Ray starts, and one real tiny sweep end to end."""
+"""The command line end to end: one real tiny sweep and its resume, a failed and a stopped model, and
+a pack too big for the tests' Ray refused. Its bad input before Ray starts, --help and stops
+outside Tune's run are tested in tests/sweeps/."""
 
 import json
 import os
@@ -12,71 +14,8 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from analysis.schema import SETTING_FIELDS
 from analysis.storage import PARTS_DIR
-from sweeps.errors import Terminated
 from sweeps.grid import get_spec, trial_configs
 from sweeps.paper_grid import main
-from sweeps.trials import trial_key
-
-BAD_INPUT = {
-    "unknown_preset": (["--preset", "nope"], "unknown preset 'nope'; choose one of: default"),
-    "unknown_scale": (["--scale", "huge"], "unknown scale 'huge' for preset 'default'; choose one of"),
-    "unwritable_storage": (["--storage-path", "{file}/sub"], "cannot write to storage path"),
-    "unreachable_address": (["--address", "127.0.0.1:1"], "cannot reach Ray at 127.0.0.1:1"),
-}
-
-
-@pytest.mark.slow
-def test_bad_input_is_one_line_and_exit_2_before_ray_starts(tmp_path):
-    a_file = tmp_path / "a-file"
-    a_file.write_text("not a folder")
-    script = (
-        "import json, sys\n"
-        "from sweeps.paper_grid import main\n"
-        f"cases = {json.dumps({k: v[0] for k, v in BAD_INPUT.items()})}\n"
-        "codes = {k: main([a.replace('{file}', sys.argv[1]) for a in argv]) for k, argv in cases.items()}\n"
-        "print(json.dumps({'codes': codes, 'ray_imported': 'ray' in sys.modules}))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(a_file)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"codes": dict.fromkeys(BAD_INPUT, 2), "ray_imported": False}
-    errors = done.stderr.strip().splitlines()
-    assert len(errors) == len(BAD_INPUT)
-    for line, (_, expected) in zip(errors, BAD_INPUT.values()):
-        assert line.startswith("error: ") and expected in line
-
-
-def test_help_documents_every_option():
-    done = subprocess.run([sys.executable, "-m", "sweeps.paper_grid", "--help"], capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0
-    for option in ["--preset", "--scale", "--storage-path", "--name", "--seeds", "--resume",
-                   "--address", "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent-trials",
-                   "--pack-size", "--data-dir", "--data-source", "--search", "--scheduler", "--list",
-                   "--dry-run"]:
-        assert option in done.stdout
-    # every choice is listed, every preset described, and no option says "(default: None)" or False
-    assert "--preset {default,montero2021,montero2022,dittadi2021}" in done.stdout
-    assert "--scale {tiny,smoke,demo,small,full}" in done.stdout
-    assert all(f"\n  {name}: " in done.stdout for name in ("default", "montero2021", "dittadi2021"))
-    assert "(default: None)" not in done.stdout and "(default: False)" not in done.stdout
-    assert "(default: smoke)" in done.stdout and "(default: 2)" in done.stdout  # real defaults stay
-    assert max(len(line) for line in done.stdout.splitlines()) <= 100
-
-
-def test_the_other_command_lines_show_no_empty_defaults_either():
-    from analysis.report import parser as report_parser
-    from sweeps.demo import build_parser as demo_parser
-
-    for text in (report_parser().format_help(), demo_parser().format_help()):
-        assert "(default: None)" not in text and "(default: False)" not in text and "(default: " in text
-
-
-def test_trial_keys_are_stable_and_distinct():
-    configs = trial_configs(get_spec("default"), "default", "tiny", [0, 1])
-    assert len(configs) == 8 and len({c["trial_key"] for c in configs}) == 8
-    assert trial_configs(get_spec("default"), "default", "tiny", [0, 1]) == configs
-    assert trial_key({**configs[0], "report_every": 999}) == configs[0]["trial_key"]
 
 
 def assert_rows_hold_every_setting(trials, experiment):
@@ -259,42 +198,3 @@ def test_a_run_refuses_a_pack_size_that_does_not_fit_in_one_line_before_anything
     from sweeps.paper_grid import build_parser, plan
 
     assert plan(build_parser().parse_args(argv[:-2]))["added"] == []  # no "already exists; pass --resume"
-
-
-@pytest.mark.parametrize("stop, code, said", [
-    (KeyboardInterrupt, 130, "Interrupted (Ctrl-C)"),
-    (Terminated, 143, "Stopped (SIGTERM, e.g. `ray job stop`)"),
-], ids=["ctrl-c", "sigterm"])
-def test_a_ctrl_c_or_sigterm_outside_tunes_run_exits_130_or_143_with_the_resume_command_and_frees_the_folder(
-        tmp_path, capsys, monkeypatch, stop, code, said):
-    import sweeps.tuner
-
-    def interrupted(args, plan):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
-        raise stop
-
-    monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
-    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
-    assert main(argv) == code
-    out = capsys.readouterr().out
-    assert f"{said}: the finished models are stored in {tmp_path / 'exp'}" in out
-    assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
-    assert not (tmp_path / "exp" / "driver.lock").exists()  # the next driver may take the folder
-
-
-def test_a_sigterm_before_the_sweep_started_exits_143_in_one_line(tmp_path, capsys, monkeypatch):
-    import signal
-
-    import sweeps.paper_grid
-
-    def terminated(args):  # SIGTERM (`ray job stop`) while the sweep is planned: nothing ran
-        signal.raise_signal(signal.SIGTERM)
-        raise AssertionError("SIGTERM did not stop the command")
-
-    monkeypatch.setattr(sweeps.paper_grid, "plan", terminated)
-    before = signal.getsignal(signal.SIGTERM)
-    assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]) == 143
-    captured = capsys.readouterr()
-    assert captured.out.strip() == ("Stopped (SIGTERM, e.g. `ray job stop`) before the sweep started; "
-                                    "nothing ran. Run the same command again to start it.")
-    assert captured.err == ""  # no traceback
-    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler is gone with it

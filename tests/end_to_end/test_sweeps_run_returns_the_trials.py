@@ -1,6 +1,6 @@
 """``sweeps.run``, the sweep from Python: it runs what the command line runs and returns the
-experiment's trials as ``analysis.load_trials`` gives them; bad input is the command line's
-one-line error, raised before Ray starts."""
+experiment's trials as ``analysis.load_trials`` gives them. Its bad input, refused before Ray starts,
+is tests/sweeps/test_sweeps_run_plans_and_refuses_bad_input.py."""
 
 import pandas as pd
 import pytest
@@ -8,8 +8,7 @@ import yaml
 from conftest import TWO_TRIAL_GRID
 
 import sweeps
-from sweeps.paper_grid import main, options, plan_trials
-from sweeps.trials import TrialConfig
+from sweeps.paper_grid import main
 
 
 def one_trial_grid() -> dict:
@@ -35,67 +34,3 @@ def test_run_returns_the_trials_that_trials_parquet_holds(ray_session, tmp_path,
     capsys.readouterr()
     assert main(["--grid", str(tmp_path / "nowhere.yaml"), "--storage-path", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: --grid {tmp_path / 'nowhere.yaml'}: no such file\n"
-
-
-def test_a_list_of_trials_plans_the_trials_a_grid_makes():
-    grid = yaml.safe_load(TWO_TRIAL_GRID)
-    from_grid = plan_trials(options(grid=grid, scale="tiny", name="two"))["trials"]
-    settings = [dict(t) for t in from_grid]  # mappings of settings, completed again
-    for given in (from_grid, settings):
-        planned = plan_trials(options(trials=given, name="two"))
-        assert planned["trials"] == from_grid and planned["name"] == "two"
-    assert plan_trials(options(trials=from_grid))["name"] == "two-tiny"  # named by their preset and scale
-
-
-@pytest.mark.parametrize("call, message", [
-    (lambda: sweeps.run("montero2023"), "unknown preset 'montero2023'; choose one of"),
-    (lambda: sweeps.run("grid.yaml"), "--grid grid.yaml: no such file"),
-    (lambda: sweeps.run({"axes": {"beta": []}}), "grid: axis 'beta' is empty"),
-    (lambda: sweeps.run(scale="huge"), "unknown scale 'huge' for preset 'default'"),
-    (lambda: sweeps.run(cpus_per_trial="2"), "--cpus-per-trial must be a number; got '2'"),
-    (lambda: sweeps.run(max_failures=1.5), "--max-failures must be a whole number; got 1.5"),
-    (lambda: sweeps.run(search="random"), "--search: unknown 'random'; choose one of grid, optuna"),
-    (lambda: sweeps.run(seeds=[0, 0]), "a seed is listed twice"),
-    (lambda: sweeps.run([]), "trials: give a non-empty list of trial configs"),
-    (lambda: sweeps.run([{"beta": 1.0}]), "trials[0]: dataset: not set"),
-    (lambda: sweeps.run(two_trials(), seeds=3), "--seeds makes trials from a grid"),
-    (lambda: sweeps.run(two_trials(), search="optuna"), "--search optuna samples a grid's search space"),
-    (lambda: sweeps.run(two_trials() * 2), "trials: 2 trial(s) repeat another"),
-    (lambda: sweeps.run(pack_size=0), "--pack-size: must be a whole number >= 1 or 'auto'; got 0"),
-])
-def test_bad_input_raises_the_command_lines_one_line_error(call, message):
-    with pytest.raises(sweeps.UsageError) as raised:
-        call()
-    assert message in str(raised.value) and "\n" not in str(raised.value)
-
-
-def two_trials() -> list[TrialConfig]:
-    return plan_trials(options(grid=yaml.safe_load(TWO_TRIAL_GRID), scale="tiny"))["trials"]
-
-
-@pytest.mark.parametrize("signum, code, said", [(2, 130, "Interrupted (Ctrl-C)"),
-                                                 (15, 143, "Stopped (SIGTERM, e.g. `ray job stop`)")],
-                         ids=["ctrl-c", "sigterm"])
-def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c_or_sigterm(
-        monkeypatch, tmp_path, capsys, signum, code, said):
-    import sweeps.paper_grid
-    from sweeps import demo
-
-    calls = []
-
-    def run(grid, **options):  # the sweep itself is the Ray test's above: here, what the demo asks
-        calls.append((grid, options))
-        if grid == "montero2022":
-            raise sweeps.SweepInterrupted(str(tmp_path / "montero2022-demo"), 8, 3, signum=signum)
-        return pd.DataFrame({"status": ["finished", "failed"]})
-
-    monkeypatch.setattr(sweeps.paper_grid, "run", run)
-    argv = ["--studies", "montero2021,montero2022,dittadi2021", "--storage-path", str(tmp_path), "--no-open"]
-    assert demo.main(argv) == code
-    assert calls == [(preset, {"scale": "demo", "storage_path": str(tmp_path), "resume": False})
-                     for preset in ("montero2021", "montero2022")]
-    out = capsys.readouterr().out
-    assert "montero2021: 1 of 2 models finished in" in out
-    stopped = tmp_path / "montero2022-demo"
-    assert f"{said}: 3 of 8 models finished and stored in {stopped}" in out
-    assert "run the same python -m sweeps.demo command again" in out

@@ -138,36 +138,3 @@ def test_each_model_is_one_wandb_run_with_its_settings_and_final_metrics(ray_ses
     assert sorted(run["config"]["tune_trial"].split("-")[0] for run in runs.values()) == [
         "blank_side", "pack2", "pack2"]
     assert calls == []  # offline: W&B's server was never called
-
-
-@pytest.mark.parametrize("project, message", [
-    (" ", "--wandb ' ': give a W&B project"),
-    ("a/b/c", "--wandb 'a/b/c': give a W&B project"),
-])
-def test_wandb_without_a_project_is_refused_before_ray_starts(tmp_path, capsys, project, message):
-    assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--wandb", project]) == 2
-    assert message in capsys.readouterr().err
-
-
-def test_wandb_not_installed_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb"
-                        else find_spec(name, *a))
-    assert main(["--scale", "tiny", "--storage-path", str(tmp_path), "--wandb", "disgen"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install -e '.[wandb]'" in err, err
-
-
-@needs_wandb
-def test_wandb_online_without_an_api_key_is_one_line_before_the_sweep(tmp_path, monkeypatch):
-    from sweeps.errors import UsageError
-    from sweeps.tracking import WandbRuns
-
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "NETRC"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: never logged in
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
-    with pytest.raises(UsageError, match="--wandb: no W&B API key found; run wandb login or set WANDB_API"):
-        WandbRuns("disgen", "tracked").check()
-    monkeypatch.setenv("WANDB_MODE", "offline")  # offline: no key needed
-    assert WandbRuns("my-team/disgen", "tracked").check().project == "disgen"

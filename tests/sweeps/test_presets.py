@@ -1,10 +1,10 @@
-"""The paper presets: the exact grids of the papers (docs/presets.md), valid at every scale, and runnable."""
+"""The paper presets: the exact grids of the papers (docs/presets.md), valid at every scale. One runs
+whole in tests/end_to_end/test_dittadi2021_tiny_sweep.py."""
 
 import pandas as pd
 import pytest
 
 from sweeps.grid import default_seeds, get_spec, trial_configs
-from sweeps.paper_grid import main
 from sweeps.presets import PRESETS, SCALES
 
 
@@ -50,15 +50,3 @@ def test_montero2021_full_follows_the_paper():
     assert set(configs.loc[configs["objective"] == "beta_vae", "beta"]) == {8.0, 12.0}
     conditions = {"extrapolation", "recombination_to_range", "recombination_to_element"}
     assert set(configs["condition"]) == conditions
-
-
-@pytest.mark.slow
-def test_dittadi2021_tiny_runs_ada_gvae_on_pairs(ray_session, tmp_path, capsys):
-    assert main(["--preset", "dittadi2021", "--scale", "tiny", "--storage-path", str(tmp_path)]) == 0
-    trials = pd.read_parquet(tmp_path / "dittadi2021-tiny" / "trials.parquet")
-    assert len(trials) == 4 and set(trials["objective"]) == {"beta_vae", "ada_gvae"}
-    assert trials["dataset"].eq("shapes3d").all() and trials["test_nll"].gt(0).all()
-    # the readout accuracy per factor comes through Ray into trials.parquet (tiny skips DCI: the forest)
-    assert trials["readout_estimator"].eq("random_forest").all() and trials["readout_n_test"].gt(0).all()
-    assert trials["accuracy_object_hue"].between(0, 1).all() and trials["chance_object_hue"].eq(1 / 8).all()
-    assert trials["r2_posX"].isna().all() and trials["r2_scale"].notna().all()  # posX: not a 3DShapes factor

@@ -93,19 +93,6 @@ def test_list_prints_every_preset_and_scale_with_trial_counts(capsys):
     assert "default" in out and all(scale in out for scale in ("tiny", "smoke", "small", "full"))
 
 
-@pytest.mark.slow  # two tiny trials with the default preset's full evaluation: 1-2.5 minutes on 2 cores
-def test_optuna_search_samples_beta_within_its_declared_range(ray_session, tmp_path, capsys):
-    argv = ["--scale", "tiny", "--search", "optuna", "--num-samples", "2", "--storage-path", str(tmp_path),
-            "--name", "optuna"]
-    assert main(argv) == 0
-    assert "2 of 2 trials finished" in capsys.readouterr().out
-    import pandas as pd
-
-    trials = pd.read_parquet(tmp_path / "optuna" / "trials.parquet")
-    assert len(trials) == 2 and trials["beta"].between(0.25, 16.0).all()
-    assert not trials["beta"].isin([1.0, 4.0]).all()  # sampled, not the grid's values
-
-
 def test_a_search_space_with_a_negative_beta_is_refused(tmp_path, capsys):
     search = "search: {metric: test_nll, mode: min, space: {beta: {uniform: [-1, 2]}}}\n"
     path = write(tmp_path, GOOD + search)
