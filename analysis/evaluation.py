@@ -219,8 +219,6 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
     return out
 
 
-
-
 def _task_row(dataset, split, config: EvaluationConfig, seed: int) -> tuple:
     """What the ground-truth decoder's and the composition network's rows start from: (training
     rows, held-out rows, the NLL draws' generator, the :class:`HeldOut` sample, the row's sizes).
