@@ -1,8 +1,13 @@
-"""Evaluation of a trained model: reconstruction on train and held-out images, disentanglement,
-transfer, and M22's encoder-or-decoder diagnosis.
+"""Evaluation of a trained model of any task: reconstruction on train and held-out images,
+disentanglement, transfer, and M22's encoder-or-decoder diagnosis.
 
-``evaluate(model, dataset, split, config)`` computes the NLLs (under the likelihood the model was
-trained with) and the readout accuracy per factor, then runs each metric of
+``evaluate(model, dataset, split, config)`` is the one entry point: it takes a trained VAE, a
+ground-truth decoder or a composition network (or the trainer that trained it) and returns one
+results row, with the same keys for every task, so a sweep stores every task in the same table.
+Which evaluation a model gets is decided once, by its class (``EVALUATIONS``).
+
+**A VAE** (or any model with ``encode`` and ``decode``): the NLLs (under the likelihood the model
+was trained with) and the readout accuracy per factor, then each metric of
 ``analysis.metrics.registry.METRICS`` that ``config.metrics`` names (default: all) on one
 :class:`Sample` of codes of training images, drawn and encoded once; the registry's line of each
 metric names the columns it writes (NaN where a metric is not configured or not defined). Every
@@ -12,11 +17,37 @@ The held-out images (:func:`held_out_sample`) are drawn from the whole held-out 
 grid wherever the dataset can produce any grid point (``dataset.observe``: a generator renders
 them, a file that holds the whole grid indexes them), not only from the images the trial's subset
 happens to hold; without ``observe`` (a user's labelled data), from the dataset's own held-out
-rows. One draw serves ``test_nll`` and the metrics' held-out input alike.
+rows. One draw serves ``test_nll`` and the metrics' held-out input alike, for every task (the same
+seed, the same images).
 docs/analysis.md, "Evaluating a trained model", gives the samples, the likelihoods and the
 readout in full.
-"""
 
+**The ground-truth decoder and the composition network** (Montero et al. 2021; the scores
+themselves are :mod:`analysis.task_nll`'s): ``train_nll`` / ``test_nll`` are the mean Bernoulli
+NLL per image (nats) on at most ``n_nll`` training and held-out images, ``n_test_images`` the pool
+the held-out sample was drawn from and ``test_nll_images`` how many the test NLL scored; every
+disentanglement, transfer and diagnosis metric is NaN: the ground-truth decoder has no encoder
+(its code *is* the factor values), and Montero et al. report only the composition network's NLLs
+(score its encoder as a VAE's if needed).
+
+- Ground-truth decoder: the NLL of each image decoded from its factor values; at most ``n_nll``
+  training rows, drawn as a VAE's are (same seed, same rows), and the held-out sample. Its
+  readout per factor asks whether it learned to *render* each factor on its training images
+  (:func:`analysis.task_nll.decoder_readout_scores`, ``readout_estimator``
+  "decoder_likelihood"), the evidence the findings' precondition reads, as an encoder's readout
+  is for a VAE.
+- Composition network: the NLL of the predicted target (posterior means of reference and
+  transform, no sampling) on ``n_nll`` triplets per side. Train: triplets among training images,
+  drawn as in training (``TripletSampler.sample`` on the training rows). Test: one triplet for
+  each image of the held-out sample as the *target* (rendered from the grid where the dataset
+  can, so a target need not be one of the dataset's rows); the action is uniform over the
+  factors, the reference is the target with that factor's class taken from a random image, and
+  the transform a random image with the target's class in that factor. Reference and transform
+  are the dataset's rows, training or held-out (extrapolation needs held-out ones: an unseen posX
+  can only come from an image that has it); a target for which the dataset's rows hold no such
+  reference or transform (a sparse subset of the grid) gets no triplet, and ``test_nll_images``
+  counts the targets scored. It has no readout (``readout_estimator`` "none").
+"""
 from __future__ import annotations
 
 import json
@@ -33,12 +64,15 @@ from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
 from analysis.metrics.transfer_score import transfer_factor_of
 from analysis.schema import READOUT_COLUMNS
-from models.evaluation import decode_probabilities, encode_means, nll_per_image
-from models.evaluation import reconstruct as _reconstruct
+from analysis.task_nll import composition_nll, decoder_readout_scores, ground_truth_nll
+from models.composition import CompositionNet, TripletSampler
+from models.ground_truth import GroundTruthDecoder
+from models.inference import decode_probabilities, encode_means, nll_per_image
+from models.inference import reconstruct as _reconstruct
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["EvaluationConfig", "HeldOut", "METRICS", "Sample", "evaluate", "factor_readout",
+__all__ = ["EVALUATIONS", "EvaluationConfig", "HeldOut", "METRICS", "Sample", "evaluate", "factor_readout",
            "grid_score_sizes", "held_out_sample", "model_likelihood", "no_readout", "readout_columns",
            "reconstruction_nll_per_image", "sample_without_replacement", "transfer_factor_of"]
 
@@ -133,11 +167,21 @@ def _reads_held_out(config: EvaluationConfig) -> bool:
 
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
              n_jobs: int | None = 1) -> dict[str, float]:
-    """Metrics of ``model`` on ``dataset`` under the held-out ``split``, as ``config`` says
-    (default ``EvaluationConfig()``; see the module docstring). ``seed`` seeds every draw and fit (a
-    sweep gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
+    """The results row of a trained ``model`` of any task on ``dataset`` under the held-out
+    ``split`` it was trained under, as ``config`` says (default ``EvaluationConfig()``; see the
+    module docstring). ``model``: the model, or the trainer that trained it (its ``.model``, as
+    every trainer of ``models.build_trainer`` has). ``seed`` seeds every draw and fit (a sweep
+    gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
     (None: every core)."""
+    model = getattr(model, "model", model)
     config = EvaluationConfig() if config is None else config
+    evaluation = next(EVALUATIONS[kind] for kind in type(model).__mro__ if kind in EVALUATIONS)
+    return evaluation(model, dataset, split, config, seed, n_jobs)
+
+
+def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_jobs: int | None) -> dict:
+    """A VAE's row, or any model's with ``encode`` and ``decode``: the NLLs, the readout, and
+    every configured metric on one :class:`Sample`."""
     chosen = config.chosen_metrics
     for name in chosen:
         if METRICS[name].check is not None:
@@ -173,6 +217,66 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
                               sample.codes, sample.factors, sample.codes_check, sample.factors_check,
                               random_state=seed))
     return out
+
+
+def _task_row(dataset, split, config: EvaluationConfig, seed: int) -> tuple:
+    """What the ground-truth decoder's and the composition network's rows start from: (training
+    rows, held-out rows, the NLL draws' generator, the :class:`HeldOut` sample, the row's sizes).
+    Both tasks train with the Bernoulli likelihood, and are scored with it."""
+    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    rng = np.random.default_rng(seed)
+    held_out = held_out_sample(dataset, split, test, config.n_nll, seed, n_nll=config.n_nll)
+    row = {"n_train_images": int(len(train)), "n_test_images": held_out.pool, "nll_likelihood": "bernoulli"}
+    return train, test, rng, held_out, row
+
+
+# training images the ground-truth decoder's readout decodes each factor's values for
+DECODER_READOUT_IMAGES = 200
+
+
+def _evaluate_ground_truth_decoder(decoder: GroundTruthDecoder, dataset, split, config: EvaluationConfig,
+                                   seed: int, n_jobs: int | None) -> dict:
+    """The ground-truth decoder's row: its NLLs, NaN metrics, and its likelihood readout."""
+    space = dataset.factor_space
+    train, _, rng, held_out, out = _task_row(dataset, split, config, seed)
+    values = space.raw_values(dataset.classes)
+    train_rows = sample_without_replacement(train, config.n_nll, rng)
+    out["train_nll"] = mean_or_nan(ground_truth_nll(decoder, dataset.images, values, train_rows))
+    out["test_nll"] = mean_or_nan(ground_truth_nll(decoder, held_out, space.raw_values(held_out.classes),
+                                                   np.arange(len(held_out))))
+    out["test_nll_images"] = len(held_out)
+    out.update(nan_results())
+    rows = sample_without_replacement(train, DECODER_READOUT_IMAGES, np.random.default_rng([seed, 3]))
+    out.update(readout_columns(decoder_readout_scores(decoder, dataset, train, rows), "decoder_likelihood",
+                               0, len(rows)))
+    return out
+
+
+def _evaluate_composition(net: CompositionNet, dataset, split, config: EvaluationConfig, seed: int,
+                          n_jobs: int | None) -> dict:
+    """The composition network's row: its NLLs on training and held-out triplets, NaN metrics, no
+    readout."""
+    train, test, rng, held_out, out = _task_row(dataset, split, config, seed)
+    train_triplets = TripletSampler(dataset.classes, train).sample(rng, config.n_nll)
+    everything = np.union1d(train, test)
+    *sources, target, action = TripletSampler(dataset.classes, everything).sample_onto_classes(
+        held_out.classes, rng)
+    if len(target) == 0:
+        _log.info("test_nll is NaN: no held-out image of split %s could be composed from the dataset's "
+                  "images (the composition task needs a full factor grid)", split.name)
+    out["train_nll"] = mean_or_nan(composition_nll(net, dataset.images, *train_triplets))
+    out["test_nll"] = mean_or_nan(composition_nll(net, dataset.images, *sources, target, action,
+                                                  targets=held_out))
+    out["test_nll_images"] = int(len(target))
+    out.update(nan_results())
+    out.update(no_readout(dataset.factor_space))
+    return out
+
+
+# Each model's evaluation, by its class (a subclass takes its nearest ancestor's); every other model
+# is read through its encoder, as a VAE.
+EVALUATIONS = {GroundTruthDecoder: _evaluate_ground_truth_decoder, CompositionNet: _evaluate_composition,
+               object: _evaluate_vae}
 
 
 class Sample:

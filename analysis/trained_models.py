@@ -147,7 +147,7 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     from analysis.metrics.dci import dci
     from data_pipeline import get_split
     from models import encode_means, reconstruct
-    from models.evaluation import decode_probabilities
+    from models.inference import decode_probabilities
 
     model, config, data = load_checkpoint(path, member)
     train, test = get_split(config["dataset"], config["split"]).train_test_indices(data.classes,

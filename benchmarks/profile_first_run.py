@@ -10,7 +10,7 @@ and CPU seconds (this process's CPU time, plus its children's for Ray):
 3. **Ray start-up**: ``ray.init`` of a private local Ray, as a plain run does, then shutdown;
 4. **training**: one trial's training (``PackedTrainer`` with the trial's config, one thread, as
    a trial with one CPU runs), and its images per second;
-5. **evaluation**: that trial's evaluation (``analysis.task_evaluation.evaluate_task``: NLL and
+5. **evaluation**: that trial's evaluation (``analysis.evaluation.evaluate``: NLL and
    the preset's disentanglement metrics), each metric's seconds from its own report where given.
 
 The CLI runs 4 trials, 2 at a time on 2 cores, so its wall time is about imports + rendering +
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         from ray import tune  # noqa: F401
 
-        from analysis.task_evaluation import evaluate_task
+        from analysis.evaluation import evaluate
         from data_pipeline.node_cache import open_reference
         from data_pipeline.splits import get_split
         from models.packed import PackedTrainer
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     evaluation = trial.evaluation
     with Phase("evaluation") as evaluating:
-        metrics = evaluate_task(trainer.members[0], data, split, evaluation, seed=trial.model.seed, n_jobs=1)
+        metrics = evaluate(trainer.members[0], data, split, evaluation, seed=trial.model.seed, n_jobs=1)
     timings = {k: v for k, v in metrics.items() if k.endswith("_seconds")}
     if timings:
         print(f"{'':<28} " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(timings.items())), flush=True)

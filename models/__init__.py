@@ -27,8 +27,8 @@ from models.config import (
 )
 from models.device import GPUSettings, select_device
 from models.engine import NonFiniteLossError, TaskTrainer, Trainer, add_input_noise, train
-from models.evaluation import encode_means, nll_per_image, reconstruct
 from models.ground_truth import GroundTruthDecoder, GroundTruthDecoderTrainer
+from models.inference import encode_means, nll_per_image, reconstruct
 from models.lie_group_vae import LieGroupVAE
 from models.pairs import PairSampler
 from models.registry import LOSS_TERMS, OBJECTIVES, build, build_objective

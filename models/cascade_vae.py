@@ -25,13 +25,13 @@ with ``scipy.optimize.linear_sum_assignment``. Then the model takes its gradient
 categories held fixed. Before ``discrete_warmup_steps`` the category code is all zeros (M22's code
 starts the matching at once: 0, the default).
 
-**The code for the metrics** (``encode``, so ``models.evaluation.encode_means``): the continuous
+**The code for the metrics** (``encode``, so ``models.inference.encode_means``): the continuous
 posterior means followed by the one-hot category that reconstructs the image best from those means
 (the argmin of u for that one image; no batch matching, so each image's code depends on it alone).
 Its second output pads the continuous log-variances with zeros for the category.
 
 The matching runs on the CPU and branches on the step, so this objective does not pack with
-``torch.func.vmap`` (``packable = False``).
+``torch.func.vmap`` (``vmappable = False``).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class CascadeVAEObjective(Objective):
 
     loss_terms = ("reconstruction", "kl", "weighted_kl", "released_dimensions", "duplicate_pairs")
     model_class = CascadeVAE
-    packable = False
+    vmappable = False
 
     def __init__(self, config, latent_dim: int, dataset_size: int = 1):
         super().__init__(config, latent_dim, dataset_size)

@@ -132,7 +132,7 @@ class Setting:
     check: Check | None = None
     unit: str | None = None
     null: str | None = None
-    packable: bool = False
+    varies_in_vmap: bool = False
     normalise: Callable | None = None
     name: str = ""
     type: str = ""
@@ -141,16 +141,17 @@ class Setting:
 
 
 def setting(part: str, default, doc: str, check: Check | None = None, *, unit: str | None = None,
-            null: str | None = None, packable: bool = False, normalise: Callable | None = None):
+            null: str | None = None, varies_in_vmap: bool = False, normalise: Callable | None = None):
     """Declare a setting of ``ModelConfig``: the field's annotation is its type, checked on
     construction. ``part``: network, loss or optimisation. ``check``: a rule for its value (a None
     the type allows passes). ``unit``: its results column's unit. ``null``: what a null means in a
-    finished model's results row (settings without one are never null there). ``packable``: the
-    members of one vmapped pack may differ in it (a scalar that changes no shape and no code path).
+    finished model's results row (settings without one are never null there). ``varies_in_vmap``:
+    the members of one vmapped group may differ in it (a scalar that changes no shape and no code
+    path).
     ``normalise``: maps an accepted value to its stored form (an alias to its name)."""
     if part not in PART_NAMES:
         raise ValueError(f"part: unknown {part!r}; choose one of {', '.join(PART_NAMES)}")
-    declared = Setting(part, doc, check, unit, null, packable, normalise)
+    declared = Setting(part, doc, check, unit, null, varies_in_vmap, normalise)
     return dataclasses.field(default=default, metadata={"setting": declared})
 
 
@@ -171,22 +172,23 @@ class ModelConfig:
     objective: str = setting("loss", "beta_vae", "what a VAE trains with (models/registry.py; aliases "
                              "accepted)", OneOf(tuple(OBJECTIVES)),
                              normalise=lambda name: ALIASES.get(name, name))
-    beta: float = setting("loss", 1.0, "β, the KL's weight", NON_NEGATIVE, packable=True)
+    beta: float = setting("loss", 1.0, "β, the KL's weight", NON_NEGATIVE, varies_in_vmap=True)
     latent_dim: int = setting("network", 10, "latent dimensions (CascadeVAE: the continuous ones)",
                               at_least(1))
     channels: int = setting("network", 1, "image channels (the dataset's)", OneOf((1, 3)))
     image_size: int = setting("network", 64, "image side", OneOf(IMAGE_SIZES_PX), unit="px")
-    lr: float = setting("optimisation", 1e-4, "Adam's learning rate", POSITIVE, packable=True)
+    lr: float = setting("optimisation", 1e-4, "Adam's learning rate", POSITIVE, varies_in_vmap=True)
     batch_size: int = setting("optimisation", 64, "images a step (Ada-GVAE: pairs)", at_least(1),
                               unit="images")
     steps: int = setting("optimisation", 1000, "the run's length, unless epochs is set", NON_NEGATIVE,
                          unit="steps")
     seed: int = setting("optimisation", 0, "seeds the model's initialisation, its batches (seed), its "
-                        "input noise (seed + 1) and FactorVAE's discriminator (seed + 2)", packable=True)
+                        "input noise (seed + 1) and FactorVAE's discriminator (seed + 2)",
+                        varies_in_vmap=True)
     kl_warmup_steps: int = setting("optimisation", 0, "the KL's weight rises linearly 0 → 1 over these "
-                                   "steps (0: off)", NON_NEGATIVE, unit="steps", packable=True)
+                                   "steps (0: off)", NON_NEGATIVE, unit="steps", varies_in_vmap=True)
     grad_clip_norm: float | None = setting("optimisation", None, "clips the global gradient norm (None: "
-                                           "off)", POSITIVE, null="no gradient clipping", packable=True)
+                                           "off)", POSITIVE, null="no gradient clipping", varies_in_vmap=True)
     epochs: float | None = setting("optimisation", None, "when set, the run lasts this many epochs: passes "
                                    "over the training rows, or epoch_length steps each", POSITIVE,
                                    unit="epochs", null="the run's length is steps")
@@ -195,40 +197,42 @@ class ModelConfig:
                                        null="an epoch is a pass over the training rows")
     lr_milestones: tuple[int, ...] = setting("optimisation", (), "steps at which the learning rate is "
                                              "multiplied by lr_decay", INCREASING_STEPS, unit="steps",
-                                             packable=True, normalise=lambda steps: tuple(map(int, steps)))
+                                             varies_in_vmap=True,
+                                             normalise=lambda steps: tuple(map(int, steps)))
     lr_decay: float = setting("optimisation", 0.5, "the learning rate's factor at each milestone",
-                              between(0, 1, open_low=True), packable=True)
+                              between(0, 1, open_low=True), varies_in_vmap=True)
     gamma: float | None = setting("loss", None, "γ: FactorVAE's TC weight, the annealed VAE's capacity "
                                   "weight, DIP-VAE's λ_od (None: the objective's default)", NON_NEGATIVE,
-                                  null="the objective has no γ", packable=True)
+                                  null="the objective has no γ", varies_in_vmap=True)
     capacity_max: float = setting("loss", 25.0, "annealed VAE: the capacity C rises linearly from 0 to "
-                                  "this", NON_NEGATIVE, unit="nats", packable=True)
+                                  "this", NON_NEGATIVE, unit="nats", varies_in_vmap=True)
     capacity_steps: int = setting("loss", 100_000, "annealed VAE: the steps C takes to reach capacity_max",
-                                  NON_NEGATIVE, unit="steps", packable=True)
+                                  NON_NEGATIVE, unit="steps", varies_in_vmap=True)
     discriminator_lr: float = setting("loss", 1e-5, "FactorVAE: the discriminator's Adam lr, betas "
-                                      "(0.5, 0.9) (M21)", POSITIVE, packable=True)
+                                      "(0.5, 0.9) (M21)", POSITIVE, varies_in_vmap=True)
     discriminator_layers: int = setting("loss", 6, "FactorVAE: the discriminator's hidden layers",
                                         at_least(1))
     discriminator_width: int = setting("loss", 1000, "FactorVAE: the discriminator's width", at_least(1))
     discriminator_negative_slope: float = setting("loss", 0.01, "FactorVAE: the discriminator's LeakyReLU "
                                                   "slope", NON_NEGATIVE)
-    mmd_weight: float = setting("loss", 10.0, "WAE-MMD: λ1, the MMD's weight", NON_NEGATIVE, packable=True)
+    mmd_weight: float = setting("loss", 10.0, "WAE-MMD: λ1, the MMD's weight", NON_NEGATIVE,
+                                varies_in_vmap=True)
     logvar_l1_weight: float = setting("loss", 1e-3, "WAE-MMD and WAE-GAN: λ2, the weight of ‖logvar‖₁",
-                                      NON_NEGATIVE, packable=True)
+                                      NON_NEGATIVE, varies_in_vmap=True)
     pair_divergence: str = setting("loss", "symmetric_kl", "Ada-GVAE: D21's symmetrised KL, or kl: "
                                    "2·KL(q1‖q2)", OneOf(PAIR_DIVERGENCES))
     pair_factors_changed: int = setting("loss", 1, "Ada-GVAE: k, the factors a pair may differ in",
-                                        at_least(1), packable=True)
+                                        at_least(1), varies_in_vmap=True)
     # WAE-GAN (Tolstikhin et al. 2018): λ·adversarial penalty from a latent adversary (its own Adam)
     adversarial_weight: float = setting("loss", 10.0, "WAE-GAN: λ, the adversarial penalty's weight "
-                                        "(M22's code: 10)", NON_NEGATIVE, packable=True)
+                                        "(M22's code: 10)", NON_NEGATIVE, varies_in_vmap=True)
     adversary_lr: float = setting("loss", 1e-3, "WAE-GAN: the adversary's Adam lr, betas (0.5, 0.9) "
-                                  "(M22's code)", POSITIVE, packable=True)
+                                  "(M22's code)", POSITIVE, varies_in_vmap=True)
     adversary_layers: int = setting("loss", 5, "WAE-GAN: the adversary's linear layers, 4 hidden ReLU "
                                     "layers and the output (Tolstikhin et al.)", at_least(1))
     adversary_width: int = setting("loss", 512, "WAE-GAN: the adversary's width", at_least(1))
     prior_std: float = setting("loss", 1.0, "WAE-GAN: the prior N(0, prior_std² I) the adversary compares "
-                               "codes with", POSITIVE, packable=True)
+                               "codes with", POSITIVE, varies_in_vmap=True)
     # CascadeVAE / InfoCascade (Jeong & Song 2019; M22: 6 continuous latents, 3 categories, β (2, 10))
     beta_low: float = setting("loss", 2.0, "CascadeVAE: a continuous dimension's β once released",
                               NON_NEGATIVE)
@@ -246,26 +250,27 @@ class ModelConfig:
     lie_matrix_size: int = setting("loss", 10, "LieGroupVAE: group elements are m×m matrices; the decoder "
                                    "reads their m² entries", at_least(1))
     group_reconstruction_weight: float = setting("loss", 0.1, "LieGroupVAE: weight of ‖g_encoder − "
-                                                 "g_exp‖² (M22: hy_rec 0.1)", NON_NEGATIVE, packable=True)
+                                                 "g_exp‖² (M22: hy_rec 0.1)", NON_NEGATIVE,
+                                                 varies_in_vmap=True)
     hessian_weight: float = setting("loss", 40.0, "LieGroupVAE: weight of the Hessian penalty "
-                                    "Σ_{i≠j}‖A_i A_j‖² / K² (M22: 40)", NON_NEGATIVE, packable=True)
+                                    "Σ_{i≠j}‖A_i A_j‖² / K² (M22: 40)", NON_NEGATIVE, varies_in_vmap=True)
     commutator_weight: float = setting("loss", 0.0, "LieGroupVAE: weight of Σ_{i≠j}‖A_i A_j − A_j A_i‖² "
-                                       "/ K² (M22: 0)", NON_NEGATIVE, packable=True)
+                                       "/ K² (M22: 0)", NON_NEGATIVE, varies_in_vmap=True)
     lie_basis_init_std: float = setting("loss", 1e-3, "LieGroupVAE: the Lie-algebra basis starts "
-                                        "N(0, std²) (M22: 0.001)", NON_NEGATIVE, packable=True)
+                                        "N(0, std²) (M22: 0.001)", NON_NEGATIVE, varies_in_vmap=True)
     encoder_group_probability: float = setting("loss", 0.2, "LieGroupVAE: the share of steps that decode "
                                                "the encoder's group features (M22: 0.2)", between(0, 1),
-                                               packable=True)
+                                               varies_in_vmap=True)
     likelihood: str | None = setting("loss", None, "the reconstruction term; None: the objective's own "
                                      "(mse for WAE-MMD, WAE-GAN and LieGroupVAE, else bernoulli)",
                                      OneOf(LIKELIHOODS))
     # input noise (D21), added to the encoder's input only
     input_noise_subpixel_std: float = setting("optimisation", 0.0, "D21's input noise: σ per subpixel, "
                                               "on the encoder's input only (0: off)", NON_NEGATIVE,
-                                              packable=True)
+                                              varies_in_vmap=True)
     input_noise_greyscale_std: float = setting("optimisation", 0.0, "D21's input noise: σ of greyscale "
                                                "noise drawn at 1/16 resolution, upsampled (0: off)",
-                                               NON_NEGATIVE, packable=True)
+                                               NON_NEGATIVE, varies_in_vmap=True)
     bf16: bool | None = setting("optimisation", None, "bf16 autocast: None on CUDA, False never, True (warns "
                                 "off CUDA)", null="the model never reported, so the device that decides "
                                 "it (on CUDA by default) is unknown")
@@ -485,9 +490,9 @@ def settings_table() -> str:
     for part in PART_NAMES:
         for s in (s for s in SETTINGS.values() if s.part == part):
             allowed = s.check.rule if s.check else ""
-            pack = " (may differ inside a pack)" if s.packable else ""
+            varies = " (may differ inside a vmapped group)" if s.varies_in_vmap else ""
             rows.append(f"| `{s.name}` | {part} | `{cell(s.type)}` | `{s.default!r}` | {cell(allowed)} | "
-                        f"{s.unit or ''} | {cell(s.doc)}{pack} |")
+                        f"{s.unit or ''} | {cell(s.doc)}{varies} |")
     return "\n".join(rows) + "\n"
 
 

@@ -36,7 +36,7 @@ CUDA graph and replayed. ``compile`` compiles the vmapped loss. Without them, on
 particular, the step is the one described above.
 
 Members that differ in anything but the scalar hyperparameters of ``SCALAR_FIELDS`` (and the seed
-and the training rows) are split into separate vmapped groups automatically (``split_into_packs``);
+and the training rows) are split into separate vmapped groups automatically (``vmap_groups``);
 groups step side by side. A member whose loss turns NaN or infinite stops alone; the others go
 on, and its error is reported. If a vmapped group runs out of GPU memory in its first steps, it is
 halved and retried (``halvings`` says so).
@@ -79,13 +79,13 @@ from models.objectives import Schedule
 from models.registry import build, build_objective, objective_class
 
 __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
-           "pack_memory_bytes", "resident_images", "split_into_packs", "step_memory", "vmap_group_key"]
+           "pack_memory_bytes", "resident_images", "step_memory", "vmap_group_key", "vmap_groups"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
-# no code path, those declared ``packable`` in models/config.py. Everything else (architecture,
+# no code path, those declared ``varies_in_vmap`` in models/config.py. Everything else (architecture,
 # objective, latent size, batch size, run length…) must match, and configs that differ there go to
 # different groups.
-SCALAR_FIELDS = tuple(name for name, setting in SETTINGS.items() if setting.packable)
+SCALAR_FIELDS = tuple(name for name, setting in SETTINGS.items() if setting.varies_in_vmap)
 MODES = ("auto", "vmap", "loop")
 
 
@@ -97,8 +97,8 @@ def vmap_group_key(config: ModelConfig) -> tuple:
         ("likelihood", config.resolved_likelihood),)
 
 
-def split_into_packs(configs: Sequence[ModelConfig], pack_size: int | None = None,
-                     train_sizes: Sequence[int] | None = None) -> list[list[int]]:
+def vmap_groups(configs: Sequence[ModelConfig], pack_size: int | None = None,
+                train_sizes: Sequence[int] | None = None) -> list[list[int]]:
     """Indices of ``configs`` grouped by ``vmap_group_key`` (first-seen order), each group cut into
     chunks of at most ``pack_size`` (no limit when None). With ``train_sizes`` (each member's
     number of training rows), members of an objective whose loss reads it (β-TCVAE) group by it
@@ -172,7 +172,7 @@ def step_memory(config: ModelConfig) -> StepMemory:
     misses. Cached per ``vmap_group_key``."""
     key = vmap_group_key(config)
     if key not in _step_memory_cache:
-        vmapped = config.task == "vae" and getattr(objective_class(config.objective), "packable", True)
+        vmapped = config.task == "vae" and getattr(objective_class(config.objective), "vmappable", True)
         with torch.random.fork_rng(devices=[]):  # building the models draws from the global generator
             try:
                 _step_memory_cache[key] = _count_step(config, "meta", vmapped)
@@ -710,7 +710,7 @@ class PackedTrainer:
     for every member, or one array per member (members of different splits).
 
     ``mode`` is "vmap", "loop", or "auto" (vmap on CUDA, loop elsewhere). Objectives that cannot
-    run under vmap (``packable = False``), the ground-truth decoder and composition tasks
+    run under vmap (``vmappable = False``), the ground-truth decoder and composition tasks
     (``factor_space`` needed) and groups of one member always loop. ``members[k]`` is member k's
     ``Trainer``; after ``run`` its model is trained, as if it had been trained alone; during
     ``run``, ``current_model(k)`` is its model with its current weights. ``settings``: the GPU
@@ -734,7 +734,7 @@ class PackedTrainer:
         rows = member_train_indices(train_indices, len(configs))
         self.members = [self._member(c, data, r, factors, factor_space) for c, r in zip(configs, rows)]
         self.errors: dict[int, str] = {}
-        self.groups: list[list[int]] = split_into_packs(configs, train_sizes=[len(r) for r in rows])
+        self.groups: list[list[int]] = vmap_groups(configs, train_sizes=[len(r) for r in rows])
         self._group_of = {k: index for index, group in enumerate(self.groups) for k in group}
         # each vmapped group's parts: the group, or its halves after running out of memory
         self._parts = {index: [tuple(group)] for index, group in enumerate(self.groups)
@@ -756,7 +756,7 @@ class PackedTrainer:
     def _vmappable(self, group: list[int]) -> bool:
         member = self.members[group[0]]
         return (self.mode == "vmap" and len(group) > 1 and member.config.task == "vae"
-                and getattr(type(member.objective), "packable", True))
+                and getattr(type(member.objective), "vmappable", True))
 
     def __len__(self) -> int:
         return len(self.members)

@@ -28,7 +28,7 @@ import ray
 from torch.utils.tensorboard import SummaryWriter
 
 from analysis import storage
-from analysis.task_evaluation import evaluate_task
+from analysis.evaluation import evaluate
 from analysis.trained_models import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import reconstruct
@@ -116,8 +116,7 @@ def evaluate_model(model, trial: TrialConfig, data, split, cpus: float) -> dict:
     """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split, with the
     seconds they took (``eval_seconds``) and when they started and ended (epoch seconds)."""
     began, started = time.time(), time.perf_counter()
-    metrics = evaluate_task(model, data, split, trial.evaluation, seed=trial.model.seed,
-                            n_jobs=max(1, int(cpus)))
+    metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)))
     metrics["eval_seconds"] = time.perf_counter() - started
     metrics.update(eval_started_at=began, eval_ended_at=time.time())
     return metrics

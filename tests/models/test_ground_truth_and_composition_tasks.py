@@ -1,5 +1,5 @@
 """The ground-truth decoder and composition tasks: training, exact resume, held-out hygiene and
-evaluation (models.tasks, models.ground_truth, models.composition, analysis.task_evaluation)."""
+evaluation (models.tasks, models.ground_truth, models.composition, analysis.evaluation, analysis.task_nll)."""
 
 import dataclasses
 import io
@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from analysis.evaluation import EvaluationConfig, evaluate
-from analysis.task_evaluation import evaluate_task
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
 from data_pipeline.spaces import SIMPLE_NAMES, sprite_space
 from data_pipeline.splits.rules import Split
@@ -155,7 +154,7 @@ def _bernoulli_nll(logits, x):
 
 def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
     trainer, _, _ = trained["ground_truth_decoder"]
-    metrics = evaluate_task(trainer, data, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
+    metrics = evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
     assert metrics["n_train_images"] == len(TRAIN) and metrics["n_test_images"] == len(TEST)
     values = SPACE.raw_values(CLASSES)
     with torch.no_grad():
@@ -169,14 +168,14 @@ def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
     # the code is the factors: no disentanglement metric; the budget bounds and seeds the sample
     assert np.isnan(metrics["d_score"]) and np.isnan(metrics["dci_disentanglement"])
     five = EvaluationConfig(n_nll=5)
-    small = evaluate_task(trainer.model, data, SPLIT, five, seed=3)
-    assert small["train_nll"] == evaluate_task(trainer.model, data, SPLIT, five, seed=3)["train_nll"]
-    assert small["train_nll"] != evaluate_task(trainer.model, data, SPLIT, five, seed=4)["train_nll"]
+    small = evaluate(trainer.model, data, SPLIT, five, seed=3)
+    assert small["train_nll"] == evaluate(trainer.model, data, SPLIT, five, seed=3)["train_nll"]
+    assert small["train_nll"] != evaluate(trainer.model, data, SPLIT, five, seed=4)["train_nll"]
 
 
 def test_composition_evaluation_scores_held_out_targets(data, trained):
     trainer, _, _ = trained["composition"]
-    metrics = evaluate_task(trainer, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
+    metrics = evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
     assert np.isfinite(metrics["train_nll"]) and np.isfinite(metrics["test_nll"])
     # a decoder that ignores its code and says logit b for every pixel: an all-black target costs
     # exactly P·softplus(b); a training target with k pixels on costs k·softplus(-b) + (P-k)·softplus(b)
@@ -187,7 +186,7 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     with torch.no_grad():
         last.weight.zero_()
         last.bias.fill_(b)
-    constant = evaluate_task(net, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
+    constant = evaluate(net, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
     pixels = 64 * 64
     assert constant["test_nll"] == pytest.approx(pixels * np.logaddexp(0, b), rel=1e-5)
     on = (data.images[TRAIN] > 0).reshape(len(TRAIN), -1).sum(1)
@@ -207,7 +206,7 @@ def test_ground_truth_decoder_test_nll_reads_the_grids_held_out_images(data, tra
     trainer, _, _ = trained["ground_truth_decoder"]
     subset = _subset_of_the_grid(data)
     with caplog.at_level(logging.WARNING, logger="analysis.evaluation"):
-        metrics = evaluate_task(trainer, subset, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
+        metrics = evaluate(trainer, subset, SPLIT, EvaluationConfig(n_nll=1000), seed=0)
     assert "split circle_right on simple has 18 held-out combinations" in caplog.text
     # all 18 held-out combinations of the grid, not the subset's 2: each black, so Σ softplus(logit)
     assert metrics["test_nll_images"] == metrics["n_test_images"] == len(TEST) == 18
@@ -217,7 +216,7 @@ def test_ground_truth_decoder_test_nll_reads_the_grids_held_out_images(data, tra
     assert metrics["test_nll"] == pytest.approx(black.mean(), rel=1e-5)
     assert metrics["test_nll"] != pytest.approx(black[:2].mean(), rel=1e-3)
     # n_nll below the pool: that many, drawn without replacement
-    five = evaluate_task(trainer, subset, SPLIT, EvaluationConfig(n_nll=5), seed=0)
+    five = evaluate(trainer, subset, SPLIT, EvaluationConfig(n_nll=5), seed=0)
     assert five["test_nll_images"] == 5 and five["n_test_images"] == 18
     assert any(five["test_nll"] == pytest.approx(black[list(chosen)].mean(), rel=1e-5)
                for chosen in itertools.combinations(range(18), 5))
@@ -232,22 +231,24 @@ def test_composition_test_targets_are_the_grids_held_out_images(data):
     with torch.no_grad():
         last.weight.zero_()
         last.bias.fill_(-3.0)
-    metrics = evaluate_task(net, _subset_of_the_grid(data), SPLIT, EvaluationConfig(n_nll=200), seed=0)
+    metrics = evaluate(net, _subset_of_the_grid(data), SPLIT, EvaluationConfig(n_nll=200), seed=0)
     assert metrics["test_nll_images"] == metrics["n_test_images"] == 18  # every held-out target composed
     assert metrics["test_nll"] == pytest.approx(64 * 64 * np.logaddexp(0, -3.0), rel=1e-5)
 
 
-def test_evaluate_task_returns_evaluates_keys(data):
+def test_evaluate_takes_a_trainer_or_its_model_and_gives_every_task_the_same_keys(data):
     config = ModelConfig(latent_dim=4, steps=1, batch_size=4)
     vae = build_trainer(config, data.images, data.classes, data.factor_space, TRAIN, device="cpu")
     assert type(vae) is Trainer
     config = EvaluationConfig(n_nll=10, n_metric=100, dci_estimator="none")
     expected = evaluate(vae.model, data, SPLIT, config)
-    got = evaluate_task(vae, data, SPLIT, config)
+    got = evaluate(vae, data, SPLIT, config)
     assert got == pytest.approx(expected, nan_ok=True)
     for task in CONFIGS:
-        model = _trainer(data, task).model
-        assert set(evaluate_task(model, data, SPLIT, EvaluationConfig(n_nll=10))) == set(expected)
+        trainer = _trainer(data, task)
+        row = evaluate(trainer.model, data, SPLIT, EvaluationConfig(n_nll=10))
+        assert set(row) == set(expected)
+        assert evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=10)) == pytest.approx(row, nan_ok=True)
 
 
 def test_task_settings_are_checked_and_named():
@@ -305,16 +306,19 @@ class _OracleDecoder(GroundTruthDecoder):
 
 
 def test_ground_truth_decoder_readout_asks_whether_it_renders_each_factor(data):
-    from analysis.task_evaluation import decoder_readout
+    from analysis.evaluation import DECODER_READOUT_IMAGES
+    from analysis.task_nll import decoder_readout_scores
 
-    perfect = decoder_readout(_OracleDecoder(), data, TRAIN, n_images=60)
-    assert perfect["readout_estimator"] == "decoder_likelihood" and perfect["readout_n_test"] == 60
-    assert perfect["accuracy_shape"] == 1.0 and perfect["r2_posX"] == 1.0 and perfect["r2_posY"] == 1.0
-    assert perfect["chance_shape"] == 1 / 3
+    rows = np.sort(np.random.default_rng(0).choice(TRAIN, 60, replace=False))
+    perfect = decoder_readout_scores(_OracleDecoder(), data, TRAIN, rows)
+    assert {name: e["score"] for name, e in perfect.items()} == {"shape": 1.0, "posX": 1.0, "posY": 1.0}
+    assert perfect["shape"]["chance"] == 1 / 3
     # a decoder that draws every shape as a square has not learned shape: ties go to the first value,
     # so it reads at the share of squares, about chance; posX is still rendered
-    blind = decoder_readout(_OracleDecoder(ignore="shape"), data, TRAIN, n_images=60)
-    assert blind["accuracy_shape"] < 0.5 and blind["r2_posX"] == 1.0
-    # the trained decoder's row carries its readout
-    metrics = evaluate_task(_OracleDecoder(), data, SPLIT, EvaluationConfig(n_nll=50))
+    blind = decoder_readout_scores(_OracleDecoder(ignore="shape"), data, TRAIN, rows)
+    assert blind["shape"]["score"] < 0.5 and blind["posX"]["score"] == 1.0
+    # the trained decoder's row carries its readout, on at most DECODER_READOUT_IMAGES training images
+    metrics = evaluate(_OracleDecoder(), data, SPLIT, EvaluationConfig(n_nll=50))
     assert metrics["readout_estimator"] == "decoder_likelihood" and metrics["accuracy_shape"] == 1.0
+    assert metrics["r2_posX"] == 1.0 and metrics["chance_shape"] == 1 / 3
+    assert metrics["readout_n_test"] == min(len(TRAIN), DECODER_READOUT_IMAGES)

@@ -14,7 +14,7 @@ import torch
 from models import ModelConfig, Trainer, build, encode_means, nll_per_image, reconstruct
 from models.architectures import parameter_count
 from models.cascade_vae import CascadeVAE, cascade_betas, match_categories, released_dimensions
-from models.evaluation import decode_probabilities
+from models.inference import decode_probabilities
 from models.lie_group_vae import (
     LieGroupVAE,
     commutator_penalty,
@@ -103,7 +103,7 @@ def test_aliases_likelihoods_and_registries():
     assert set(M22_OBJECTIVES) <= set(OBJECTIVES) and set(M22_OBJECTIVES) <= set(LOSS_TERMS)
     assert type(build(ModelConfig(objective="cascade_vae"))) is CascadeVAE
     assert type(build(ModelConfig(objective="lie_group_vae"))) is LieGroupVAE
-    assert getattr(OBJECTIVES["cascade_vae"], "packable", True) is False
+    assert getattr(OBJECTIVES["cascade_vae"], "vmappable", True) is False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from models.packed import (
     max_pack_size,
     member_memory_bytes,
     pack_memory_bytes,
-    split_into_packs,
+    vmap_groups,
 )
 
 N_IMAGES = 48
@@ -118,8 +118,8 @@ def test_a_packed_checkpoint_resumes_packed_or_alone(data):
 def test_members_of_different_shapes_are_split_into_groups_not_refused(data):
     configs = [small(latent_dim=4, seed=0), small(latent_dim=6, seed=1),
                small(latent_dim=4, seed=2, beta=3.0)]
-    assert split_into_packs(configs) == [[0, 2], [1]]
-    assert split_into_packs(configs, pack_size=1) == [[0], [2], [1]]
+    assert vmap_groups(configs) == [[0, 2], [1]]
+    assert vmap_groups(configs, pack_size=1) == [[0], [2], [1]]
     losses, trainer = packed(configs, data, "vmap")
     assert trainer.vmapped_groups() == [[0, 2]]  # member 1 alone takes the plain path
     for k, config in enumerate(configs):
@@ -210,9 +210,9 @@ def test_train_rows_must_be_one_array_or_one_per_member(data):
 
 def test_beta_tcvae_members_group_by_training_set_size():
     configs = [small(objective="beta_tcvae", seed=s) for s in range(3)]
-    assert split_into_packs(configs, train_sizes=[40, 24, 40]) == [[0, 2], [1]]
+    assert vmap_groups(configs, train_sizes=[40, 24, 40]) == [[0, 2], [1]]
     vae = [small(seed=s) for s in range(3)]
-    assert split_into_packs(vae, train_sizes=[40, 24, 40]) == [[0, 1, 2]]
+    assert vmap_groups(vae, train_sizes=[40, 24, 40]) == [[0, 1, 2]]
 
 
 # -- out of memory in a pack's first steps --------------------------------------------------------

@@ -373,7 +373,7 @@ def test_composition_net_latent_ops(latent_op):
 
 
 def test_evaluation_hooks_leave_the_model_in_the_mode_they_found():
-    from models.evaluation import decode_probabilities
+    from models.inference import decode_probabilities
 
     model = build(ModelConfig())
     images, rows = np.zeros((4, 1, 64, 64), np.uint8), np.arange(4)

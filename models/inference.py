@@ -1,4 +1,5 @@
-"""Evaluation hooks that ``analysis`` calls: encode to means, reconstruct, NLL per image.
+"""Inference with a trained model, the hooks ``analysis`` evaluates it through: encode to posterior
+means, reconstruct, decode codes to pixel probabilities, NLL per image.
 
 Each runs the model in eval mode and leaves it in the mode it found, so a hook can be called in
 the middle of training.
