@@ -412,7 +412,7 @@ def options_table() -> str:
 
     rows = ["| option | `sweeps.run` | type | default | allowed | what it is |", "|---" * 6 + "|"]
     for o in OPTIONS.values():
-        flag = f"`{o.flag}" + ("" if o.hint is bool else f" {cell(o.metavar or o.name.upper())}") + "`"
+        flag = f"`{o.flag}{' ' + cell(o.metavar) if o.metavar else ''}`"
         keyword = f"`{o.name}`" if o.run_as == "keyword" else (o.run_as or "")
         allowed = ", ".join(o.choices) if o.choices else (o.check.rule if o.check else "")
         rows.append(f"| {flag} | {keyword} | `{cell(o.type)}` | `{o.default!r}` | {cell(allowed)} | "

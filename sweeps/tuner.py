@@ -1,5 +1,4 @@
-"""The Ray Tune wiring: a planned sweep (``sweeps.options.Sweep``) → a Tuner run, or the resumption of
-Tune's run of an interrupted one."""
+"""The Ray Tune wiring: a preset's grid → a Tuner run, or the restore of an interrupted one."""
 
 from __future__ import annotations
 
