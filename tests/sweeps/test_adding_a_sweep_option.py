@@ -73,7 +73,8 @@ assert "--max-trial-minutes MAX_TRIAL_MINUTES" in build_parser().format_help()
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
     assert main(["--max-trial-minutes", "-2", "--dry-run"]) == 2
-assert err.getvalue() == "error: --max-trial-minutes must be a finite number >= 0; got -2.0\\n", err.getvalue()
+said = err.getvalue()
+assert said == "error: --max-trial-minutes must be a finite number >= 0; got -2.0\\n", said
 with pytest.raises(UsageError, match="--max-trial-minutes must be a number; got '5'"):
     sweeps.run(max_trial_minutes="5")
 parameter = inspect.signature(sweeps.run).parameters["max_trial_minutes"]
@@ -82,8 +83,8 @@ sweep = plan_trials(parse_options(["--scale", "tiny", "--max-trial-minutes", "30
 assert sweep.options.max_trial_minutes == 30.0
 docs = open("docs/sweeps.md").read()
 assert with_options_table(docs) == docs
-assert ("| `--max-trial-minutes` | `max_trial_minutes` | `float \\\\| None` | `None` | finite, ≥ 0 | stop a trial "
-        "once it has trained this many minutes (default: no limit) |") in docs
+assert ("| `--max-trial-minutes` | `max_trial_minutes` | `float \\\\| None` | `None` | finite, ≥ 0 | "
+        "stop a trial once it has trained this many minutes (default: no limit) |") in docs
 print("ok")
 """.replace("SWEEPS", repr(str(tmp_path / "sweeps"))).replace("TEST", repr(page["its test"]))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
