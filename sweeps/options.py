@@ -180,131 +180,71 @@ class SweepOptions:
     Checked on construction; an option's value is refused in one line naming its flag."""
 
     # the preset's and scale's names are listed here and refused by the plan, which knows a grid's scales
-    preset: str = option(
-        "default",
-        "the study to run (each is described below)",
+    preset: str = option("default", "the study to run (each is described below)",
         metavar="{" + ",".join(PRESETS) + "}", run_as="first argument")
-    grid: str | Mapping | None = option(
-        None,
-        "run your own grid instead of a preset: a YAML file (or a .py file defining GRID) with keys "
-        "description, fixed, axes, scales",
+    grid: str | Mapping | None = option(None, "run your own grid instead of a preset: a YAML file (or a "
+        ".py file defining GRID) with keys description, fixed, axes, scales",
         metavar="FILE", run_as="first argument")
-    list: bool = option(
-        False,
-        "print every preset and scale with its trial count and cost, and exit",
+    list: bool = option(False, "print every preset and scale with its trial count and cost, and exit",
         run_as=None)
-    dry_run: bool = option(
-        False,
-        "print the plan and exit, without starting Ray or writing anything: the trials and their packs, "
-        "the resources per trial, the pack size and why, and the estimated GPU- and CPU-hours",
-        run_as=None)
-    scale: str = option(
-        "smoke",
-        "how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; demo: a verdict on each "
-        "paper, the three in under an hour; small: hours on one GPU; full: the paper)",
-        metavar="{" + ",".join(SCALES) + "}")
-    storage_path: str = option(
-        DEFAULT_STORAGE,
-        "folder that receives the experiment folder")
-    name: str | None = option(
-        None,
-        "experiment name, the folder under --storage-path (default: the preset's name, plus the scale "
-        "unless it is smoke)",
-        Check("one folder name", _folder_name))
-    seeds: str | int | Sequence[int] | None = option(
-        None,
-        "seeds per configuration: a count (3 → 0,1,2) or a list (0,5,7); default: 1, or the paper's count"
-        " at --scale full (M21: 3, D21: 10)")
-    resume: bool = option(
-        False,
-        "continue an interrupted experiment of the same name: finished trials are kept, unfinished ones "
-        "resume from their last checkpoint. With a grid that only adds trials (more seeds, more axis "
-        "values) it extends the experiment: the new trials run, finished ones do not. A grid that drops "
-        "or changes trials is refused, with the difference (the experiment's plan.json holds its planned "
-        "trials)")
-    address: str | None = option(
-        None,
-        "join this Ray cluster (host:port, or 'auto') instead of starting a local one ('local': always a "
-        "fresh private one); defaults to $RAY_ADDRESS")
-    cpus_per_trial: float = option(
-        1.0,
-        "CPUs reserved per trial",
-        CPU_SHARE)
-    gpus_per_trial: float | None = option(
-        None,
-        "GPUs reserved per trial, fractions allowed (default: 1 if the cluster has GPUs, else 0)",
-        finite_at_least(0.0))
-    max_concurrent_trials: int | None = option(
-        None,
-        "at most this many trials at once (default: as resources allow)",
+    dry_run: bool = option(False, "print the plan and exit, without starting Ray or writing anything: the "
+        "trials and their packs, the resources per trial, the pack size and why, and the estimated GPU- "
+        "and CPU-hours", run_as=None)
+    scale: str = option("smoke", "how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; "
+        "demo: a verdict on each paper, the three in under an hour; small: hours on one GPU; full: the "
+        "paper)", metavar="{" + ",".join(SCALES) + "}")
+    storage_path: str = option(DEFAULT_STORAGE, "folder that receives the experiment folder")
+    name: str | None = option(None, "experiment name, the folder under --storage-path (default: the "
+        "preset's name, plus the scale unless it is smoke)", Check("one folder name", _folder_name))
+    seeds: str | int | Sequence[int] | None = option(None, "seeds per configuration: a count (3 → 0,1,2) "
+        "or a list (0,5,7); default: 1, or the paper's count at --scale full (M21: 3, D21: 10)")
+    resume: bool = option(False, "continue an interrupted experiment of the same name: finished trials are "
+        "kept, unfinished ones resume from their last checkpoint. With a grid that only adds trials (more "
+        "seeds, more axis values) it extends the experiment: the new trials run, finished ones do not. A "
+        "grid that drops or changes trials is refused, with the difference (the experiment's plan.json "
+        "holds its planned trials)")
+    address: str | None = option(None, "join this Ray cluster (host:port, or 'auto') instead of starting a "
+        "local one ('local': always a fresh private one); defaults to $RAY_ADDRESS")
+    cpus_per_trial: float = option(1.0, "CPUs reserved per trial", CPU_SHARE)
+    gpus_per_trial: float | None = option(None, "GPUs reserved per trial, fractions allowed (default: 1 if "
+        "the cluster has GPUs, else 0)", finite_at_least(0.0))
+    max_concurrent_trials: int | None = option(None, "at most this many trials at once (default: as "
+        "resources allow)", at_least(1))
+    num_cpus: int | None = option(None, "CPUs for the local Ray (default: all); ignored with --address",
         at_least(1))
-    num_cpus: int | None = option(
-        None,
-        "CPUs for the local Ray (default: all); ignored with --address",
-        at_least(1))
-    checkpoint_every: int | None = option(
-        None,
-        "checkpoint every N steps so failed trials resume (default: about 5 checkpoints per trial; 0: "
-        "none by steps)",
-        at_least(0))
-    checkpoint_minutes: float = option(
-        5.0,
-        "also checkpoint when this many minutes have passed since a trial's last checkpoint, so a lost "
-        "node costs minutes of training (0: by steps only)",
+    checkpoint_every: int | None = option(None, "checkpoint every N steps so failed trials resume "
+        "(default: about 5 checkpoints per trial; 0: none by steps)", at_least(0))
+    checkpoint_minutes: float = option(5.0, "also checkpoint when this many minutes have passed since a "
+        "trial's last checkpoint, so a lost node costs minutes of training (0: by steps only)",
         finite_at_least(0.0, " (0: by steps only)"))
-    search: str = option(
-        "grid",
-        "grid: every point of the axes; optuna: OptunaSearch (TPE) over the grid's 'search' space for "
-        "--num-samples trials",
-        choices=SEARCHES)
-    num_samples: int = option(
-        8,
-        "trials to sample with --search optuna",
-        at_least(1))
-    scheduler: str = option(
-        "none",
-        "asha: stop poorly training trials early (ASHA on the training loss); a stopped trial's row has "
-        "status 'stopped' and no metrics",
-        choices=SCHEDULERS)
-    data_source: str | None = option(
-        None,
-        "procedural: images rendered by disgen's generators; real: the datasets' real files from "
-        "--data-dir; prepared: DIR/<dataset>/ as python -m data_pipeline.prepare wrote it, DIR a folder "
-        "or URI (s3://…) (default: the grid's data_source setting, else procedural; real when --data-dir "
-        "is given). Each node caches a dataset once ($DISGEN_CACHE) and its trials memory-map it",
-        choices=DATA_SOURCES)
-    data_dir: str | None = option(
-        None,
-        "folder holding the real files (dsprites_ndarray_…npz, 3dshapes.h5, mpi3d_toy.npz, circles.npz…);"
-        " with --data-source prepared, the folder or URI holding DIR/<dataset>/; with --data-source "
-        "procedural, shared storage (a folder every node sees, or a URI) where each dataset is rendered "
-        "once, by Ray Data, for the nodes to cache; default: $DISGEN_DATA",
-        metavar="DIR")
-    max_failures: int = option(
-        2,
-        "retries of a failed trial, from its last checkpoint",
-        at_least(0))
-    verbose: bool = option(
-        False,
-        "Ray Tune's own full output (its trial tables and a result box per trial) instead of disgen's "
-        "progress table and one line per finished model")
-    mlflow: str | None = option(
-        None,
-        "also log each model to MLflow, one run per model, at this tracking URI "
-        "(sqlite:///path/mlflow.db, file:///path/mlruns, http://host:5000); needs pip install -e "
-        "'.[mlflow]'",
-        Check("a tracking URI", _mlflow_uri), metavar="URI")
-    wandb: str | None = option(
-        None,
-        "also log each model to Weights & Biases, one run per model, in this project (ENTITY/PROJECT for "
-        "a team's), grouped by the experiment's name; W&B's own settings apply (wandb login or "
-        "WANDB_API_KEY; WANDB_MODE=offline: no network). Needs pip install -e '.[wandb]'",
+    search: str = option("grid", "grid: every point of the axes; optuna: OptunaSearch (TPE) over the "
+        "grid's 'search' space for --num-samples trials", choices=SEARCHES)
+    num_samples: int = option(8, "trials to sample with --search optuna", at_least(1))
+    scheduler: str = option("none", "asha: stop poorly training trials early (ASHA on the training loss); "
+        "a stopped trial's row has status 'stopped' and no metrics", choices=SCHEDULERS)
+    data_source: str | None = option(None, "procedural: images rendered by disgen's generators; real: the "
+        "datasets' real files from --data-dir; prepared: DIR/<dataset>/ as python -m data_pipeline.prepare "
+        "wrote it, DIR a folder or URI (s3://…) (default: the grid's data_source setting, else procedural; "
+        "real when --data-dir is given). Each node caches a dataset once ($DISGEN_CACHE) and its trials "
+        "memory-map it", choices=DATA_SOURCES)
+    data_dir: str | None = option(None, "folder holding the real files (dsprites_ndarray_…npz, "
+        "3dshapes.h5, mpi3d_toy.npz, circles.npz…); with --data-source prepared, the folder or URI holding "
+        "DIR/<dataset>/; with --data-source procedural, shared storage (a folder every node sees, or a "
+        "URI) where each dataset is rendered once, by Ray Data, for the nodes to cache; default: "
+        "$DISGEN_DATA", metavar="DIR")
+    max_failures: int = option(2, "retries of a failed trial, from its last checkpoint", at_least(0))
+    verbose: bool = option(False, "Ray Tune's own full output (its trial tables and a result box per "
+        "trial) instead of disgen's progress table and one line per finished model")
+    mlflow: str | None = option(None, "also log each model to MLflow, one run per model, at this tracking "
+        "URI (sqlite:///path/mlflow.db, file:///path/mlruns, http://host:5000); needs pip install -e "
+        "'.[mlflow]'", Check("a tracking URI", _mlflow_uri), metavar="URI")
+    wandb: str | None = option(None, "also log each model to Weights & Biases, one run per model, in this "
+        "project (ENTITY/PROJECT for a team's), grouped by the experiment's name; W&B's own settings apply "
+        "(wandb login or WANDB_API_KEY; WANDB_MODE=offline: no network). Needs pip install -e '.[wandb]'",
         Check("[ENTITY/]PROJECT", _wandb_project), metavar="PROJECT")
-    pack_size: int | str = option(
-        "auto",
-        "train up to N models that share data, split and shape in one trial (models.packed: vmapped on a "
-        "GPU). auto: 1 on CPUs; on GPUs as many as fit in the GPU share's memory, up to 64. Each model "
-        "still gets its own row, TensorBoard folder and metrics",
+    pack_size: int | str = option("auto", "train up to N models that share data, split and shape in one "
+        "trial (models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as fit in the GPU "
+        "share's memory, up to 64. Each model still gets its own row, TensorBoard folder and metrics",
         Check("≥ 1, or auto", _pack_size), metavar="N|auto")
 
     def __post_init__(self) -> None:
