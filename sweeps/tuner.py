@@ -175,8 +175,8 @@ def _param_space(sweep: Sweep, gpus: float) -> tuple[dict, object, int]:
         param_space = {"base": tune.choice(list(range(len(trials)))), "sampled": space}
         algorithm = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
         return param_space, algorithm, sweep.options.num_samples
-    cluster_gpus = ray.cluster_resources().get("GPU", 0)
-    pack_size = sweep.pack_size or _pack_size(sweep.options, trials, gpus, cluster_gpus)
+    pack_size = sweep.pack_size or _pack_size(sweep.options, trials, gpus,
+                                              ray.cluster_resources().get("GPU", 0))
     packs = make_packs(trials, pack_size)
     if pack_size > 1:
         print(f"Packing {len(trials)} trials into {len(packs)} packs of up to {pack_size} "
