@@ -8,7 +8,7 @@ report the keys again. This plans a preset dry (``sweeps.paper_grid.plan_trials`
 ``--dry-run`` plans; no Ray, no data rendered), packs its trials (``sweeps.packing.make_packs``)
 and prints, for the largest pack, the JSON bytes of the config before and after, and what the
 final report's members carried of their settings. Sizes only, no timings; the plan the trainable
-now gets once (``run_info["base_trials"]``, pickled) is printed for scale.
+now gets once (``TrialRun.base_trials``, pickled) is printed for scale.
 
     python benchmarks/result_size.py [--preset default] [--scale full] [--pack-size 32]
 """
@@ -19,8 +19,9 @@ import argparse
 import json
 import pickle
 
+from sweeps.options import SweepOptions
 from sweeps.packing import PlannedTrials, make_packs, tune_config
-from sweeps.paper_grid import build_parser, plan_trials
+from sweeps.paper_grid import plan_trials
 
 
 def size(value) -> int:
@@ -35,8 +36,7 @@ def main() -> None:
     parser.add_argument("--scale", default="full")
     parser.add_argument("--pack-size", type=int, default=32)
     given = parser.parse_args()
-    args = build_parser().parse_args(["--preset", given.preset, "--scale", given.scale])
-    trials = plan_trials(args)["trials"]
+    trials = plan_trials(SweepOptions(preset=given.preset, scale=given.scale)).trials
     pack = max(make_packs(trials, given.pack_size), key=len)
     old = {"members": [member.to_dict() for member in pack]}
     new = tune_config(pack)

@@ -24,6 +24,7 @@ from analysis import storage
 from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid
 from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
+from sweeps.options import DEFAULT_STORAGE
 from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "each paper's headline statements, whether the demo reproduces them.")
     parser.add_argument("--studies", default=",".join(STUDIES),
                         help="comma-separated presets to run, from: " + ", ".join(STUDIES))
-    parser.add_argument("--storage-path", default=paper_grid.DEFAULT_STORAGE,
+    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
                         help="folder that receives the experiments and the report (<path>/demo-report)")
     parser.add_argument("--no-open", action="store_true", help="do not open the report in a browser")
     parser.add_argument("--report-only", action="store_true",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from analysis import storage
 from sweeps.costs import training_steps, trials_cost
+from sweeps.options import Sweep, SweepOptions
 from sweeps.packing import make_packs, pack_size_and_reason
 from sweeps.trials import TrialConfig
 
@@ -24,13 +25,13 @@ LISTED_PACKS = 100  # the listing's length at most; the count line says how many
 NOT_VARYING = ("trial_key", "condition", "preset", "scale")
 
 
-def _pack_size(args, trials: Sequence[TrialConfig]) -> tuple[int, str]:
+def _pack_size(options: SweepOptions, trials: Sequence[TrialConfig]) -> tuple[int, str]:
     """The pack size a run would use, and why; where only a running Ray can tell (the GPUs of an
     unnamed cluster, a GPU's free memory), what is assumed."""
-    requested = args.pack_size
-    if args.search == "optuna" or args.scheduler == "asha":
-        return 1, f"1: --search {args.search} and --scheduler {args.scheduler} decide trial by trial"
-    gpus = args.gpus_per_trial
+    requested = options.pack_size
+    if options.search == "optuna" or options.scheduler == "asha":
+        return 1, f"1: --search {options.search} and --scheduler {options.scheduler} decide trial by trial"
+    gpus = options.gpus_per_trial
     if gpus is None:
         size, reason = pack_size_and_reason(requested, trials, 0, None)
         return size, reason + ("; planned for CPU trials: on a cluster with GPUs the size is decided "
@@ -84,18 +85,18 @@ def _hours(value: float) -> str:
     return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
 
-def plan_text(args, planned: dict) -> str:
-    """The plan of ``planned`` (``sweeps.paper_grid.plan_trials``) under the command line's options."""
-    trials = planned["trials"]
-    size, reason = _pack_size(args, trials)
+def plan_text(sweep: Sweep) -> str:
+    """The plan of ``sweep`` (``sweeps.paper_grid.plan_trials``) under its options."""
+    options, trials = sweep.options, sweep.trials
+    size, reason = _pack_size(options, trials)
     packs = make_packs(trials, size)
-    cpus, gpus = args.cpus_per_trial, args.gpus_per_trial
-    where = storage.join(storage.normalise(args.storage_path), planned["name"])
-    lines = [f"Plan of {planned['preset']} at scale {args.scale}, seeds {planned['seeds']} (dry run: no Ray "
+    cpus, gpus = options.cpus_per_trial, options.gpus_per_trial
+    where = storage.join(storage.normalise(options.storage_path), sweep.name)
+    lines = [f"Plan of {sweep.preset} at scale {options.scale}, seeds {sweep.seeds} (dry run: no Ray "
              "started, nothing written)",
              f"  results:     {where}"]
-    if args.search == "optuna":
-        lines.append(f"  search:      optuna, {args.num_samples} trials sampled from the {len(trials)} "
+    if options.search == "optuna":
+        lines.append(f"  search:      optuna, {options.num_samples} trials sampled from the {len(trials)} "
                      "planned")
     gpu_text = ("1 GPU if the cluster has GPUs, else none (decided when Ray starts)" if gpus is None
                 else f"{gpus:g} GPU")
@@ -103,7 +104,7 @@ def plan_text(args, planned: dict) -> str:
     if gpus is None:
         lines.append("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
                      f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")
-    elif gpus > 0 and args.search == "grid":
+    elif gpus > 0 and options.search == "grid":
         lines.append(f"  evaluation:  in CPU-only Ray tasks of {cpus:g} CPU each, one per model, once its "
                      "trial has trained (the GPU goes to the next trial)")
     else:

@@ -53,6 +53,7 @@ from models.packed import PackedTrainer
 from sweeps.checkpoints import CheckpointWriter, checkpoint_due, checkpoint_folder, newest_checkpoint, seal
 from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
+from sweeps.options import TrialRun
 from sweeps.packing import members_of
 from sweeps.provenance import provenance
 from sweeps.results import history_rows
@@ -254,7 +255,7 @@ def write_history(experiment_dir: str, logs: list[ModelLog], results: list[dict]
     return part
 
 
-def train_trial(config: dict, run_info: dict) -> None:
+def train_trial(config: dict, run_info: TrialRun) -> None:
     """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
     ``run_info`` holds the dataset references (``DataConfig.key`` → ``DatasetReference``), the
     experiment's folder or URI (for the history part), the TensorBoard root, the CPUs and GPUs per
@@ -263,21 +264,21 @@ def train_trial(config: dict, run_info: dict) -> None:
     (``sweeps.packing.PlannedTrials``), through which ``config`` names its members: their trial
     keys, or for Optuna a planned trial and the values sampled for it. Every report carries the
     members' trial keys at most, never their settings: Tune writes the config into each result."""
-    cpus = run_info["cpus_per_trial"]
-    if not run_info.get("verbose"):
+    cpus = run_info.cpus_per_trial
+    if not run_info.verbose:
         quiet_worker()
     torch.set_num_threads(max(1, int(cpus)))
-    members = members_of(config, run_info.get("base_trials", ()))
+    members = members_of(config, run_info.base_trials)
     first = members[0]
     try:
-        reference, data = _dataset(first, run_info["datasets"])
+        reference, data = _dataset(first, run_info.datasets)
     except NodeCacheFull as error:
         return _report_no_room(members, error)
     by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
     rows = [by_split[m.data.split] for m in members]  # (split, training rows, held-out rows) of each
-    trainer = _build(members, data, rows, gpu_settings(run_info.get("gpus_per_trial", 0)))
-    root = run_info["tensorboard_root"] or os.getcwd()
-    log_dirs = [os.path.join(root, m.dirname) if run_info["tensorboard_root"] or len(members) > 1 else root
+    trainer = _build(members, data, rows, gpu_settings(run_info.gpus_per_trial))
+    root = run_info.tensorboard_root or os.getcwd()
+    log_dirs = [os.path.join(root, m.dirname) if run_info.tensorboard_root or len(members) > 1 else root
                 for m in members]
     logs = [ModelLog(m, data, r[1], r[2], d, t.total_steps)
             for m, r, d, t in zip(members, rows, log_dirs, _models(trainer))]
@@ -290,8 +291,8 @@ def train_trial(config: dict, run_info: dict) -> None:
                               members, resumed_from)
     try:
         if training is None:
-            _train(trainer, logs, writer, first.evaluation.report_every, run_info.get("checkpoint_every", 0),
-                   node_id, run_info.get("checkpoint_seconds", 0.0))
+            _train(trainer, logs, writer, first.evaluation.report_every, run_info.checkpoint_every,
+                   node_id, run_info.checkpoint_seconds)
     except BaseException:
         writer.close(raise_error=False)  # the trial fails with training's error, not a write's
         raise
@@ -301,7 +302,7 @@ def train_trial(config: dict, run_info: dict) -> None:
     trained = _trained(trainer, members, training, reference, len(data))
     final = {"step": max(m.step for m in _models(trainer)), "done": True, "node_id": node_id,
              **provenance(trainer.device)}
-    if run_info.get("deferred_evaluation"):
+    if run_info.deferred_evaluation:
         # the GPU is freed for the next trial; the driver evaluates the models from the checkpoint
         for log in logs:
             log.close()
@@ -309,7 +310,7 @@ def train_trial(config: dict, run_info: dict) -> None:
                      cpus_per_trial=cpus)
     else:
         results = _evaluate(trainer, logs, trained, data, rows, cpus)
-        final.update(members=results, results_part=write_history(run_info["experiment_dir"], logs, results))
+        final.update(members=results, results_part=write_history(run_info.experiment_dir, logs, results))
         if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
             final.update({k: v for k, v in results[0].items() if k != "trial_key"})
     with tempfile.TemporaryDirectory() as folder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -24,6 +25,7 @@ from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
 from sweeps.evaluation import DeferredEvaluations  # noqa: E402
 from sweeps.grid import search_space  # noqa: E402
+from sweeps.options import Sweep, SweepOptions, TrialRun  # noqa: E402
 from sweeps.packing import (  # noqa: E402
     PlannedTrials,
     dirname,
@@ -58,9 +60,9 @@ def _gpu_probe(gpus: float) -> dict | None:
         return None
 
 
-def _pack_size(args, trials, gpus: float, cluster_gpus: float) -> int:
-    requested = getattr(args, "pack_size", "auto")
-    if args.search == "optuna" or args.scheduler == "asha":
+def _pack_size(options: SweepOptions, trials, gpus: float, cluster_gpus: float) -> int:
+    requested = options.pack_size
+    if options.search == "optuna" or options.scheduler == "asha":
         return 1  # both decide per trial (checked in plan() for an explicit size)
     probe = _gpu_probe(gpus) if gpus > 0 and cluster_gpus > 0 else None
     logical = probe is not None and not probe["cuda"]
@@ -84,13 +86,13 @@ def _existing_local_cluster() -> bool:
         return False
 
 
-def _connect(args) -> bool:
+def _connect(options: SweepOptions) -> bool:
     """Start or join Ray; True if this call started it (and so should stop it). Without --address
     the run gets a private local Ray, even where another Ray already runs on this machine (it says
     so: on a cluster's head node, pass --address auto to use the cluster)."""
     if ray.is_initialized():
         return False
-    if not args.address and _existing_local_cluster():
+    if not options.address and _existing_local_cluster():
         print("note: a Ray cluster already runs on this machine; starting a private local Ray for this "
               "run (pass --address auto to run on that cluster instead)", flush=True)
     # ray.init puts in its own SIGTERM handler (the driver exits at once, sys.exit(15)); a handler
@@ -102,12 +104,11 @@ def _connect(args) -> bool:
         runtime_env = {"env_vars": environment} if environment else None
         # The workers' own output reaches this console with --verbose only (a trial's error comes
         # through Tune either way; Ray keeps every worker's output in its session's log files).
-        workers = bool(getattr(args, "verbose", False))
-        if args.address and args.address != "local":
-            ray.init(address=args.address, log_to_driver=workers, runtime_env=runtime_env)
+        if options.address and options.address != "local":
+            ray.init(address=options.address, log_to_driver=options.verbose, runtime_env=runtime_env)
         else:  # a fresh private instance, even where another Ray runs
-            ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
-                     runtime_env=runtime_env, log_to_driver=workers)
+            ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False,
+                     runtime_env=runtime_env, log_to_driver=options.verbose)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UsageError(f"could not start or join Ray ({error}); check --address / $RAY_ADDRESS") from None
     finally:
@@ -139,14 +140,14 @@ def _tune_space(space: dict) -> dict:
             else make[next(iter(spec))](*next(iter(spec.values()))) for name, spec in space.items()}
 
 
-def _gpus_per_trial(args) -> float:
+def _gpus_per_trial(options: SweepOptions) -> float:
     """The GPUs each trial reserves: as asked, or 1 where the cluster has GPUs; refused on a local
     Ray without GPUs."""
-    gpus, cluster_gpus = args.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
+    gpus, cluster_gpus = options.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
     if gpus is None:
         gpus = 1.0 if cluster_gpus > 0 else 0.0
     if gpus > 0 and cluster_gpus == 0:
-        if not args.address:
+        if not options.address:
             raise UsageError(f"--gpus-per-trial {gpus:g} but this machine's Ray has no GPUs; "
                              "use --gpus-per-trial 0, or join a GPU cluster with --address")
         print(f"warning: --gpus-per-trial {gpus:g} but the cluster has no GPUs yet; trials wait "
@@ -154,27 +155,28 @@ def _gpus_per_trial(args) -> float:
     return gpus
 
 
-def _checkpoint_every(args, trials) -> int:
+def _checkpoint_every(options: SweepOptions, trials) -> int:
     """Steps between checkpoints: as asked, or about five per trial (never under one report)."""
-    if args.checkpoint_every is not None:
-        return args.checkpoint_every
+    if options.checkpoint_every is not None:
+        return options.checkpoint_every
     every = max(t.evaluation.report_every for t in trials)
     return max(every, trials[0].model.steps // 5)
 
 
-def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
+def _param_space(sweep: Sweep, gpus: float) -> tuple[dict, object, int]:
     """(Tune's param_space, search algorithm, samples): the planned trials, one by one or in packs,
     as a grid search of their trial keys (``tune_config``: Tune writes a trial's config into each of
     its results, so it holds no settings); or for --search optuna, the index of a planned trial to
     pick and the search space."""
-    trials = plan["trials"]
-    if args.search == "optuna":
-        search = plan["spec"]["search"]
-        space = _tune_space(search_space(plan["spec"], plan["preset"]))
+    trials = sweep.trials
+    if sweep.options.search == "optuna":
+        search = sweep.spec["search"]
+        space = _tune_space(search_space(sweep.spec, sweep.preset))
         param_space = {"base": tune.choice(list(range(len(trials)))), "sampled": space}
         algorithm = _final_metric_optuna(metric=search["metric"], mode=search["mode"], seed=0)
-        return param_space, algorithm, args.num_samples
-    pack_size = plan.get("pack_size") or _pack_size(args, trials, gpus, ray.cluster_resources().get("GPU", 0))
+        return param_space, algorithm, sweep.options.num_samples
+    pack_size = sweep.pack_size or _pack_size(sweep.options, trials, gpus,
+                                              ray.cluster_resources().get("GPU", 0))
     packs = make_packs(trials, pack_size)
     if pack_size > 1:
         print(f"Packing {len(trials)} trials into {len(packs)} packs of up to {pack_size} "
@@ -182,52 +184,52 @@ def _param_space(args, plan: dict, gpus: float) -> tuple[dict, object, int]:
     return {"members": tune.grid_search([tune_config(pack)["members"] for pack in packs])}, None, 1
 
 
-def _callbacks(args, plan: dict, console: Console | None, stop: StopSignal) -> list:
+def _callbacks(sweep: Sweep, console: Console | None, stop: StopSignal) -> list:
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
     --mlflow, W&B with --wandb, and Tune's JSON and CSV records of each trial."""
-    base = PlannedTrials(plan["trials"])
-    writer = ResultsWriter(plan["experiment_dir"], base, results_store(plan["experiment_dir"]), stop)
+    base, options = PlannedTrials(sweep.trials), sweep.options
+    writer = ResultsWriter(sweep.experiment_dir, base, results_store(sweep.experiment_dir), stop)
     callbacks = [writer, stop]
     if console is not None:
         callbacks.append(LiveView(console))
-    if getattr(args, "mlflow", None):
+    if options.mlflow:
         from sweeps.tracking import ModelRuns
 
-        callbacks.append(ModelRuns(args.mlflow, plan["name"], base))
-    if getattr(args, "wandb", None):
+        callbacks.append(ModelRuns(options.mlflow, sweep.name, base))
+    if options.wandb:
         from sweeps.tracking import WandbRuns
 
-        experiment_dir = plan["experiment_dir"]  # W&B writes its files there (offline: its runs)
-        callbacks.append(WandbRuns(args.wandb.strip(), plan["name"], base,
+        experiment_dir = sweep.experiment_dir  # W&B writes its files there (offline: its runs)
+        callbacks.append(WandbRuns(options.wandb.strip(), sweep.name, base,
                                    None if storage.is_remote(experiment_dir) else experiment_dir).check())
     return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
 
 
-def _tune_verbosity(args) -> int:
+def _tune_verbosity(options: SweepOptions) -> int:
     """Tune's own output: silent, as the live view replaces it; its full output with --verbose."""
-    return 1 if getattr(args, "verbose", False) else 0
+    return 1 if options.verbose else 0
 
 
-def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: Console | None,
+def _new_tuner(sweep: Sweep, trainable, gpus: float, remote: bool, console: Console | None,
                stop: StopSignal) -> tune.Tuner:
-    param_space, search_alg, num_samples = _param_space(args, plan, gpus)
+    param_space, search_alg, num_samples = _param_space(sweep, gpus)
     scheduler = None
-    if args.scheduler == "asha":
-        steps = plan["trials"][0].model.steps
+    if sweep.options.scheduler == "asha":
+        steps = sweep.trials[0].model.steps
         # max_t one past the last step: ASHA stops a trial that reaches max_t, and the progress
         # report of the last step comes before the final report that holds the model's metrics
         scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min",
                                                   max_t=steps + 1, grace_period=max(1, steps // 8),
                                                   reduction_factor=3)
-    base = PlannedTrials(plan["trials"])
+    base = PlannedTrials(sweep.trials)
     name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
     return tune.Tuner(
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
             reuse_actors=True,
-            max_concurrent_trials=args.max_concurrent_trials,
+            max_concurrent_trials=sweep.options.max_concurrent_trials,
             trial_name_creator=name,
             trial_dirname_creator=name,
             search_alg=search_alg,
@@ -235,39 +237,41 @@ def _new_tuner(args, plan: dict, trainable, gpus: float, remote: bool, console: 
             scheduler=scheduler,
         ),
         run_config=tune.RunConfig(
-            name=plan["name"],
-            storage_path=plan["storage"],
-            callbacks=_callbacks(args, plan, console, stop),
-            failure_config=tune.FailureConfig(max_failures=args.max_failures),
+            name=sweep.name,
+            storage_path=sweep.storage,
+            callbacks=_callbacks(sweep, console, stop),
+            failure_config=tune.FailureConfig(max_failures=sweep.options.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             sync_config=tune.SyncConfig(sync_artifacts=remote),
-            verbose=_tune_verbosity(args),
+            verbose=_tune_verbosity(sweep.options),
         ),
     )
 
 
-def _trainable(args, plan: dict, gpus: float, remote: bool):
+def _trainable(sweep: Sweep, gpus: float, remote: bool):
     # Local storage: TensorBoard files go straight to the trial folders, live. Remote storage:
     # into each trial's working folder, which Tune syncs to the store (sync_artifacts). The
     # datasets travel as references (a few hundred bytes each); each node caches the data once.
-    run_info = {"experiment_dir": plan["experiment_dir"],
-                "tensorboard_root": None if remote else plan["experiment_dir"],
-                "cpus_per_trial": args.cpus_per_trial,
-                "checkpoint_every": _checkpoint_every(args, plan["trials"]),
-                "checkpoint_seconds": 60.0 * getattr(args, "checkpoint_minutes", 0.0),
-                "verbose": getattr(args, "verbose", False),
-                # what the Tune trials' configs name (their members' keys, or Optuna's planned trial):
-                # sent once, with the trainable's parameters, never in a trial's config
-                "base_trials": PlannedTrials(plan["trials"]),
-                "datasets": plan["data"],
-                "gpus_per_trial": gpus,
-                # a trial that holds a GPU frees it for the next as soon as its models are trained,
-                # and the driver evaluates them in CPU-only tasks (sweeps/evaluation.py); but Optuna
-                # learns from each trial's metrics, which it must then report itself
-                "deferred_evaluation": gpus > 0 and args.search == "grid"}
+    options = sweep.options
+    run_info = TrialRun(
+        experiment_dir=sweep.experiment_dir,
+        tensorboard_root=None if remote else sweep.experiment_dir,
+        cpus_per_trial=options.cpus_per_trial,
+        gpus_per_trial=gpus,
+        checkpoint_every=_checkpoint_every(options, sweep.trials),
+        checkpoint_seconds=60.0 * options.checkpoint_minutes,
+        verbose=options.verbose,
+        # what the Tune trials' configs name (their members' keys, or Optuna's planned trial):
+        # sent once, with the trainable's parameters, never in a trial's config
+        base_trials=PlannedTrials(sweep.trials),
+        datasets=sweep.data,
+        # a trial that holds a GPU frees it for the next as soon as its models are trained, and the
+        # driver evaluates them in CPU-only tasks (sweeps/evaluation.py); but Optuna learns from each
+        # trial's metrics, which it must then report itself
+        deferred_evaluation=gpus > 0 and options.search == "grid")
     return tune.with_resources(
         tune.with_parameters(train_trial, run_info=run_info),
-        {"cpu": args.cpus_per_trial, "gpu": gpus},
+        {"cpu": options.cpus_per_trial, "gpu": gpus},
     )
 
 
@@ -288,29 +292,29 @@ def _keys_of(grid, base) -> set[str]:
             for member in members_of(result.config, base)}
 
 
-def _restored(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
-              stop: StopSignal) -> tune.Tuner:
+def _resumed_tuner(sweep: Sweep, trainable, console: Console | None, stop: StopSignal) -> tune.Tuner:
     """Tune's restore of the experiment's run, with this command line's callbacks and verbosity.
     Tune keeps the first run's RunConfig in its saved state; a restore would use those (a live view
     with no console, the first run's --mlflow and --verbose). ``get_run_config`` is Tune's own
     accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60)."""
-    tuner = tune.Tuner.restore(experiment_dir, trainable=trainable, resume_errored=True)
+    tuner = tune.Tuner.restore(sweep.experiment_dir, trainable=trainable, resume_errored=True)
     run_config = tuner._local_tuner.get_run_config()
-    run_config.callbacks = _callbacks(args, plan, console, stop)
-    run_config.verbose = _tune_verbosity(args)
+    run_config.callbacks = _callbacks(sweep, console, stop)
+    run_config.verbose = _tune_verbosity(sweep.options)
     return tuner
 
 
-def _restore(experiment_dir: str, trainable, args, plan: dict, console: Console | None,
-             stop: StopSignal) -> tuple[int, set[str]]:
+def _resume_tune_run(sweep: Sweep, trainable, console: Console | None,
+                     stop: StopSignal) -> tuple[int, set[str]]:
     """Resume the experiment's Tune run; (failed trials, trial keys it holds). Finished trials whose
     rows never landed (a driver killed while writing them) are written now; trials that trained but
     whose models were never evaluated (a driver killed while their evaluations ran) have them
     evaluated from their final checkpoints, beside the restored run's training."""
-    base = PlannedTrials(plan["trials"])  # holds every trial of the restored run (plan_record.check_resume)
+    base = PlannedTrials(sweep.trials)  # holds every trial of the restored run (plan_record.check_resume)
+    experiment_dir = sweep.experiment_dir
     print(f"Resuming {experiment_dir}", flush=True)
     store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
-    tuner = _restored(experiment_dir, trainable, args, plan, console, stop)
+    tuner = _resumed_tuner(sweep, trainable, console, stop)
     try:
         before = list(tuner.get_results())
     except RuntimeError:  # Tune could not read its results back: the repair after the run covers them
@@ -358,61 +362,61 @@ def _finish_evaluations(experiment_dir: str, base, stop: StopSignal) -> int:
     return evaluations.failed
 
 
-def _to_run(plan: dict, covered: set[str]) -> list:
+def _to_run(sweep: Sweep, covered: set[str]) -> tuple:
     """The planned trials that no Tune run holds and that have no finished row: all of them for a
     new experiment; for a resume, the ones an extension adds, those of an earlier Tune run of an
     extended experiment (a restore reads the newest run's state only) and those of a run killed
     before Tune saved state. Each goes on from its newest checkpoint on storage, if it has one."""
-    finished = results_store(plan["experiment_dir"]).keys
-    return [t for t in plan["trials"] if t.trial_key not in covered and t.trial_key not in finished]
+    finished = results_store(sweep.experiment_dir).keys
+    return tuple(t for t in sweep.trials if t.trial_key not in covered and t.trial_key not in finished)
 
 
-def run_sweep(args, plan: dict) -> dict:
+def run_sweep(sweep: Sweep) -> dict:
     """Run, resume or extend the planned sweep on Ray; returns the finished rows and the failure count.
 
     Resume: Tune's own restore continues the experiment's trials from their checkpoints. Then the
     planned trials that no Tune run holds (an extension's new ones) run as a new Tune run in the
     same folder. plan.json is written before a run starts."""
-    experiment_dir = plan["experiment_dir"]
-    restoring = args.resume and tune.Tuner.can_restore(experiment_dir)
-    if args.resume and not restoring and args.search != "grid":
+    options, experiment_dir = sweep.options, sweep.experiment_dir
+    resuming = options.resume and tune.Tuner.can_restore(experiment_dir)
+    if options.resume and not resuming and options.search != "grid":
         raise UsageError(f"{experiment_dir} holds results but no Tune state to resume from; "
                          "start a new experiment with --name NEW")
-    started_ray = _connect(args)
+    started_ray = _connect(options)
     started = time.perf_counter()
     failed, covered, stop = 0, set(), StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
-        gpus = _gpus_per_trial(args)
-        if not restoring and args.search == "grid":  # a --pack-size that does not fit: refused before
-            # anything is written or any trial runs (a restore's packs are in Tune's state)
-            plan = {**plan, "pack_size": _pack_size(args, plan["trials"], gpus,
-                                                    ray.cluster_resources().get("GPU", 0))}
-        if plan.get("shared_dir"):  # procedural data rendered once to shared storage, by Ray Data
-            plan = {**plan, "data": share_procedural(plan["data"], plan["shared_dir"])}
-        console = None if getattr(args, "verbose", False) else Console(
-            plan["name"], plan["trials"], store.keys, base_trials=plan["trials"],
-            samples=args.num_samples if args.search == "optuna" else None, gpus=gpus)
+        gpus = _gpus_per_trial(options)
+        if not resuming and options.search == "grid":  # a --pack-size that does not fit: refused before
+            # anything is written or any trial runs (a resumed run's packs are in Tune's state)
+            sweep = dataclasses.replace(sweep, pack_size=_pack_size(options, sweep.trials, gpus,
+                                                                    ray.cluster_resources().get("GPU", 0)))
+        if sweep.shared_dir:  # procedural data rendered once to shared storage, by Ray Data
+            sweep = dataclasses.replace(sweep, data=share_procedural(sweep.data, sweep.shared_dir))
+        console = None if options.verbose else Console(
+            sweep.name, sweep.trials, store.keys, base_trials=sweep.trials,
+            samples=options.num_samples if options.search == "optuna" else None, gpus=gpus)
         remote = storage.is_remote(experiment_dir)
-        trainable = _trainable(args, plan, gpus, remote)
+        trainable = _trainable(sweep, gpus, remote)
         filesystem, inner = storage.resolve(experiment_dir)
         filesystem.create_dir(inner, recursive=True)
-        with TuneOutput(getattr(args, "verbose", False), stop), stop:
-            if restoring:
-                failed, covered = _restore(experiment_dir, trainable, args, plan, console, stop)
-            new = _to_run(plan, covered) if args.search == "grid" else ([] if restoring else plan["trials"])
+        with TuneOutput(options.verbose, stop), stop:
+            if resuming:
+                failed, covered = _resume_tune_run(sweep, trainable, console, stop)
+            new = _to_run(sweep, covered) if options.search == "grid" else (() if resuming else sweep.trials)
             if new and not stop.received.is_set():
-                if restoring:
+                if resuming:
                     print(f"Extending {experiment_dir} with {len(new)} new trials", flush=True)
-                plan_record.write(experiment_dir, plan["record"])
-                tuner = _new_tuner(args, {**plan, "trials": new} if args.search == "grid" else plan,
-                                   trainable, gpus, remote, console, stop)
+                plan_record.write(experiment_dir, sweep.record)
+                to_tune = dataclasses.replace(sweep, trials=new) if options.search == "grid" else sweep
+                tuner = _new_tuner(to_tune, trainable, gpus, remote, console, stop)
                 failed += tuner.fit().num_errors
-            elif not restoring:
-                plan_record.write(experiment_dir, plan["record"])
+            elif not resuming:
+                plan_record.write(experiment_dir, sweep.record)
             if not stop.received.is_set():
-                failed += _finish_evaluations(experiment_dir, plan["trials"], stop)
+                failed += _finish_evaluations(experiment_dir, sweep.trials, stop)
     finally:
         if started_ray:
             ray.shutdown()

@@ -218,6 +218,15 @@ def _readme_grid(workspace: Path) -> None:
     (workspace / "my_grid.yaml").write_text(README_GRID + "\n" + block)
 
 
+def _sweeps_page(workspace: Path) -> None:
+    (workspace / "docs").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "docs" / "sweeps.md", workspace / "docs" / "sweeps.md")
+
+
+def _sweeps_page_unchanged(workspace: Path) -> None:
+    assert (workspace / "docs" / "sweeps.md").read_text() == (ROOT / "docs" / "sweeps.md").read_text()
+
+
 def _models_page(workspace: Path) -> None:
     (workspace / "docs").mkdir(exist_ok=True)
     shutil.copy(ROOT / "docs" / "models.md", workspace / "docs" / "models.md")
@@ -244,6 +253,8 @@ RUNS = {
         (_tiny_results, [], lambda w: (w / "disgen_results/default/report.html").exists(), None),
     'python -c "from models.config import write_settings_table; write_settings_table()"':
         (_models_page, [], _models_page_unchanged, None),
+    'python -c "from sweeps.options import write_options_table; write_options_table()"':
+        (_sweeps_page, [], _sweeps_page_unchanged, None),
     "ray get-auth-token --generate": (None, [], _token_written, None),
     "ruff check .": (None, [], None, ROOT),
 }

@@ -195,6 +195,6 @@ def test_a_run_refuses_a_pack_size_that_does_not_fit_in_one_line_before_anything
     assert err.startswith("error: --pack-size 100000000 does not fit: ")
     assert err.endswith(" or --pack-size auto\n")  # after the size that fits
     # nothing of an experiment was written: the same command with a size that fits may start it
-    from sweeps.paper_grid import build_parser, plan
+    from sweeps.paper_grid import parse_options, plan
 
-    assert plan(build_parser().parse_args(argv[:-2]))["added"] == []  # no "already exists; pass --resume"
+    assert plan(parse_options(argv[:-2])).added == ()  # no "already exists; pass --resume"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from sweep_runs import TWO_SHORT_TRIALS
 
-from sweeps.paper_grid import build_parser, main, plan_trials
+from sweeps.paper_grid import main, parse_options, plan_trials
 from sweeps.trials import allowed_keys
 
 # Six β-VAEs that share a pack (one dataset, one model shape); --pack-size 4 makes a pack of four
@@ -59,7 +59,7 @@ def test_a_packs_reports_carry_its_members_keys_not_their_settings(ray_session, 
             "--pack-size", "4", "--max-failures", "0"]
     assert main(argv) == 0
     assert "Packing 6 trials into 2 packs of up to 4 models" in capsys.readouterr().out
-    planned = {t.trial_key: t for t in plan_trials(build_parser().parse_args(argv))["trials"]}
+    planned = {t.trial_key: t for t in plan_trials(parse_options(argv)).trials}
     experiment = tmp_path / "exp"
     folders = [experiment / d for d in os.listdir(experiment) if (experiment / d / "result.json").exists()]
     packs = {len(lines(folder)[0]["config"]["members"]): folder for folder in folders}

@@ -16,7 +16,7 @@ def test_a_ctrl_c_or_sigterm_outside_tunes_run_exits_130_or_143_with_the_resume_
         tmp_path, capsys, monkeypatch, stop, code, said):
     import sweeps.tuner
 
-    def interrupted(args, plan):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
+    def interrupted(sweep):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
         raise stop
 
     monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
@@ -33,7 +33,7 @@ def test_a_sigterm_before_the_sweep_started_exits_143_in_one_line(tmp_path, caps
 
     import sweeps.paper_grid
 
-    def terminated(args):  # SIGTERM (`ray job stop`) while the sweep is planned: nothing ran
+    def terminated(options, given=None):  # SIGTERM (`ray job stop`) while the sweep is planned: nothing ran
         signal.raise_signal(signal.SIGTERM)
         raise AssertionError("SIGTERM did not stop the command")
 

@@ -243,10 +243,8 @@ def test_good_inputs_still_work(workspace, capsys, no_ray):
                           "--data-dir", str(workspace / "labelled")]) == 0
     assert run_cli(SPLITS, ["circles"]) == 0
     assert "circles" in capsys.readouterr().out
-    from sweeps.paper_grid import build_parser, plan
+    from sweeps.paper_grid import parse_options, plan
 
-    args = build_parser().parse_args(grid("good"))
-    args.grid, args.storage_path = (a.format(tmp=workspace) for a in (args.grid, args.storage_path))
-    trials = plan(args)["trials"]  # renders the data, stops before Ray
+    trials = plan(parse_options([a.format(tmp=workspace) for a in grid("good")])).trials  # stops before Ray
     assert len(trials) == 1 and trials[0].model.beta == 1.0
 

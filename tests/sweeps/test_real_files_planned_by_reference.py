@@ -18,7 +18,7 @@ from data_pipeline import render
 from data_pipeline.node_cache import materialisations, open_reference
 from sweeps.data import plan_data
 from sweeps.errors import UsageError
-from sweeps.paper_grid import build_parser, plan
+from sweeps.paper_grid import parse_options, plan
 from sweeps.trials import TrialConfig
 
 
@@ -82,12 +82,12 @@ def test_data_dir_makes_every_trial_real_and_the_driver_reads_no_image(tmp_path,
     grid.write_text(textwrap.dedent(GRID))
     base = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path / "out")]
     prepared_args = [*base, "--data-source", "prepared", "--data-dir", str(tmp_path)]
-    prepared_plan = plan(build_parser().parse_args(prepared_args))
-    assert prepared_plan["data"][("prepared", "circles", None, 0)].uri == str(tmp_path / "circles")
-    run_plan = plan(build_parser().parse_args([*base, "--data-dir", str(tmp_path)]))
-    assert {c["data_source"] for c in run_plan["trials"]} == {"real"}
-    assert list(run_plan["data"]) == [("real", "circles", None, 0)]
-    assert run_plan["data"][("real", "circles", None, 0)].uri == str(tmp_path / "circles.npz")
+    prepared_plan = plan(parse_options(prepared_args))
+    assert prepared_plan.data[("prepared", "circles", None, 0)].uri == str(tmp_path / "circles")
+    run_plan = plan(parse_options([*base, "--data-dir", str(tmp_path)]))
+    assert {c["data_source"] for c in run_plan.trials} == {"real"}
+    assert list(run_plan.data) == [("real", "circles", None, 0)]
+    assert run_plan.data[("real", "circles", None, 0)].uri == str(tmp_path / "circles.npz")
 
 
 @pytest.mark.slow

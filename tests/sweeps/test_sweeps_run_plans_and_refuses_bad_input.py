@@ -7,18 +7,19 @@ import yaml
 from conftest import TWO_TRIAL_GRID
 
 import sweeps
-from sweeps.paper_grid import options, plan_trials
+from sweeps.options import SweepOptions
+from sweeps.paper_grid import plan_trials
 from sweeps.trials import TrialConfig
 
 
 def test_a_list_of_trials_plans_the_trials_a_grid_makes():
     grid = yaml.safe_load(TWO_TRIAL_GRID)
-    from_grid = plan_trials(options(grid=grid, scale="tiny", name="two"))["trials"]
+    from_grid = plan_trials(SweepOptions(grid=grid, scale="tiny", name="two")).trials
     settings = [dict(t) for t in from_grid]  # mappings of settings, completed again
     for given in (from_grid, settings):
-        planned = plan_trials(options(trials=given, name="two"))
-        assert planned["trials"] == from_grid and planned["name"] == "two"
-    assert plan_trials(options(trials=from_grid))["name"] == "two-tiny"  # named by their preset and scale
+        planned = plan_trials(SweepOptions(name="two"), given)
+        assert planned.trials == from_grid and planned.name == "two"
+    assert plan_trials(SweepOptions(), from_grid).name == "two-tiny"  # named by their preset and scale
 
 
 @pytest.mark.parametrize("call, message", [
@@ -44,4 +45,4 @@ def test_bad_input_raises_the_command_lines_one_line_error(call, message):
 
 
 def two_trials() -> list[TrialConfig]:
-    return plan_trials(options(grid=yaml.safe_load(TWO_TRIAL_GRID), scale="tiny"))["trials"]
+    return list(plan_trials(SweepOptions(grid=yaml.safe_load(TWO_TRIAL_GRID), scale="tiny")).trials)
