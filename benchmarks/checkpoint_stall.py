@@ -53,7 +53,7 @@ def members(k: int, architecture: str) -> list[TrialConfig]:
 def before(trainer: PackedTrainer, histories, trials, storage: str) -> float:
     """The old path's stall: write one file, seal, copy to storage; seconds."""
     started = time.perf_counter()
-    state = trainer.state_dict()
+    state = trainer.pack_state_dict()
     with tempfile.TemporaryDirectory(dir=os.path.dirname(storage)) as folder:
         whole = {"format": 2, "trainer": state, "histories": histories}
         torch.save(whole, os.path.join(folder, "trainer.pt"))
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     trainer = PackedTrainer([t.model for t in trials], images, rows, device="cpu")
     for _ in range(2):  # Adam's moments exist from the first step on
         step_seconds(trainer)
-    state_bytes = sum(t.numel() * t.element_size() for m in trainer.state_dict()["members"]
+    state_bytes = sum(t.numel() * t.element_size() for m in trainer.pack_state_dict()["members"]
                       for t in _tensors(m))
     print(f"pack built and stepped in {time.perf_counter() - built:.0f} s; "
           f"state {state_bytes / 2**30:.2f} GiB", flush=True)
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             folder = os.path.join(root, f"after-{repeat}")
             writer = CheckpointWriter(pyarrow.fs.LocalFileSystem(), folder, trials)
             started = time.perf_counter()
-            writer.save(trainer.state_dict(), histories)
+            writer.save(trainer.pack_state_dict(), histories)
             stall = time.perf_counter() - started
             figures["step_while_writing_s"].append(step_seconds(trainer))
             writer.close()

@@ -344,6 +344,43 @@ class Trainer:
         self.batch_rng.bit_generator.state = state["batch_rng"]
         self.noise_rng.set_state(state["noise_rng"])
 
+    # -- as a pack of one: what a sweep's trial calls on one model or a pack alike -------------
+    # (models.packed.PackedTrainer has the same members, so sweeps/trainable.py drives either)
+
+    @property
+    def members(self) -> list[Trainer]:
+        """The trainers of the models trained: this one."""
+        return [self]
+
+    @property
+    def errors(self) -> dict[int, str]:
+        """The members whose loss diverged: none, since a lone model's divergence raises
+        ``NonFiniteLossError`` (its trial fails) instead."""
+        return {}
+
+    def load_errors(self, errors: dict) -> None:
+        """The divergences a final checkpoint records: a lone model that diverged is a failed
+        trial, never a final checkpoint, so any raises its ``NonFiniteLossError``."""
+        if errors:
+            raise NonFiniteLossError(next(iter(errors.values())))
+
+    def current_model(self, k: int = 0):
+        """The model (member ``k`` = 0) with its current weights."""
+        return self.model
+
+    def member_reports(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
+        """``run``'s progress reports as a pack yields them: {member index (0): report}."""
+        for report in self.run(report_every=report_every):
+            yield {0: report}
+
+    def pack_state_dict(self) -> dict:
+        """``state_dict`` in a pack's layout, ``{"members": [state], "errors": {}}``: one checkpoint
+        format for a model and a pack."""
+        return {"members": [self.state_dict()], "errors": {}}
+
+    def load_pack_state_dict(self, state: dict) -> None:
+        self.load_state_dict(state["members"][0])
+
 
 class TaskTrainer(Trainer):
     """The trainer of a model that is not a VAE under an objective (the ground-truth decoder, the

@@ -76,7 +76,8 @@ from models.engine import (
     train_together,
 )
 from models.objectives import Schedule
-from models.registry import build, build_objective, objective_class
+from models.registry import build_objective, objective_class
+from models.tasks import build_trainer
 
 __all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
            "pack_memory_bytes", "resident_images", "step_memory", "vmap_group_key", "vmap_groups"]
@@ -744,13 +745,10 @@ class PackedTrainer:
         self.halvings: list[str] = []
 
     def _member(self, config: ModelConfig, images, train_indices, factors, factor_space) -> Trainer:
-        if config.task == "vae":
-            return Trainer(build(config), images, train_indices, config, self.device, factors=factors,
-                           settings=self.settings)
-        if factors is None or factor_space is None:
+        """Member ``config``'s trainer, built as the plain path builds one model
+        (``models.tasks.build_trainer``), on the pack's device, data and settings."""
+        if config.task != "vae" and (factors is None or factor_space is None):
             raise ValueError(f"task: {config.task!r} needs factors= (each image's classes) and factor_space=")
-        from models.tasks import build_trainer
-
         return build_trainer(config, images, factors, factor_space, train_indices, self.device, self.settings)
 
     def _vmappable(self, group: list[int]) -> bool:
@@ -865,15 +863,25 @@ class PackedTrainer:
         for stack in self._stacks.values():
             stack.save_to_members()
 
-    def state_dict(self) -> dict:
+    def member_reports(self, report_every: int = 50) -> Iterator[dict[int, dict]]:
+        """``run``'s reports: {member index: report} (as ``Trainer.member_reports``)."""
+        yield from self.run(report_every=report_every)
+
+    def pack_state_dict(self) -> dict:
+        """Every member's ``Trainer.state_dict`` and the members' errors: ``{"members": [...],
+        "errors": {...}}``, a lone ``Trainer``'s ``pack_state_dict`` layout."""
         self.sync()
         return {"members": [m.state_dict() for m in self.members], "errors": dict(self.errors)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_pack_state_dict(self, state: dict) -> None:
         if len(state["members"]) != len(self.members):
             raise ValueError(f"checkpoint: it holds {len(state['members'])} members; this pack has "
                              f"{len(self.members)}")
         for member, member_state in zip(self.members, state["members"]):
             member.load_state_dict(member_state)
-        self.errors = {int(k): v for k, v in state.get("errors", {}).items()}
+        self.load_errors(state.get("errors", {}))
         self._stacks, self._proven = {}, set()  # restacked from the members at the next step
+
+    def load_errors(self, errors: dict) -> None:
+        """The members that diverged, as a checkpoint records them (its keys may be strings)."""
+        self.errors = {int(k): v for k, v in errors.items()}

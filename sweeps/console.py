@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from ray import tune
 
 from sweeps.errors import Terminated, raise_terminated
-from sweeps.packing import PlannedTrials, dirname, members_of, with_member_configs
+from sweeps.packing import PlannedTrials, dirname, members_of, outcome_of
 from sweeps.trials import TrialConfig
 
 FIRST_INTERVAL = 30.0  # seconds between two progress tables, at first
@@ -168,21 +168,23 @@ class Console:
             self.print(f"{self.stamp()} stopped {dirname(self.members(trial))} at step "
                        f"{result.get('step', '?')} (early stopping), loss {_number(result.get('loss'))}")
             return
-        for member in with_member_configs(result, trial.config, self.base_trials).get("members", []):
-            config = TrialConfig(member["config"])
-            if "error" in member:
+        outcome = outcome_of(result, trial.config, self.base_trials)
+        for member in outcome.members if outcome else []:
+            config = member.trial
+            if member.failed:
                 self.failed.add(config.trial_key)
-                self.print(f"{self.stamp()} FAILED {config.dirname}: {str(member['error']).splitlines()[0]}")
+                self.print(f"{self.stamp()} FAILED {config.dirname}: {str(member.error).splitlines()[0]}")
                 continue
             self.done.add(config.trial_key)
             self.work.setdefault(config.trial_key, _work(config))
-            if all(isinstance(member.get(k), (int, float)) for k in ("train_seconds", "eval_seconds")):
-                self.timings.append((member["train_seconds"], member["eval_seconds"]))
-            metrics = [f"{name} {_number(member[name])}" for name in HEADLINE
-                       if isinstance(member.get(name), (int, float)) and math.isfinite(member[name])][:4]
-            seconds = ", ".join(f"{what} {member[key]:.0f} s" for what, key in
+            values = member.values()
+            if all(isinstance(values.get(k), (int, float)) for k in ("train_seconds", "eval_seconds")):
+                self.timings.append((values["train_seconds"], values["eval_seconds"]))
+            metrics = [f"{name} {_number(values[name])}" for name in HEADLINE
+                       if isinstance(values.get(name), (int, float)) and math.isfinite(values[name])][:4]
+            seconds = ", ".join(f"{what} {values[key]:.0f} s" for what, key in
                                 (("train", "train_seconds"), ("eval", "eval_seconds"))
-                                if isinstance(member.get(key), (int, float)))
+                                if isinstance(values.get(key), (int, float)))
             self.print(f"{self.stamp()} done {config.dirname}: {', '.join(metrics) or 'no metrics'}"
                        + (f" ({seconds})" if seconds else "")
                        + f" [{len(self.done)} of {self.models}]")

@@ -18,6 +18,7 @@ evaluated), without training them again. Tune sees scalars only, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -32,6 +33,7 @@ from analysis.evaluation import evaluate
 from analysis.trained_models import reconstruction_grid
 from data_pipeline.splits import get_split
 from models import reconstruct
+from sweeps.outcome import ModelOutcome, TrialOutcome
 from sweeps.packing import tensorboard_folder
 from sweeps.trials import TrialConfig
 
@@ -189,15 +191,16 @@ _evaluate_remotely = ray.remote(num_gpus=0, max_retries=2)(evaluate_saved)
 class DeferredEvaluations:
     """The driver's evaluations of trained models: for each Tune trial that trained on a GPU and
     ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel.
-    ``finished`` gives each trial's result once all its evaluations have ended, its members'
-    metrics and histories filled in, for the results writer to commit. One per experiment and
+    ``finished`` gives each trial's outcome (``sweeps.outcome.TrialOutcome``) once all its
+    evaluations have ended, its members' metrics and histories filled in, for the results writer
+    to commit. One per experiment and
     driver (``of``), shared by every Tune run of the sweep and by the resume's repair."""
 
     _OPEN: dict[str, DeferredEvaluations] = {}
 
     def __init__(self, experiment_dir: str):
         self.experiment_dir = storage.normalise(experiment_dir)
-        self.pending: dict[str, dict] = {}  # trial id → {"result", "refs": {ref: position}, "done"}
+        self.pending: dict[str, dict] = {}  # trial id → {"outcome", "refs": {ref: position}, "done"}
         self.failed = 0  # evaluations that raised
 
     @classmethod
@@ -213,7 +216,7 @@ class DeferredEvaluations:
 
     def in_flight(self) -> set[str]:
         """The trial keys of the models being evaluated."""
-        return {p["result"]["members"][k]["config"]["trial_key"] for p in self.pending.values()
+        return {p["outcome"].members[k].trial.trial_key for p in self.pending.values()
                 for k in p["refs"].values()}
 
     def _checkpoint_location(self, checkpoint) -> str:
@@ -226,33 +229,32 @@ class DeferredEvaluations:
             raise ValueError(f"checkpoint {path}: not under the experiment's storage {self.experiment_dir}")
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
-    def start(self, result: dict, checkpoint, stored: set[str]) -> int:
-        """Evaluate the trained models of a Tune trial's ``result`` (its members' settings put back
-        from the plan, ``sweeps.packing.with_member_configs``) from its final ``checkpoint``: those
-        that trained to the end and have no row in ``stored`` and no evaluation running. Returns how
-        many started."""
+    def start(self, outcome: TrialOutcome, checkpoint, stored: set[str]) -> int:
+        """Evaluate the trained models of a Tune trial's ``outcome`` from its final ``checkpoint``:
+        those that trained to the end and have no row in ``stored`` and no evaluation running.
+        Returns how many started."""
         if checkpoint is None:
-            raise ValueError(f"trial {result.get('trial_id')}: trained, but Tune holds no checkpoint of it")
+            raise ValueError(f"trial {outcome.trial_id}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()
         location = self._checkpoint_location(checkpoint)
+        remote = storage.is_remote(self.experiment_dir)
         refs = {}
-        for position, member in enumerate(result["members"]):
-            if "error" in member or member["config"]["trial_key"] in busy:
+        for position, member in enumerate(outcome.members):
+            if member.failed or member.trial.trial_key in busy:
                 continue
-            folder = tensorboard_folder(result, member["config"], storage.is_remote(self.experiment_dir))
-            job = {"config": member["config"], "position": position, "checkpoint": location,
-                   "reference": result["data_reference"], "cpus": result["cpus_per_trial"],
+            folder = tensorboard_folder(outcome.trials, member.trial, remote)
+            job = {"config": member.trial.to_dict(), "position": position, "checkpoint": location,
+                   "reference": outcome.data_reference, "cpus": outcome.cpus_per_trial,
                    "tensorboard": storage.join(self.experiment_dir, folder)}
-            task = _evaluate_remotely.options(num_cpus=result["cpus_per_trial"],
-                                              name=f"evaluate {member['config']['trial_key']}")
+            task = _evaluate_remotely.options(num_cpus=outcome.cpus_per_trial,
+                                              name=f"evaluate {member.trial.trial_key}")
             refs[task.remote(job)] = position
         if refs:
-            trial_id = result.get("trial_id") or location
-            self.pending[trial_id] = {"result": result, "refs": refs, "done": {}}
+            self.pending[outcome.trial_id or location] = {"outcome": outcome, "refs": refs, "done": {}}
         return len(refs)
 
-    def finished(self, wait: bool = False) -> Iterator[dict]:
-        """The results of trials whose evaluations have all ended (``wait``: every trial's, as
+    def finished(self, wait: bool = False) -> Iterator[TrialOutcome]:
+        """The outcomes of trials whose evaluations have all ended (``wait``: every trial's, as
         its evaluations end): the members evaluated, each with its metrics and loss history, and
         those whose evaluation failed, each with its error."""
         while self.pending:
@@ -275,15 +277,15 @@ class DeferredEvaluations:
                 return
 
     @staticmethod
-    def _evaluated(pending: dict) -> dict:
-        result = pending["result"]
-        members = []
+    def _evaluated(pending: dict) -> TrialOutcome:
+        """The trial's outcome with the models evaluated (those only), each with its metrics,
+        step and history, or its evaluation's error (and nothing of its training)."""
+        outcome, members = pending["outcome"], []
         for ref, position in pending["refs"].items():
-            member, outcome = result["members"][position], pending["done"][ref]
-            if "error" in outcome:
-                members.append({"config": member["config"], "error": outcome["error"]})
+            member, done = outcome.members[position], pending["done"][ref]
+            if "error" in done:
+                members.append(ModelOutcome(member.trial, error=done["error"]))
             else:
-                members.append({**member, **outcome["metrics"], "history": outcome["history"],
-                                "step": outcome["step"]})
-        return {**{k: v for k, v in result.items() if k != "results_part"}, "members": members,
-                "evaluated": True}
+                members.append(dataclasses.replace(member, metrics={**member.metrics, **done["metrics"]},
+                                                   history=done["history"], step=done["step"]))
+        return dataclasses.replace(outcome, members=members, results_part=None, evaluated=True)

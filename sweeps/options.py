@@ -74,9 +74,15 @@ CPU_SHARE = Check("finite, > 0", _cpu_share)
 
 
 def _pack_size(flag: str, value) -> str | None:
-    if value == "auto" or (str(value).isdigit() and int(value) >= 1):
-        return None
-    return f"{flag}: must be a whole number >= 1 or 'auto'; got {value!r}"
+    """--pack-size alone (``sweeps.packing.check_pack_size``, where it is checked; the rule that ties
+    it to --search and --scheduler is in ``SweepOptions.__post_init__``)."""
+    from sweeps.packing import check_pack_size
+
+    try:
+        check_pack_size(value)
+    except UsageError as error:
+        return str(error)
+    return None
 
 
 def _folder_name(flag: str, name: str) -> str | None:
@@ -251,10 +257,9 @@ class SweepOptions:
         for declared in OPTIONS.values():
             if problem := declared.problem(getattr(self, declared.name)):
                 raise UsageError(problem)
-        if str(self.pack_size).isdigit() and int(self.pack_size) > 1 and (
-                self.search == "optuna" or self.scheduler == "asha"):
-            raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler asha, "
-                             "which decide trial by trial; use --pack-size 1")
+        from sweeps.packing import check_pack_size
+
+        check_pack_size(self.pack_size, self.search, self.scheduler)
         if self.address is None:  # the one place --address / address=None becomes $RAY_ADDRESS
             object.__setattr__(self, "address", os.environ.get("RAY_ADDRESS"))
 

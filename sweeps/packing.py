@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from sweeps.errors import UsageError
+from sweeps.outcome import TrialOutcome, is_final
 from sweeps.trials import TrialConfig
 
 # What a pack's members share, besides the data and evaluation settings: one network shape, one
@@ -108,25 +109,16 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
                      "started by an older disgen cannot be resumed by this one; start a new one)")
 
 
-def with_member_configs(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> dict | None:
-    """A Tune trial's final ``result`` with each member's settings put back (``"config"``), for the
-    driver's results writer, evaluations and console: the trial reports its members by trial key,
-    in the order of its Tune ``config``'s members (``members_of`` through ``base``), never with
-    their settings. A member that carries its settings (a result of an older disgen) keeps them;
-    a result without members (a progress report) is returned as it is."""
-    if not result or "members" not in result or all("config" in m for m in result["members"]):
-        return result
-    members = members_of(config, base)
-    filled = []
-    for position, member in enumerate(result["members"]):
-        if "config" not in member:
-            if position >= len(members) or members[position].trial_key != member.get("trial_key"):
-                keys = ", ".join(m.trial_key for m in members)
-                raise ValueError(f"member {position} of a Tune trial's result, trial "
-                                 f"{member.get('trial_key')}, is not its config's member there ({keys})")
-            member = {**member, "config": members[position].to_dict()}
-        filled.append(member)
-    return {**result, "members": filled}
+def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> TrialOutcome | None:
+    """A Tune trial's final ``result`` as its ``TrialOutcome`` (``sweeps.outcome``), for the
+    driver's results writer, evaluations, trackers and console: the trial reports its members by
+    trial key, in the order of its Tune ``config``'s members, whose settings come from the plan
+    (``members_of`` through ``base``); a member that carries its settings (a result of an older
+    disgen) keeps them. None for a result that is not a final one (a progress report, none)."""
+    if not is_final(result):
+        return None
+    older = all("config" in member for member in result["members"])
+    return TrialOutcome.from_report(result, () if older else members_of(config, base))
 
 
 def shared_key(trial: TrialConfig) -> str:
@@ -139,10 +131,24 @@ def shared_key(trial: TrialConfig) -> str:
     return json.dumps(shared, sort_keys=True, default=str)
 
 
+def check_pack_size(requested: str | int | None, search: str | None = None,
+                    scheduler: str | None = None) -> int | str:
+    """``--pack-size`` checked, the one place it is: a whole number >= 1, or ``auto`` (None is
+    ``auto``); more than 1 only where trials are not decided one by one (``search`` Optuna,
+    ``scheduler`` ASHA). The size, or ``AUTO``."""
+    if requested in (None, AUTO):
+        return AUTO
+    if isinstance(requested, bool) or not str(requested).isdigit() or int(requested) < 1:
+        raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {requested!r}")
+    if int(requested) > 1 and (search == "optuna" or scheduler == "asha"):
+        raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler "
+                         "asha, which decide trial by trial; use --pack-size 1")
+    return int(requested)
+
+
 def make_packs(trials: Sequence[TrialConfig], pack_size: int) -> list[list[TrialConfig]]:
     """The trials grouped into packs of at most ``pack_size`` (first-seen order)."""
-    if pack_size < 1:
-        raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {pack_size}")
+    pack_size = check_pack_size(pack_size)
     groups: dict[str, list[TrialConfig]] = {}
     for trial in trials:
         groups.setdefault(shared_key(trial), []).append(trial)
@@ -166,13 +172,13 @@ def dirname(members: Sequence[TrialConfig]) -> str:
     return f"pack{len(members)}-{where}-{pack_id(members)[:6]}"
 
 
-def tensorboard_folder(result: dict, config: dict, remote: bool) -> str:
-    """A model's TensorBoard folder relative to the experiment, from its Tune trial's final result
-    (see sweeps/trainable.py): its own folder there, except on remote storage, where a pack's
-    members sit in the pack's."""
-    folder = TrialConfig(config).dirname
-    if remote and len(result["members"]) > 1:
-        folder = f"{dirname([TrialConfig(m['config']) for m in result['members']])}/{folder}"
+def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote: bool) -> str:
+    """A model's TensorBoard folder relative to the experiment, for ``trial`` of a Tune trial's
+    outcome whose models are ``trials`` (see sweeps/trainable.py): its own folder there, except on
+    remote storage, where a pack's members sit in the pack's."""
+    folder = trial.dirname
+    if remote and len(trials) > 1:
+        folder = f"{dirname(trials)}/{folder}"
     return folder
 
 
@@ -208,6 +214,7 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
         pack_memory_bytes,
     )
 
+    size = check_pack_size(requested)
     model = max((trial.model for trial in trials), key=member_memory_bytes)
     if gpus_per_trial > 0:
         device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
@@ -221,7 +228,7 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
         device, data = "cpu", 0
     fits = max_pack_size(model, device, free_bytes=device_bytes, dataset=data)
     shape = f"{model.architecture}/{model.objective} at batch {model.batch_size}"
-    if requested in (None, AUTO):
+    if size == AUTO:
         if gpus_per_trial == 0:
             return 1, ("auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's "
                        "parallel slots")
@@ -233,9 +240,6 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
                   f"beside the process's {CUDA_PROCESS_BYTES / 2**30:.1f} GiB and its "
                   f"{uploaded / 2**30:.1f} GiB dataset upload")
         return size, reason + (f"; capped at {AUTO_LIMIT}" if size < fits else "")
-    size = int(requested)
-    if size < 1:
-        raise UsageError(f"--pack-size: must be at least 1 or 'auto'; got {size}")
     if size > fits:
         need = pack_memory_bytes(model, size, device, data, device_bytes)
         raise UsageError(f"--pack-size {size} does not fit: {size} members of {shape} need about "

@@ -40,11 +40,12 @@ from ray import tune
 
 from analysis import storage
 from analysis.loading import ERRORS_FILE
-from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, PROVENANCE_FIELDS, TRIALS_FILE
+from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
 from sweeps.evaluation import DeferredEvaluations
-from sweeps.packing import members_of, planned, tensorboard_folder, with_member_configs
+from sweeps.outcome import RUN_FACTS, TrialOutcome
+from sweeps.packing import members_of, outcome_of, planned, tensorboard_folder
 from sweeps.trials import TrialConfig
 
 _STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
@@ -91,18 +92,16 @@ def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
 # images of a whole grid (n_images None), the steps of an epoch budget, the transfer scores' factor,
 # and bf16 (None: on where the model trained on CUDA).
 RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor", "bf16")
-# What a trial's final result says about what ran its models, copied to each member's row.
-RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
 # When a model's training and evaluation started and ended: epoch seconds in a trial's results,
 # timestamps in its row.
 TIMES = ("train_started_at", "train_ended_at", "eval_started_at", "eval_ended_at")
 
 
-def trial_row(experiment: str, config, result: dict, status: str = "finished") -> dict:
+def trial_row(experiment: str, trial: TrialConfig, result: dict, status: str = "finished") -> dict:
     """One trials.parquet row: every setting the model ran with (its columns and the ``config``
     JSON), its status, and what the result holds: final metrics, the step reached (``step``),
     what ran it (provenance) and, for a failed model, its ``error``."""
-    settings = TrialConfig(config).effective_settings()
+    settings = trial.effective_settings()
     if status == "finished":
         settings.update({name: result[name] for name in RESOLVED_BY_THE_RUN if result.get(name) is not None})
     if settings.get("bf16") is None and result.get("device"):  # by default, bf16 is on where CUDA trains
@@ -120,24 +119,23 @@ def trial_row(experiment: str, config, result: dict, status: str = "finished") -
     return row
 
 
-def history_rows(experiment: str, config: dict, history: list[dict]) -> list[dict]:
+def history_rows(experiment: str, trial_key: str, history: list[dict]) -> list[dict]:
     """history.parquet rows of one model: its progress reports, keyed by its trial."""
     names = set(HISTORY_SCHEMA.names)
     return [{**{k: v for k, v in report.items() if k in names},
-             "experiment": experiment, "trial_key": config["trial_key"]} for report in history]
+             "experiment": experiment, "trial_key": trial_key} for report in history]
 
 
-def member_rows(experiment: str, result: dict, remote: bool = False) -> list[dict]:
-    """The trials rows of a Tune trial's final result: one per member, finished or failed (a pack
+def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) -> list[dict]:
+    """The trials rows of a Tune trial's outcome: one per member, finished or failed (a pack
     member that diverged, or whose evaluation failed), each linked to its Ray trial (``trial_id``,
     which Tune puts in every result) and to its TensorBoard folder (``tensorboard_folder``)."""
-    shared = {k: result[k] for k in RUN_FACTS if k in result}
     rows = []
-    for member in result["members"]:
-        status = "failed" if "error" in member else "finished"
-        rows.append({**trial_row(experiment, member["config"], {**member, **shared}, status),
-                     "trial_id": result.get("trial_id"),
-                     "tensorboard_dir": tensorboard_folder(result, member["config"], remote)})
+    for member in outcome.members:
+        status = "failed" if member.failed else "finished"
+        values = {**member.values(), "step": member.step, "error": member.error, **outcome.facts}
+        rows.append({**trial_row(experiment, member.trial, values, status), "trial_id": outcome.trial_id,
+                     "tensorboard_dir": tensorboard_folder(outcome.trials, member.trial, remote)})
     return rows
 
 
@@ -164,43 +162,44 @@ def error_text(trial) -> str:
     return lines[-1] if lines else f"failed (see {path})"
 
 
-def _commit(store: ResultsStore, result: dict) -> list[dict]:
-    """Commit the models of a finished Tune trial's final result; the rows stored."""
+def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
+    """Commit the models of a finished Tune trial's outcome; the rows stored."""
     experiment = experiment_name(store.experiment)
-    rows = member_rows(experiment, result, storage.is_remote(store.experiment))
-    part = result.get("results_part")
-    if part is None:  # the history is in the result: a deferred evaluation's (read from the trial's
+    rows = member_rows(experiment, outcome, storage.is_remote(store.experiment))
+    part = outcome.results_part
+    if part is None:  # the history is in the outcome: a deferred evaluation's (read from the trial's
         # checkpoint), or a result of disgen before the trial wrote its own history
         part = storage.new_part()
         new = {row["trial_key"] for row in rows if row["status"] == "finished"} - store.keys
-        history = [row for m in result["members"] if "error" not in m and m["config"]["trial_key"] in new
-                   for row in history_rows(experiment, m["config"], m.get("history", []))]
+        history = [row for m in outcome.members if not m.failed and m.trial.trial_key in new
+                   for row in history_rows(experiment, m.trial.trial_key, m.history or [])]
         if new and history:
             storage.write_history_part(store.experiment, part, history)
     return store.commit(part, rows)
 
 
-def repair(store: ResultsStore, final_results, checkpoints=None,
+def repair(store: ResultsStore, outcomes, checkpoints=None,
            evaluations: DeferredEvaluations | None = None) -> int:
     """Store the models of finished Tune trials that have no trials row (the driver died between
     Tune recording a trial as finished and its rows being committed; the trial's history part is
-    in place). ``final_results``: the trials' last results (a ResultGrid's ``metrics``). The models
+    in place). ``outcomes``: the trials' outcomes (``sweeps.packing.outcome_of`` of a ResultGrid's
+    ``metrics``; None for a trial that did not finish). The models
     of a trial that trained but was never evaluated (the driver died first) are evaluated instead,
     by ``evaluations``, from the trial's checkpoint in ``checkpoints`` (a ResultGrid's
     ``checkpoint``, in the same order); the caller then collects them. Returns the models stored."""
     stored = 0
-    checkpoints = checkpoints if checkpoints is not None else [None] * len(final_results)
-    for result, checkpoint in zip(final_results, checkpoints):
-        if not ((result or {}).get("done") and "members" in result):
+    checkpoints = checkpoints if checkpoints is not None else [None] * len(outcomes)
+    for outcome, checkpoint in zip(outcomes, checkpoints):
+        if outcome is None:
             continue
-        if result.get("evaluated") is False:
+        if not outcome.evaluated:
             if evaluations is not None:
                 try:
-                    evaluations.start(result, checkpoint, store.keys)
+                    evaluations.start(outcome, checkpoint, store.keys)
                 except ValueError as error:  # no checkpoint to evaluate from: the trial must train again
                     print(f"warning: {error}; its models stay without rows", flush=True)
         else:
-            stored += sum(row["status"] == "finished" for row in _commit(store, result))
+            stored += sum(row["status"] == "finished" for row in _commit(store, outcome))
     return stored
 
 
@@ -276,51 +275,43 @@ class ResultsWriter(tune.Callback):
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
             self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
             return
-        result = {"trial_id": trial.trial_id, **self._with_settings(trial, result)}
-        if result.get("evaluated") is False:
-            self._errors(result)
+        outcome = outcome_of({"trial_id": trial.trial_id, **result}, trial.config, self.base_trials)
+        if not outcome.evaluated:
+            self._errors(outcome)
             if self.failure is not None:  # stopping: the resume evaluates its models
                 return
             try:
-                self.evaluations.start(result, trial.checkpoint, self.store.keys)
+                self.evaluations.start(outcome, trial.checkpoint, self.store.keys)
             except Exception as error:  # not the trial's fault: it stays finished, --resume evaluates it
                 self.evaluations.failed += 1
-                for member in result["members"]:
-                    self._error({"trial_key": member["config"]["trial_key"], "trial_id": trial.trial_id,
+                for member in outcome.members:
+                    self._error({"trial_key": member.trial.trial_key, "trial_id": trial.trial_id,
                                  "error": f"evaluation not started: {type(error).__name__}: {error}"})
         else:
-            self.store_result(result)
-
-    def _with_settings(self, trial, result: dict) -> dict:
-        """A finished trial's result with its members' settings, from the plan (the trial reports
-        its members by trial key, ``sweeps.packing.with_member_configs``); a result whose members
-        carry their settings (an older disgen's) as it is."""
-        if all("config" in member for member in result["members"]):
-            return result
-        return with_member_configs(result, trial.config, self.base_trials)
+            self.store_result(outcome)
 
     def on_step_end(self, iteration, trials, **info):
         self.collect()
 
-    def store_result(self, result: dict) -> None:
+    def store_result(self, outcome: TrialOutcome) -> None:
         """Commit a finished trial's models, and record the members that failed in errors.jsonl."""
-        if self._write(f"storing the trial {result.get('trial_id')}", lambda: _commit(self.store, result)):
-            self._errors(result)
+        if self._write(f"storing the trial {outcome.trial_id}", lambda: _commit(self.store, outcome)):
+            self._errors(outcome)
 
     def collect(self, wait: bool = False) -> int:
         """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
         end); the trials committed."""
         done = 0
-        for result in self.evaluations.finished(wait):
-            self.store_result(result)
+        for outcome in self.evaluations.finished(wait):
+            self.store_result(outcome)
             done += 1
         return done
 
-    def _errors(self, result: dict) -> None:
-        for member in result["members"]:
-            if "error" in member:
-                self._error({"trial_key": member["config"]["trial_key"], "trial_id": result.get("trial_id"),
-                             "error": member["error"]})
+    def _errors(self, outcome: TrialOutcome) -> None:
+        for member in outcome.members:
+            if member.failed:
+                self._error({"trial_key": member.trial.trial_key, "trial_id": outcome.trial_id,
+                             "error": member.error})
 
     def on_trial_error(self, iteration, trials, trial, **info):
         """Store a ``failed`` row for each of the trial's models (with the error's last line), and

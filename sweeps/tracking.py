@@ -46,6 +46,7 @@ from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log
 from ray.air.util.node import _force_on_current_node
 
 from analysis.schema import HISTORY_SCHEMA
+from sweeps.outcome import TrialOutcome, is_final
 from sweeps.packing import dirname, members_of, planned
 from sweeps.trials import TrialConfig
 
@@ -83,16 +84,15 @@ def finals_of(members: Sequence[TrialConfig],
               result: dict) -> list[tuple[TrialConfig, int, dict, str | None]]:
     """Each model's (trial, step, final metrics, error) from its Tune trial's final result (none
     before it): a pack member whose loss diverged has its error and no metrics."""
-    if not (result.get("done") and "members" in result):
+    if not is_final(result):
         return []
     finals = []
-    for member, outcome in zip(members, result["members"]):
-        step = int(outcome.get("step", result.get("step", 0)))
-        if "error" in outcome:
-            finals.append((member, step, {}, str(outcome["error"])[:5000]))
+    for member in TrialOutcome.from_report(result, members).members:
+        step = int(member.step if member.step is not None else result.get("step", 0))
+        if member.failed:
+            finals.append((member.trial, step, {}, str(member.error)[:5000]))
         else:
-            metrics = _numbers({k: v for k, v in outcome.items() if k not in ("config", "trial_key", "step")})
-            finals.append((member, step, metrics, None))
+            finals.append((member.trial, step, _numbers(member.values()), None))
     return finals
 
 
@@ -100,10 +100,10 @@ def end_states(members: Sequence[TrialConfig], trial, failed: bool) -> list[tupl
     """Each model's run state when its Tune trial ends: FINISHED, FAILED (the trial failed, or the
     model's loss diverged in a pack) or KILLED (stopped early, by ASHA)."""
     result = trial.last_result or {}
-    outcomes = result.get("members") or []
+    outcomes = TrialOutcome.from_report(result, members).members if is_final(result) else []
     states = []
     for k, member in enumerate(members):
-        diverged = k < len(outcomes) and "error" in outcomes[k]
+        diverged = k < len(outcomes) and outcomes[k].failed
         states.append((member, "FAILED" if failed or diverged else "FINISHED" if result.get("done")
                        else "KILLED"))
     return states

@@ -5,7 +5,9 @@ One call trains one model, or one pack of models (``sweeps.packing``). Its data 
 once and memory-maps: ``data_pipeline.node_cache``), and each model trains on its own split's
 training rows. One model takes the plain path, ``models.build_trainer``: one ``Trainer``, one
 loop. A pack is the second path beside it: one ``models.packed.PackedTrainer`` (vmapped on a GPU,
-a loop on a CPU) with one array of training rows per member. Either way the trial reports loss
+a loop on a CPU) with one array of training rows per member. The trial drives either through the
+same calls (a ``Trainer`` is a pack of one: its ``members``, ``current_model(k)``, ``errors``,
+``member_reports`` and ``pack_state_dict``). Either way the trial reports loss
 terms as it goes, writes each model's TensorBoard scalars and reconstruction grids (drawn from
 the model's current weights), and checkpoints so a failed trial resumes where it stopped
 (``sweeps/checkpoints.py``: written in the background, one file per model, straight to the trial's
@@ -16,9 +18,9 @@ images, in one of two ways:
 
 - **in the trial** (no GPU reserved: the plain CPU path): the trial evaluates its models, writes
   their loss history itself, as one history part in the experiment's storage
-  (``analysis/storage.py``), and makes one report of scalars: the final metrics of the model, or
-  of each member under ``members``, and the part's name (``results_part``), which the driver's
-  results writer commits;
+  (``analysis/storage.py``), and makes one report of scalars: its ``TrialOutcome``
+  (``sweeps/outcome.py``: each model's metrics, or its error, under ``members``) and the part's
+  name (``results_part``), which the driver's results writer commits;
 - **deferred** (a GPU reserved): the trial saves its trained models in its final checkpoint and
   reports them as trained (``"evaluated": False``, the training's timings, the dataset reference
   and its CPUs), then ends, which frees the GPU for the next trial; the driver evaluates the
@@ -47,13 +49,14 @@ from ray import tune
 
 from analysis import storage
 from data_pipeline.node_cache import NodeCacheFull, open_reference
-from models import GPUSettings, NonFiniteLossError, build_trainer
+from models import GPUSettings, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
 from sweeps.checkpoints import CheckpointWriter, checkpoint_due, checkpoint_folder, newest_checkpoint, seal
 from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.options import TrialRun
+from sweeps.outcome import ModelOutcome, TrialOutcome
 from sweeps.packing import members_of
 from sweeps.provenance import provenance
 from sweeps.results import history_rows
@@ -89,8 +92,8 @@ def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull) -> Non
     with the error (one ``failed`` row each, naming the size needed, the limit and how to raise it).
     A report, not a raise: Tune would retry a raise up to --max-failures times, failing the same way."""
     message = f"{type(error).__name__}: {error}"
-    tune.report({"step": 0, "done": True, "node_id": ray.get_runtime_context().get_node_id(),
-                 "members": [{"trial_key": m.trial_key, "error": message, "step": 0} for m in members]})
+    tune.report(TrialOutcome([ModelOutcome(m, step=0, error=message) for m in members], step=0,
+                             facts={"node_id": ray.get_runtime_context().get_node_id()}).to_report())
 
 
 def gpu_settings(gpus_per_trial: float) -> GPUSettings:
@@ -105,7 +108,8 @@ def gpu_settings(gpus_per_trial: float) -> GPUSettings:
 
 def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GPUSettings):
     """The trainer: one model's ``Trainer`` (the plain path), or a ``PackedTrainer`` whose member k
-    trains on its own split's rows ``rows[k][1]``."""
+    trains on its own split's rows ``rows[k][1]``. Either answers the same calls (its
+    ``members``, ``current_model(k)``, ``errors``, ``member_reports``, ``pack_state_dict``)."""
     if len(members) == 1:
         return build_trainer(members[0].model, data.images, data.classes, data.factor_space, rows[0][1],
                              settings=settings)
@@ -114,46 +118,8 @@ def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GP
                          factor_space=data.factor_space, settings=settings)
 
 
-def _models(trainer) -> list:
-    """The trainers of the trial's models: the one ``Trainer``, or the pack's members."""
-    return trainer.members if isinstance(trainer, PackedTrainer) else [trainer]
-
-
-def _current_model(trainer, k: int):
-    """Model k with its weights as they are now (a vmapped pack's are copied out of its stack)."""
-    return trainer.current_model(k) if isinstance(trainer, PackedTrainer) else trainer.model
-
-
-def _errors(trainer) -> dict[int, str]:
-    """The pack's members whose loss diverged (a lone model's divergence fails its trial instead)."""
-    return trainer.errors if isinstance(trainer, PackedTrainer) else {}
-
-
-def _state(trainer) -> dict:
-    """The trainer's state in the layout of a pack's (``{"members": [...], "errors": {...}}``), one
-    checkpoint format for both paths."""
-    if isinstance(trainer, PackedTrainer):
-        return trainer.state_dict()
-    return {"members": [trainer.state_dict()], "errors": {}}
-
-
-def _load_state(trainer, state: dict) -> None:
-    if isinstance(trainer, PackedTrainer):
-        trainer.load_state_dict(state)
-    else:
-        trainer.load_state_dict(state["members"][0])
-
-
-def _reports(trainer, report_every: int):
-    """{model index: progress report} every ``report_every`` steps, to the end of training."""
-    if isinstance(trainer, PackedTrainer):
-        yield from trainer.run(report_every=report_every)
-    else:
-        for report in trainer.run(report_every=report_every):
-            yield {0: report}
-
-
-def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> tuple[dict | None, str | None]:
+def _resume_from_checkpoint(trainer, logs: list[ModelLog],
+                            members: Sequence[TrialConfig]) -> tuple[dict | None, str | None]:
     """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``), if any.
     Returns (training, checkpoint): training is None if it goes on (from the start or a
     checkpoint, whose path is returned); if training had already finished (a final checkpoint),
@@ -169,19 +135,16 @@ def _restore(trainer, logs: list[ModelLog], members: Sequence[TrialConfig]) -> t
     for log, history in zip(logs, state["histories"]):
         log.history = history
     if not state.get("final"):
-        _load_state(trainer, state["trainer"])
-        for log, member in zip(logs, _models(trainer)):
+        trainer.load_pack_state_dict(state["trainer"])
+        for log, member in zip(logs, trainer.members):
             # TensorBoard drops what an earlier worker wrote after the checkpoint: no curve doubles back
             log.purge_step = member.step + 1
         return None, found[0].path
-    for member, weights, step, log in zip(_models(trainer), state["models"], state["steps"], logs):
+    for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
         member.model.load_state_dict(weights)
         member.step = step
         log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
-    if isinstance(trainer, PackedTrainer):
-        trainer.errors = {int(k): v for k, v in state.get("errors", {}).items()}
-    elif state.get("errors"):  # a lone model that diverged is a failed trial, never a final checkpoint
-        raise NonFiniteLossError(next(iter(state["errors"].values())))
+    trainer.load_errors(state.get("errors", {}))  # a lone model's raise: it never has a final checkpoint
     return state.get("config", {}).get("training", {}), found[0].path
 
 
@@ -190,13 +153,12 @@ def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every
     """Train, reporting progress to Tune and checkpointing (through ``writer``, in the background)
     every ``checkpoint_every`` steps or ``checkpoint_seconds`` (``checkpoint_due``). A lone model
     whose loss diverges fails its trial (Tune retries or records it); a pack member stops alone."""
-    models = _models(trainer)
     last_checkpoint = time.monotonic()
-    for reports in _reports(trainer, report_every):
+    for reports in trainer.member_reports(report_every):
         for k, report in reports.items():
             if "error" not in report:
-                logs[k].progress(report, lambda k=k: _current_model(trainer, k))
-        progress = {**_pack_progress(reports, len(models)), "node_id": node_id,
+                logs[k].progress(report, lambda k=k: trainer.current_model(k))
+        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id,
                     "device": trainer.device.type, "total_steps": trainer.total_steps}
         step = progress["step"]
         tune.report(progress)
@@ -204,52 +166,50 @@ def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every
                           time.monotonic() - last_checkpoint):
             for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
                 log.flush()
-            writer.save(_state(trainer), [log.history for log in logs])
+            writer.save(trainer.pack_state_dict(), [log.history for log in logs])
             last_checkpoint = time.monotonic()
     writer.wait()  # the last in-training checkpoint is whole before the final one is reported
 
 
-def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference, n_images: int) -> list[dict]:
-    """What the trial knows of each model once trained: its trial key (never its settings, which
-    the driver has in its plan), its step, the settings only the run resolves (its length in steps,
-    its images, bf16), the training's timings (the members of a pack train together: each is
-    credited an equal share of the pack's time) and the dataset it read (its location and content
-    id); or its trial key, error and the step it reached."""
-    errors = _errors(trainer)
+def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference,
+             n_images: int) -> list[ModelOutcome]:
+    """What the trial knows of each model once trained: its trial, its step, the settings only the
+    run resolves (its length in steps, its images, bf16), the training's timings (the members of
+    a pack train together: each is credited an equal share of the pack's time) and the dataset it
+    read (its location and content id); or its error and the step it reached."""
     out = []
-    for k, (model, trial) in enumerate(zip(_models(trainer), members)):
-        if k in errors:
-            out.append({"trial_key": trial.trial_key, "error": errors[k], "step": model.step})
+    for k, (model, trial) in enumerate(zip(trainer.members, members)):
+        if k in trainer.errors:
+            out.append(ModelOutcome(trial, step=model.step, error=trainer.errors[k]))
             continue
-        out.append({"trial_key": trial.trial_key, "step": model.step, "steps": model.total_steps,
-                    "n_images": n_images, "bf16": bool(model.bf16),
-                    "train_seconds": training["seconds"] / len(members),
-                    "train_started_at": training["started_at"], "train_ended_at": training["ended_at"],
-                    "data_uri": reference.uri, "data_content_id": reference.content_id})
+        out.append(ModelOutcome(trial, step=model.step, steps=model.total_steps, n_images=n_images,
+                                bf16=bool(model.bf16), train_seconds=training["seconds"] / len(members),
+                                train_started_at=training["started_at"], train_ended_at=training["ended_at"],
+                                data_uri=reference.uri, data_content_id=reference.content_id))
     return out
 
 
-def _evaluate(trainer, logs: list[ModelLog], trained: list[dict], data, rows: list[tuple],
-              cpus: float) -> list[dict]:
-    """Evaluate, in the trial, every model that trained to the end, each on its own split: one
-    result per model."""
+def _evaluate(trainer, logs: list[ModelLog], trained: list[ModelOutcome], data, rows: list[tuple],
+              cpus: float) -> list[ModelOutcome]:
+    """Evaluate, in the trial, every model that trained to the end, each on its own split: the
+    outcomes with their metrics."""
     results = []
-    for model, log, member, (split, _, _) in zip(_models(trainer), logs, trained, rows):
-        if "error" in member:
+    for model, log, member, (split, _, _) in zip(trainer.members, logs, trained, rows):
+        if member.failed:
             results.append(member)
             continue
         metrics = evaluate_model(model, log.trial, data, split, cpus)
         write_final(log, model.model, model.step, metrics)
-        results.append({**member, **metrics})
+        results.append(dataclasses.replace(member, metrics=metrics))
     return results
 
 
-def write_history(experiment_dir: str, logs: list[ModelLog], results: list[dict]) -> str:
+def write_history(experiment_dir: str, logs: list[ModelLog], results: list[ModelOutcome]) -> str:
     """The finished members' loss histories as one new history part of the experiment; its name.
     Written before the final report, so the driver's commit always finds it."""
     experiment = storage.experiment_name(experiment_dir)
-    rows = [row for log, result in zip(logs, results) if "error" not in result
-            for row in history_rows(experiment, log.trial, log.history)]
+    rows = [row for log, result in zip(logs, results) if not result.failed
+            for row in history_rows(experiment, log.trial.trial_key, log.history)]
     part = storage.new_part()
     storage.write_history_part(experiment_dir, part, rows)
     return part
@@ -281,11 +241,11 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
     log_dirs = [os.path.join(root, m.dirname) if run_info.tensorboard_root or len(members) > 1 else root
                 for m in members]
     logs = [ModelLog(m, data, r[1], r[2], d, t.total_steps)
-            for m, r, d, t in zip(members, rows, log_dirs, _models(trainer))]
+            for m, r, d, t in zip(members, rows, log_dirs, trainer.members)]
 
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     began, started = time.time(), time.perf_counter()
-    training, resumed_from = _restore(trainer, logs, members)
+    training, resumed_from = _resume_from_checkpoint(trainer, logs, members)
     storage_context = tune.get_context().get_storage()
     writer = CheckpointWriter(storage_context.storage_filesystem, checkpoint_folder(storage_context, members),
                               members, resumed_from)
@@ -300,23 +260,22 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
     if not training:  # trained now (or restored from an older final checkpoint, without its timings)
         training = {"started_at": began, "ended_at": time.time(), "seconds": time.perf_counter() - started}
     trained = _trained(trainer, members, training, reference, len(data))
-    final = {"step": max(m.step for m in _models(trainer)), "done": True, "node_id": node_id,
-             **provenance(trainer.device)}
+    final = TrialOutcome(trained, step=max(m.step for m in trainer.members),
+                         facts={"node_id": node_id, **provenance(trainer.device)})
     if run_info.deferred_evaluation:
         # the GPU is freed for the next trial; the driver evaluates the models from the checkpoint
         for log in logs:
             log.close()
-        final.update(evaluated=False, members=trained, data_reference=reference.to_dict(),
-                     cpus_per_trial=cpus)
-    else:
+        final = dataclasses.replace(final, evaluated=False, data_reference=reference.to_dict(),
+                                    cpus_per_trial=cpus)
+    else:  # a lone model's report holds its metrics too, for Optuna, ASHA and Tune's table (to_report)
         results = _evaluate(trainer, logs, trained, data, rows, cpus)
-        final.update(members=results, results_part=write_history(run_info.experiment_dir, logs, results))
-        if len(members) == 1 and "error" not in results[0]:  # its metrics for Optuna, ASHA and Tune's table
-            final.update({k: v for k, v in results[0].items() if k != "trial_key"})
+        final = dataclasses.replace(final, members=results,
+                                    results_part=write_history(run_info.experiment_dir, logs, results))
     with tempfile.TemporaryDirectory() as folder:
-        trainer_file.save_final(folder, [m.model.state_dict() for m in _models(trainer)],
-                                [m.step for m in _models(trainer)], _errors(trainer),
+        trainer_file.save_final(folder, [m.model.state_dict() for m in trainer.members],
+                                [m.step for m in trainer.members], trainer.errors,
                                 [log.history for log in logs],
                                 {"members": [m.to_dict() for m in members], "training": training})
         seal(folder, members, [log.history for log in logs], final=True)
-        tune.report(final, checkpoint=tune.Checkpoint.from_directory(folder))
+        tune.report(final.to_report(), checkpoint=tune.Checkpoint.from_directory(folder))

@@ -31,9 +31,9 @@ from sweeps.packing import (  # noqa: E402
     dirname,
     make_packs,
     members_of,
+    outcome_of,
     pack_size_and_reason,
     tune_config,
-    with_member_configs,
 )
 from sweeps.results import ResultsWriter, StorageFailed, read_trials, repair, results_store, retried  # noqa: E402
 from sweeps.trainable import train_trial  # noqa: E402
@@ -341,7 +341,7 @@ def _repair(store, results, base: PlannedTrials, evaluations: DeferredEvaluation
     repairs them."""
     if stop.reason is not None:
         return 0
-    finals = [with_member_configs(r.metrics, r.config or {}, base) for r in results]
+    finals = [outcome_of(r.metrics, r.config or {}, base) for r in results]
     try:
         return retried(lambda: repair(store, finals, [r.checkpoint for r in results], evaluations),
                        f"storing the finished trials of {store.experiment}")

@@ -93,9 +93,9 @@ def test_device_sampling_resumed_at_a_report_draws_what_the_uninterrupted_run_dr
     uninterrupted = losses(pack(data))
     trainer = pack(data)
     trainer.advance(2)
-    state = trainer.state_dict()
+    state = trainer.pack_state_dict()
     resumed = pack(data)
-    resumed.load_state_dict(state)
+    resumed.load_pack_state_dict(state)
     assert losses(resumed) == uninterrupted[2:]
 
 

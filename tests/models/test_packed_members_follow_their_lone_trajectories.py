@@ -100,9 +100,9 @@ def test_a_packed_checkpoint_resumes_packed_or_alone(data):
     first = PackedTrainer(configs, images, np.arange(N_IMAGES), device=DEVICE, mode="vmap")
     for _ in zip(range(2), first.run(report_every=1)):
         pass
-    state = first.state_dict()
+    state = first.pack_state_dict()
     resumed = PackedTrainer(configs, images, np.arange(N_IMAGES), device=DEVICE, mode="vmap")
-    resumed.load_state_dict(state)
+    resumed.load_pack_state_dict(state)
     rest = {k: [] for k in range(2)}
     for reports in resumed.run(report_every=1):
         for k, report in reports.items():
@@ -191,10 +191,10 @@ def test_a_checkpoint_taken_after_one_member_finished_resumes(data):
     first = PackedTrainer(configs, images, rows, device=DEVICE, mode="vmap")
     for _ in zip(range(3), first.run(report_every=1)):  # member 1 ends at step 3
         pass
-    state = first.state_dict()
+    state = first.pack_state_dict()
     assert [m["step"] for m in state["members"]] == [3, 3]
     resumed = PackedTrainer(configs, images, rows, device=DEVICE, mode="vmap")
-    resumed.load_state_dict(state)
+    resumed.load_pack_state_dict(state)
     rest = [r[0]["loss"] for r in resumed.run(report_every=1)]
     np.testing.assert_allclose(rest, expected[3:], rtol=RTOL)
     assert resumed.members[1].step == 3

@@ -13,10 +13,10 @@ from sweeps.packing import (
     dirname,
     make_packs,
     members_of,
+    outcome_of,
     pack_id,
     resolve_pack_size,
     tune_config,
-    with_member_configs,
 )
 from sweeps.presets import PRESETS
 
@@ -101,7 +101,7 @@ def test_a_pack_size_beyond_memory_names_the_largest_that_fits():
     refused = f"at most {fits} fit in .*; use --pack-size {fits} or --pack-size auto"
     with pytest.raises(UsageError, match=refused):
         resolve_pack_size(fits + 1, configs, 1.0, 4 * 2**30)
-    with pytest.raises(UsageError, match="at least 1"):
+    with pytest.raises(UsageError, match="whole number >= 1"):
         resolve_pack_size(0, configs, 0, None)
 
 
@@ -119,11 +119,15 @@ def test_a_tune_config_names_its_members_by_key_and_the_plan_resolves_them():
     # a key the plan does not hold: which one, and what to do
     with pytest.raises(UsageError, match=f"trial {pack[0].trial_key} .*not in this run's plan.*resume with"):
         members_of(config, PlannedTrials(configs[3:]))
-    # a final report names its members by key; the driver puts their settings back from the plan
+    # a final report names its members by key; the driver takes their settings from the plan
     result = {"done": True, "members": [{"trial_key": m.trial_key, "test_nll": 1.0} for m in pack]}
-    filled = with_member_configs(result, config, plan)
-    assert [m["config"] for m in filled["members"]] == [m.to_dict() for m in pack]
-    assert "config" not in result["members"][0]  # Tune's own record is left as it is
+    outcome = outcome_of(result, config, plan)
+    assert outcome.trials == pack and [m.metrics for m in outcome.members] == [{"test_nll": 1.0}] * len(pack)
+    assert all(a is b for a, b in zip(outcome.trials, members_of(config, plan)))  # the plan's own, not copies
+    # an older disgen's result, whose members carry their settings, is read as it is
+    older = {"done": True, "members": [{"config": m.to_dict(), "test_nll": 1.0} for m in pack]}
+    assert outcome_of(older, {"members": [m.to_dict() for m in pack]}).trials == pack
+    assert outcome_of({"step": 5, "loss": 1.0}, config, plan) is None  # a progress report
     swapped = {**result, "members": result["members"][::-1]}
     with pytest.raises(ValueError, match="not its config's member there"):
-        with_member_configs(swapped, config, plan)
+        outcome_of(swapped, config, plan)

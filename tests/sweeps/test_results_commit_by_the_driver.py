@@ -35,9 +35,10 @@ def finished(experiment, seed, steps=(5, 10), pack=()):
     members = [{"config": config(s), "test_nll": 100.0 + s} for s in (seed, *pack)]
     part = new_part()
     write_history_part(experiment, part, [row for m in members for row in history_rows(
-        "exp", m["config"], [{"step": s, "loss": random.random()} for s in steps])])
+        "exp", m["config"]["trial_key"], [{"step": s, "loss": random.random()} for s in steps])])
     return types.SimpleNamespace(trial_id=f"t{seed}", last_result={"done": True, "members": members,
                                                                    "results_part": part},
+                                 config={"members": [m["config"] for m in members]},
                                  checkpoint=None)  # no final checkpoint here: no checkpoints to clear
 
 
@@ -135,6 +136,7 @@ def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once
 def test_repair_stores_finished_trials_whose_rows_never_landed(tmp_path):
     # The driver died after Tune recorded the trials as finished and before their commit: the
     # resume's repair commits them from Tune's last results, with the history parts they wrote.
+    from sweeps.packing import outcome_of
     from sweeps.results import repair, results_store
 
     experiment = str(tmp_path / "exp")
@@ -144,8 +146,9 @@ def test_repair_stores_finished_trials_whose_rows_never_landed(tmp_path):
     older = {"done": True, "members": [{"config": config(3), "test_nll": 1.0,
                                         "history": [{"step": 5, "loss": 2.0}]}]}
     store = results_store(experiment, fresh=True)
-    assert repair(store, [done[0], None, unfinished, done[1], older]) == 3
-    assert repair(store, [done[0], done[1], older]) == 0  # stored once
+    outcomes = lambda results: [outcome_of(result, {}) for result in results]  # noqa: E731
+    assert repair(store, outcomes([done[0], None, unfinished, done[1], older])) == 3
+    assert repair(store, outcomes([done[0], done[1], older])) == 0  # stored once
     trials = read_results(experiment, TRIALS_FILE)
     assert sorted(trials["seed"]) == [0, 1, 3] and trials["trial_key"].is_unique
     history = read_results(experiment, HISTORY_FILE)

@@ -4,6 +4,7 @@ relative to the experiment (where sweeps/trainable.py writes the model's event f
 from types import SimpleNamespace
 
 from analysis.storage import read_results
+from sweeps.outcome import TrialOutcome
 from sweeps.packing import dirname, tune_config
 from sweeps.results import ResultsWriter, member_rows
 from sweeps.trials import TrialConfig
@@ -36,8 +37,9 @@ def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_p
 def test_on_remote_storage_a_packs_members_sit_in_the_packs_folder():
     pack = [member(2.0, 0), member(4.0, 1)]
     result = {"trial_id": "x", "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
-    rows = member_rows("exp", result, remote=True)
+    rows = member_rows("exp", TrialOutcome.from_report(result), remote=True)
     assert [r["tensorboard_dir"] for r in rows] == [f"{dirname(pack)}/{m.dirname}" for m in pack]
     assert {r["trial_id"] for r in rows} == {"x"}
-    rows = member_rows("exp", {**result, "members": result["members"][:1]}, remote=True)
+    alone = TrialOutcome.from_report({**result, "members": result["members"][:1]})
+    rows = member_rows("exp", alone, remote=True)
     assert rows[0]["tensorboard_dir"] == pack[0].dirname

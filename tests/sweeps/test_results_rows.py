@@ -78,7 +78,7 @@ def finished_row(trial: TrialConfig, **metrics) -> dict:
     result = {"train_nll": 10.0, "test_nll": 12.0, "d_score": 0.5, "encoder_fails": 1.0, "decoder_fails": 0.0,
               "n_train_images": 100, "step": 20, "steps": 20, "n_images": 3000, "bf16": False,
               "device": "cpu", **metrics}
-    return trial_row("exp", trial.to_dict(), result)
+    return trial_row("exp", trial, result)
 
 
 def test_a_row_holds_every_setting_and_reads_alike_with_pd_read_parquet_and_load_trials(tmp_path):
@@ -149,7 +149,7 @@ def test_an_older_file_reads_with_the_dtypes_of_a_new_one(tmp_path):
 
 
 def unfinished(trial: TrialConfig, status: str, error: str | None = None) -> dict:
-    return trial_row("exp", trial.to_dict(), {"step": 5, "error": error}, status)
+    return trial_row("exp", trial, {"step": 5, "error": error}, status)
 
 
 def test_a_failed_or_stopped_row_gives_way_to_the_finished_one(tmp_path):

@@ -16,7 +16,7 @@ from analysis.schema import HISTORY_FILE, TRIALS_FILE
 from analysis.storage import ResultsStore, read_results
 from sweeps import results
 from sweeps.console import StopSignal
-from sweeps.packing import tune_config
+from sweeps.packing import outcome_of, tune_config
 from sweeps.results import ResultsWriter, StorageFailed, history_rows
 from sweeps.trials import TrialConfig
 
@@ -47,7 +47,7 @@ def trial(experiment, seed, outcome="finished"):
     if outcome.startswith("finished"):
         part = storage.new_part()
         storage.write_history_part(experiment, part, history_rows(
-            "exp", member.to_dict(), [{"step": s, "loss": random.random()} for s in (5, 10)]))
+            "exp", member.trial_key, [{"step": s, "loss": random.random()} for s in (5, 10)]))
         done = {"config": member.to_dict(), "test_nll": 100.0 + seed}
         if outcome == "finished-with-error":
             done["error"] = "diverged"
@@ -130,7 +130,8 @@ def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_n
     writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
     ended = trial(experiment, 100)  # a trial whose deferred evaluation ended
     monkeypatch.setattr(type(writer), "evaluations", property(lambda self: type("Evaluations", (), {
-        "finished": lambda _, wait=False: [{"trial_id": ended.trial_id, **ended.last_result}]})()))
+        "finished": lambda _, wait=False: [outcome_of({"trial_id": ended.trial_id, **ended.last_result},
+                                                      ended.config)]})()))
     first, later = callbacks(experiment, writer, 0), callbacks(experiment, writer, 10)
     faults = Faults(monkeypatch)
     first[callback]()  # raises nothing into Tune

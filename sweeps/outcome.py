@@ -1,0 +1,152 @@
+"""What a trial's models report, from the trainable to their rows: ``ModelOutcome`` and
+``TrialOutcome``.
+
+A trained model reports its trial (its settings, named by its trial key), the step it reached,
+what its run resolved and timed (its length in steps, its images, bf16, the training's seconds,
+start and end, the dataset it read), and its evaluation's metrics; or its error. A Tune trial
+reports its models together, with what ran them (its node, device and software:
+``sweeps/provenance.py``).
+
+Tune writes every report into the trial's result.json, so what crosses Tune is plain data and
+small: the trainable turns its ``TrialOutcome`` into its final report once (``to_report``), which
+names each model by its trial key and never holds its settings
+(tests/end_to_end/test_small_results.py); the driver turns a final report back once
+(``from_report``), each model's settings taken from the plan (``sweeps.packing.outcome_of``).
+Between the two, the deferred evaluations (``sweeps/evaluation.py``), the results writer
+(``sweeps/results.py``), the trackers and the console read these dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from analysis.schema import PROVENANCE_FIELDS
+from sweeps.trials import TrialConfig
+
+# What a trial's final report says about what ran its models, copied to each model's row.
+RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
+
+
+@dataclasses.dataclass
+class ModelOutcome:
+    """One model's outcome: trained (and evaluated: ``metrics``), or failed (``error``).
+
+    ``steps``, ``n_images`` and ``bf16`` are the settings only the run resolves (an epoch budget's
+    steps, a whole grid's images, bf16 on CUDA); ``train_*`` the training's timings (epoch
+    seconds; a pack's members are credited an equal share of its time); ``data_*`` the dataset
+    read. ``metrics`` holds the evaluation's values and its timings (``eval_seconds``,
+    ``eval_started_at``, ``eval_ended_at``); ``history`` the loss history, where it travels with
+    the outcome (a deferred evaluation's, read from the checkpoint; an older disgen's result)."""
+
+    trial: TrialConfig
+    step: int | None = None
+    error: str | None = None
+    steps: int | None = None
+    n_images: int | None = None
+    bf16: bool | None = None
+    train_seconds: float | None = None
+    train_started_at: float | None = None
+    train_ended_at: float | None = None
+    data_uri: str | None = None
+    data_content_id: str | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    history: list[dict] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def values(self) -> dict[str, Any]:
+        """What the run resolved and timed (those known) and the metrics, flat, as a report and a
+        row name them."""
+        facts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in _FACTS}
+        return {**{k: v for k, v in facts.items() if v is not None}, **self.metrics}
+
+    def to_report(self) -> dict:
+        """Plain data for Tune: the trial key, never the settings."""
+        report = {"trial_key": self.trial.trial_key}
+        report.update({k: v for k, v in (("error", self.error), ("step", self.step)) if v is not None})
+        report.update(self.values())
+        if self.history is not None:
+            report["history"] = self.history
+        return report
+
+    @classmethod
+    def from_report(cls, report: dict, trial: TrialConfig) -> ModelOutcome:
+        """A member of a final report, with its ``trial`` (from the plan)."""
+        known = {k: report[k] for k in _FACTS if k in report}
+        metrics = {k: v for k, v in report.items() if k not in _NOT_METRICS}
+        return cls(trial, step=report.get("step"), error=report.get("error"), metrics=metrics,
+                   history=report.get("history"), **known)
+
+
+_FACTS = ("steps", "n_images", "bf16", "train_seconds", "train_started_at", "train_ended_at", "data_uri",
+          "data_content_id")
+_NOT_METRICS = {*_FACTS, "trial_key", "config", "step", "error", "history"}
+
+
+@dataclasses.dataclass
+class TrialOutcome:
+    """A Tune trial's outcome: its models' (one, or a pack's members, in the order of its Tune
+    config), the step it reached and what ran it (``facts``: ``RUN_FACTS``). A trial that
+    evaluated its models names the history part it wrote (``results_part``); one that deferred
+    their evaluation (``evaluated`` False: it held a GPU) names its dataset (``data_reference``)
+    and the CPUs an evaluation takes. ``trial_id`` is Tune's, which the driver's copy holds."""
+
+    members: list[ModelOutcome]
+    step: int | None = None
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    evaluated: bool = True
+    results_part: str | None = None
+    data_reference: dict | None = None
+    cpus_per_trial: float | None = None
+    trial_id: str | None = None
+
+    @property
+    def trials(self) -> list[TrialConfig]:
+        return [member.trial for member in self.members]
+
+    def to_report(self) -> dict:
+        """The trial's final report to Tune: plain data, each model named by its trial key; a lone
+        model's values also at the top (for Optuna, ASHA and Tune's table) once evaluated."""
+        report = {"step": self.step, "done": True, **self.facts}
+        if not self.evaluated:
+            report.update(evaluated=False, members=[m.to_report() for m in self.members],
+                          data_reference=self.data_reference, cpus_per_trial=self.cpus_per_trial)
+            return report
+        report["members"] = [m.to_report() for m in self.members]
+        if self.results_part is not None:
+            report["results_part"] = self.results_part
+        if len(self.members) == 1 and not self.members[0].failed:
+            report.update({k: v for k, v in report["members"][0].items() if k != "trial_key"})
+        return report
+
+    @classmethod
+    def from_report(cls, result: dict, trials: Sequence[TrialConfig] = ()) -> TrialOutcome:
+        """A Tune trial's final report (or result: Tune's keys beside it are ignored), its members'
+        settings from ``trials``, its Tune config's members in order. A member that carries its
+        settings (``"config"``: a result of an older disgen) keeps them."""
+        members = []
+        for position, member in enumerate(result["members"]):
+            if "config" in member:
+                trial = TrialConfig(member["config"])
+            elif position < len(trials) and trials[position].trial_key == member.get("trial_key"):
+                trial = trials[position]
+            else:
+                keys = ", ".join(t.trial_key for t in trials)
+                raise ValueError(f"member {position} of a Tune trial's result, trial "
+                                 f"{member.get('trial_key')}, is not its config's member there ({keys})")
+            members.append(ModelOutcome.from_report(member, trial))
+        # the dataset read is each model's own (a lone model's report repeats it at the top)
+        facts = {k: result[k] for k in RUN_FACTS if k in result and k not in _FACTS}
+        return cls(members, step=result.get("step"), facts=facts,
+                   evaluated=result.get("evaluated") is not False, results_part=result.get("results_part"),
+                   data_reference=result.get("data_reference"), cpus_per_trial=result.get("cpus_per_trial"),
+                   trial_id=result.get("trial_id"))
+
+
+def is_final(result: dict | None) -> bool:
+    """Whether a Tune result is a trial's final report (its models' outcomes), not a progress one."""
+    return bool(result) and bool(result.get("done")) and "members" in result
