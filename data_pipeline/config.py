@@ -13,6 +13,8 @@ from data_pipeline.splits import get_split
 
 # where a trial's images come from: disgen's generators, the dataset's real file, or a prepared folder
 DATA_SOURCES = ("procedural", "real", "prepared")
+# a trial's data_source where neither its grid nor the command line sets one: decided here only
+DEFAULT_DATA_SOURCE = "procedural"
 
 
 def whole_number(value, name: str, least: int) -> int:
@@ -33,7 +35,7 @@ class DataConfig:
     condition: str  # the split's condition type, derived from the split (never given)
     n_images: int | None  # grid points to render; None: the whole grid
     data_seed: int  # seeds the choice of the n_images grid points
-    data_source: str = "procedural"  # one of DATA_SOURCES
+    data_source: str = DEFAULT_DATA_SOURCE  # one of DATA_SOURCES
 
     @classmethod
     def parse(cls, settings: dict) -> DataConfig:
@@ -49,7 +51,7 @@ class DataConfig:
         n_images = settings["n_images"]
         if n_images is not None:
             whole_number(n_images, "n_images", 1)
-        source = settings.get("data_source", "procedural")
+        source = settings.get("data_source", DEFAULT_DATA_SOURCE)
         if source not in DATA_SOURCES:
             raise ValueError(f"data_source: unknown {source!r}; choose one of {', '.join(DATA_SOURCES)}")
         return cls(settings["dataset"], settings["split"], condition, n_images,

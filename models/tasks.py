@@ -9,7 +9,10 @@
 Every trainer has the ``Trainer`` interface a sweep drives: ``run(until_step, report_every)``
 yields ``{step, loss, <terms>, images_per_second}``; ``step``, ``total_steps``, ``model``,
 ``device``; ``state_dict()`` / ``load_state_dict()`` resume exactly; a NaN or infinite loss term
-raises ``NonFiniteLossError`` naming the step and the term.
+raises ``NonFiniteLossError`` naming the step and the term. It also answers what a pack
+(``models.packed.PackedTrainer``) answers, as a pack of one: ``members``, ``current_model(k)``,
+``errors``, ``member_reports(report_every)`` and ``pack_state_dict()`` / ``load_pack_state_dict()``,
+so that a sweep drives a lone model and a pack through the same calls.
 """
 
 from __future__ import annotations

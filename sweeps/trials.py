@@ -23,7 +23,7 @@ from dataclasses import asdict, fields
 
 from analysis.metrics.registry import SETTING_DOCS, EvaluationConfig
 from data_pipeline import dataset_channels
-from data_pipeline.config import DataConfig
+from data_pipeline.config import DEFAULT_DATA_SOURCE, DataConfig
 from sweeps.errors import UsageError
 
 # Settings that change how a trial is logged, not what it computes; left out of the trial key.
@@ -71,7 +71,7 @@ def trial_key(settings: Mapping) -> str:
     """A short, stable identifier: a hash of everything that decides the trial's results."""
     content = {k: v for k, v in sorted(settings.items())
                if k not in NOT_IN_KEY and k not in ("trial_key", "channels")}
-    if content.get("data_source") == "procedural":  # the default: keys from before the setting stay
+    if content.get("data_source") == DEFAULT_DATA_SOURCE:  # the default: keys from before the setting stay
         del content["data_source"]
     digest = hashlib.sha1(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
     return digest[:10]
@@ -122,7 +122,7 @@ class TrialConfig(Mapping):
             if unknown:
                 raise UsageError(f"unknown setting {unknown[0]!r}; allowed: "
                                  f"{', '.join(sorted(allowed_keys()))}")
-            settings.setdefault("data_source", "procedural")
+            settings.setdefault("data_source", DEFAULT_DATA_SOURCE)
             try:
                 data = DataConfig.parse(settings)
                 EvaluationConfig.parse(settings)
