@@ -59,8 +59,11 @@ class CheckpointSignals:
             time.sleep(0.05)
 
     def release_all(self) -> None:
+        """Release every signal waiting; a signal still being written (its ``.tmp``) is left to
+        arrive (deleting it there failed the worker's rename, and with it the trial)."""
         for path in self.folder.iterdir():
-            path.unlink(missing_ok=True)
+            if not path.name.endswith(".tmp"):
+                path.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def releasing(self):
@@ -108,9 +111,10 @@ def signal(name: str) -> None:
     if not folder or not os.path.isdir(folder):
         return
     path = os.path.join(folder, name)
-    with open(path + ".tmp", "w") as file:
+    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # this writer's own
+    with open(partial, "w") as file:
         file.write(str(os.getpid()))
-    os.replace(path + ".tmp", path)  # the test reads whole files only
+    os.replace(partial, path)  # the test reads whole files only
     deadline = time.monotonic() + WAIT_SECONDS
     while os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.05)
