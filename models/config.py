@@ -504,8 +504,14 @@ def write_settings_table(page: str = "docs/models.md") -> None:
 
 def with_settings_table(page: str) -> str:
     """``page`` (docs/models.md's text) with its settings table replaced by ``settings_table()``."""
-    head, start, rest = page.partition(TABLE_START + "\n")
-    _, end, tail = rest.partition(TABLE_END)
+    return with_marked_table(page, TABLE_START, TABLE_END, settings_table(), "settings")
+
+
+def with_marked_table(page: str, start_marker: str, end_marker: str, table: str, what: str) -> str:
+    """``page`` with the text between the line ``start_marker`` and ``end_marker`` replaced by
+    ``table``: a docs table made from declarations (these settings; ``sweeps.options``' options)."""
+    head, start, rest = page.partition(start_marker + "\n")
+    _, end, tail = rest.partition(end_marker)
     if not start or not end:
-        raise ValueError(f"the page has no settings table between {TABLE_START!r} and {TABLE_END!r}")
-    return head + start + settings_table() + end + tail
+        raise ValueError(f"the page has no {what} table between {start_marker!r} and {end_marker!r}")
+    return head + start + table + end + tail

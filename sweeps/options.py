@@ -373,8 +373,6 @@ def write_options_table(page: str = "docs/sweeps.md") -> None:
 
 def with_options_table(page: str) -> str:
     """``page`` (docs/sweeps.md's text) with its options table replaced by ``options_table()``."""
-    head, start, rest = page.partition(TABLE_START + "\n")
-    _, end, tail = rest.partition(TABLE_END)
-    if not start or not end:
-        raise ValueError(f"the page has no options table between {TABLE_START!r} and {TABLE_END!r}")
-    return head + start + options_table() + end + tail
+    from models.config import with_marked_table  # imports torch: not for --help or a bad option
+
+    return with_marked_table(page, TABLE_START, TABLE_END, options_table(), "options")

@@ -6,39 +6,19 @@ results column and its unit, the docs table, a grid's keys and the trial key."""
 from __future__ import annotations
 
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+from design_page import after_declaration, steps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "design.md"
-
-
-def steps() -> dict[str, str]:
-    """The code blocks of the page's "Adding a hyperparameter" that follow an ``<!-- label -->``."""
-    text = PAGE.read_text()
-    section = text[text.index("## Adding a hyperparameter"):]
-    section = section[:section.index("\n## ", 1)]
-    return dict(re.findall(r"<!-- ([^>]+?) -->\n```[a-z]*\n(.*?)```", section, re.S))
-
-
-def after_declaration(lines: list[str], name: str) -> int:
-    """The index of the line after ``name``'s declaration in ModelConfig (it may span lines)."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"    {name}: "))
-    depth, end = 0, start
-    while True:
-        depth += lines[end].count("(") - lines[end].count(")")
-        end += 1
-        if depth == 0:
-            return end
 
 
 @pytest.mark.slow
 def test_following_the_page_adds_a_setting_everywhere_it_goes(tmp_path):
-    page = steps()
+    page = steps("Adding a hyperparameter")
     assert set(page) == {"ModelConfig, after beta", "its test", "the docs table"}, set(page)
     shutil.copytree(ROOT / "models", tmp_path / "models", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "docs").mkdir()

@@ -28,14 +28,6 @@ N_IMAGES = 48
 SAMPLING = GPUSettings(device_sampling=True)
 
 
-@pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    images = ((rng.random((N_IMAGES, 1, 64, 64)) > 0.7) * 255).astype(np.uint8)
-    factors = rng.integers(0, 3, (N_IMAGES, 4))
-    return images, factors
-
-
 def small(**fields) -> ModelConfig:
     return ModelConfig(**{"steps": 4, "batch_size": 8, "lr": 1e-3, **fields})
 

@@ -24,14 +24,6 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL = 1e-5 if DEVICE == "cpu" else 2e-3
 
 
-@pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    images = ((rng.random((N_IMAGES, 1, 64, 64)) > 0.7) * 255).astype(np.uint8)
-    factors = rng.integers(0, 3, (N_IMAGES, 4))
-    return images, factors
-
-
 def small(**fields) -> ModelConfig:
     return ModelConfig(**{"steps": 3, "batch_size": 8, "lr": 1e-3, **fields})
 

@@ -15,14 +15,6 @@ from models.packed import PackedTrainer
 N_IMAGES = 32
 
 
-@pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    images = ((rng.random((N_IMAGES, 1, 64, 64)) > 0.7) * 255).astype(np.uint8)
-    factors = rng.integers(0, 3, (N_IMAGES, 4))
-    return images, factors
-
-
 CONFIGS = [ModelConfig(steps=4, batch_size=8, lr=1e-3, beta=1.0 + k, seed=k) for k in range(2)]
 
 

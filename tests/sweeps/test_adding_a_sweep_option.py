@@ -7,36 +7,17 @@ record, and in the docs table. Without Ray."""
 from __future__ import annotations
 
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
 
+from design_page import after_declaration, steps
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "design.md"
-
-
-def steps() -> dict[str, str]:
-    """The code blocks of the page's "Adding a sweep option" that follow an ``<!-- label -->``."""
-    text = PAGE.read_text()
-    section = text[text.index("## Adding a sweep option"):]
-    section = section[:section.index("\n## ", 1)]
-    return dict(re.findall(r"<!-- ([^>]+?) -->\n```[a-z]*\n(.*?)```", section, re.S))
-
-
-def after_declaration(lines: list[str], name: str) -> int:
-    """The index of the line after ``name``'s declaration in SweepOptions (it may span lines)."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"    {name}: "))
-    depth, end = 0, start
-    while True:
-        depth += lines[end].count("(") - lines[end].count(")")
-        end += 1
-        if depth == 0:
-            return end
 
 
 def test_following_the_page_adds_a_sweep_option_everywhere_it_goes(tmp_path):
-    page = steps()
+    page = steps("Adding a sweep option")
     assert set(page) == {"SweepOptions, after max_failures", "its test", "the docs table"}, set(page)
     shutil.copytree(ROOT / "sweeps", tmp_path / "sweeps", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "docs").mkdir()
