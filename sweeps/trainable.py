@@ -118,16 +118,15 @@ def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GP
                          factor_space=data.factor_space, settings=settings)
 
 
-def _resume_from_checkpoint(trainer, logs: list[ModelLog],
-                            members: Sequence[TrialConfig]) -> tuple[dict | None, str | None]:
-    """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``), if any.
+def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], storage_context,
+                            folder: str) -> tuple[dict | None, str | None]:
+    """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``), if any: in
+    its checkpoint ``folder`` on Tune's storage (``storage_context``), or the one Tune restored.
     Returns (training, checkpoint): training is None if it goes on (from the start or a
     checkpoint, whose path is returned); if training had already finished (a final checkpoint),
     the models' trained weights are loaded and the training's record is returned (its timings,
     where saved)."""
-    storage_context = tune.get_context().get_storage()
-    found = newest_checkpoint(members, storage_context.storage_filesystem,
-                              checkpoint_folder(storage_context, members), tune.get_checkpoint(),
+    found = newest_checkpoint(members, storage_context.storage_filesystem, folder, tune.get_checkpoint(),
                               others=[storage_context.trial_fs_path])
     if found is None:
         return None, None
@@ -245,10 +244,10 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
 
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     began, started = time.time(), time.perf_counter()
-    training, resumed_from = _resume_from_checkpoint(trainer, logs, members)
     storage_context = tune.get_context().get_storage()
-    writer = CheckpointWriter(storage_context.storage_filesystem, checkpoint_folder(storage_context, members),
-                              members, resumed_from)
+    checkpoints = checkpoint_folder(storage_context, members)  # <experiment>/<trial's name>
+    training, resumed_from = _resume_from_checkpoint(trainer, logs, members, storage_context, checkpoints)
+    writer = CheckpointWriter(storage_context.storage_filesystem, checkpoints, members, resumed_from)
     try:
         if training is None:
             _train(trainer, logs, writer, first.evaluation.report_every, run_info.checkpoint_every,
