@@ -10,6 +10,7 @@ training worker draws its :func:`reconstruction_grid` tiles without it.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -207,16 +208,21 @@ def _folders(location: str) -> list[str]:
 
 class _Experiment:
     """One experiment's folder listing, and its pack checkpoints' members, read once. A trial's
-    checkpoint is the last ``checkpoint_*/trainer.pt`` of the folder ``<split>-b<β>-s<seed>-<key[:6]>``,
-    or of the pack folder whose checkpoint holds the trial's key."""
+    checkpoint is the last ``checkpoint_*/trainer.pt`` of the folder ``<split>-b<β>-s<seed>-<key[:6]>``
+    (or of Tune's ``..._<hex>`` beside it: ``trial_folders``), or of the pack folder whose checkpoint
+    holds the trial's key."""
 
     def __init__(self, location: str, local_copies: str):
         self.location, self.local_copies = location, local_copies
         self.folders = _folders(location)
         self._packs: dict[str, list] | None = None
 
-    def trial_folder(self, key: str) -> str | None:
-        return next((f for f in self.folders if f.endswith("-" + key[:6])), None)
+    def trial_folders(self, key: str) -> list[str]:
+        """The trial's folders: disgen's (``...-<key[:6]>``, its TensorBoard files and in-training
+        checkpoints), then any Tune named ``...-<key[:6]>_<hex>`` because disgen's was taken (a trial
+        Tune ran again as a new Tune trial keeps its final checkpoint there)."""
+        named = re.compile(rf".*-{re.escape(key[:6])}(_[0-9a-f]+)?")
+        return [f for f in self.folders if named.fullmatch(f)]
 
     def last_checkpoint(self, folder: str) -> str | None:
         names = [n for n in _folders(join(self.location, folder)) if n.startswith("checkpoint_")]
@@ -289,10 +295,10 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
         key, label = str(row["trial_key"]), label_of(row)
         experiment = by_name.get(str(row.get("experiment")), next(iter(by_name.values())))
         try:
-            folder = experiment.trial_folder(key)
+            folders = experiment.trial_folders(key)
             tensorboard = row.get("tensorboard_dir")
-            tensorboard = folder if pd.isna(tensorboard) else str(tensorboard)
-            checkpoint = experiment.last_checkpoint(folder) if folder else None
+            tensorboard = (folders[0] if folders else None) if pd.isna(tensorboard) else str(tensorboard)
+            checkpoint = next(filter(None, map(experiment.last_checkpoint, folders)), None)
             member = 0
             if checkpoint is None:
                 found = experiment.in_pack(key)

@@ -22,6 +22,7 @@ CASES = {  # trial key → what is wrong with it
     "k5": "corrupt event file",
     "k6": "missing event file",
     "k7": "checkpoint that needs pickle",
+    "k8": "final checkpoint in the folder Tune suffixed",  # a trial Tune ran again as a new Tune trial
 }
 
 
@@ -57,7 +58,8 @@ def report(tmp_path_factory):
             write_events(folder)
         if problem != "missing checkpoint":
             extra = {"note": NotWeights()} if problem == "checkpoint that needs pickle" else None
-            path = good_checkpoint(folder, key, extra)
+            suffixed = experiment / f"blank_side-{key}_1a9c"  # Tune's name when disgen's was taken
+            path = good_checkpoint(suffixed if problem == CASES["k8"] else folder, key, extra)
             data = path.read_bytes()
             if problem == "truncated checkpoint":
                 path.write_bytes(data[: len(data) // 2])
@@ -76,9 +78,10 @@ def report(tmp_path_factory):
     return out / "report.html"
 
 
-def test_the_good_model_is_drawn(report):
+@pytest.mark.parametrize("key", ["k0", "k8"])
+def test_the_good_model_is_drawn(report, key):
     page = report.read_text()
-    assert "<h3>k0 · " in page and "k0_reconstructions.png" in page and "k0_hinton.png" in page
+    assert f"<h3>{key} · " in page and f"{key}_reconstructions.png" in page and f"{key}_hinton.png" in page
 
 
 @pytest.mark.parametrize("key,reason", [
