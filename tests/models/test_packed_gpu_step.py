@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from random_images import random_images
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import models.packed as packed_module
@@ -25,6 +26,11 @@ from models.engine import lay_out_like_parameters
 from models.packed import PackedTrainer
 
 N_IMAGES = 48
+
+
+@pytest.fixture(scope="module")
+def data():
+    return random_images(N_IMAGES)
 SAMPLING = GPUSettings(device_sampling=True)
 
 

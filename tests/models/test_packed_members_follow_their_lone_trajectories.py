@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from random_images import random_images
 
 import models.packed as packed_module
 from models import ModelConfig, Trainer, build
@@ -18,6 +19,11 @@ from models.packed import (
 )
 
 N_IMAGES = 48
+
+
+@pytest.fixture(scope="module")
+def data():
+    return random_images(N_IMAGES)
 # On whatever device is present. On a GPU, convolutions may use TF32 and reduce in another order from
 # one call to the next, so trajectories agree to a looser tolerance there.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

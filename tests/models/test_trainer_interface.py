@@ -8,11 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from random_images import random_images
 
 from models import ModelConfig, NonFiniteLossError, Trainer, build, build_trainer
 from models.packed import PackedTrainer
 
 N_IMAGES = 32
+
+
+@pytest.fixture(scope="module")
+def data():
+    return random_images(N_IMAGES)
 
 
 CONFIGS = [ModelConfig(steps=4, batch_size=8, lr=1e-3, beta=1.0 + k, seed=k) for k in range(2)]
