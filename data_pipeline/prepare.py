@@ -137,7 +137,8 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
 
     Unless this process is already connected to Ray, it calls ``ray.init(address)``: None joins
     the machine's running cluster if there is one, else starts one with ``num_cpus``; ``"local"``
-    always starts a fresh one. A generator's shards spread over the cluster; a real file is read,
+    always starts a fresh one. That connection is closed (a Ray it started, stopped) when the build
+    ends, whole or not. A generator's shards spread over the cluster; a real file is read,
     converted and written on the driver's node (its read tasks are pinned there, and Ray Data
     fuses the three steps into one task per shard).
     """
@@ -168,38 +169,43 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
         identity = {**recorded, "rows_per_block": step}
     import ray
 
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:  # a Ray of its own: stopped when the build ends, as the process's other work goes on
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    start = time.perf_counter()
-    kept = _finished_shards(out, identity)
-    shards = [(first, min(step, n - first)) for first in range(0, n, step) if first not in kept]
-    classes_entry = prepared.write_classes(out, classes)
-    ShardSource, ShardSink = _ray_classes()
-    sink = ShardSink(out, step, n, identity, list(kept.values()),
-                     dict(dataset=name, space=space, image_shape=image_shape, classes=classes_entry,
-                          source=recorded, built_by="ray.data"), start)
-    if not shards:  # every shard was written by an earlier, interrupted run
-        sink.finish([])
-        return sink.manifest
-    if from_file is not None:
-        rows = source.rows()
-        binary = source.binary
-        # one read task per shard, or one for them all where the file cannot seek; as many blocks
-        # as tasks, so that Ray Data splits no shard between tasks
-        groups = [[shard] for shard in shards] if rows.seekable() else [shards]
-        read = ray.data.read_datasource(ShardSource(groups, rows=rows), override_num_blocks=len(groups))
-        if binary is None:  # M22's files hold 0/1 or 0/255 pixels: a first pass finds which
-            tops = read.map_batches(lambda batch: {"top": [int(batch["raw"].max(initial=0))]},
-                                    batch_size=None)
-            binary = tops.max("top") <= 1
-        where = f"{source.path}: {source.key}"
-        pipeline = read.map_batches(functools.partial(_convert_batch, binary, where), batch_size=None)
-    else:
-        groups = [[shard] for shard in shards]
-        read = ray.data.read_datasource(ShardSource(groups, index=index), override_num_blocks=len(groups))
-        pipeline = read.map_batches(functools.partial(_render_batch, name), batch_size=None)
-    pipeline.write_datasink(sink)
-    return sink.manifest or prepared.read_manifest(out)
+    try:
+        start = time.perf_counter()
+        kept = _finished_shards(out, identity)
+        shards = [(first, min(step, n - first)) for first in range(0, n, step) if first not in kept]
+        classes_entry = prepared.write_classes(out, classes)
+        ShardSource, ShardSink = _ray_classes()
+        sink = ShardSink(out, step, n, identity, list(kept.values()),
+                         dict(dataset=name, space=space, image_shape=image_shape, classes=classes_entry,
+                              source=recorded, built_by="ray.data"), start)
+        if not shards:  # every shard was written by an earlier, interrupted run
+            sink.finish([])
+            return sink.manifest
+        if from_file is not None:
+            rows = source.rows()
+            binary = source.binary
+            # one read task per shard, or one for them all where the file cannot seek; as many blocks
+            # as tasks, so that Ray Data splits no shard between tasks
+            groups = [[shard] for shard in shards] if rows.seekable() else [shards]
+            read = ray.data.read_datasource(ShardSource(groups, rows=rows), override_num_blocks=len(groups))
+            if binary is None:  # M22's files hold 0/1 or 0/255 pixels: a first pass finds which
+                tops = read.map_batches(lambda batch: {"top": [int(batch["raw"].max(initial=0))]},
+                                        batch_size=None)
+                binary = tops.max("top") <= 1
+            where = f"{source.path}: {source.key}"
+            pipeline = read.map_batches(functools.partial(_convert_batch, binary, where), batch_size=None)
+        else:
+            groups = [[shard] for shard in shards]
+            read = ray.data.read_datasource(ShardSource(groups, index=index), override_num_blocks=len(groups))
+            pipeline = read.map_batches(functools.partial(_render_batch, name), batch_size=None)
+        pipeline.write_datasink(sink)
+        return sink.manifest or prepared.read_manifest(out)
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _render_batch(dataset: str, batch: dict) -> dict:

@@ -128,6 +128,9 @@ def test_prepare_from_file_on_the_command_line(tmp_path, capsys, shapes3d_file):
     source = shapes3d_file
     prepare_main(["shapes3d", "--from-file", str(source), "--out", str(tmp_path / "ra")])
     assert f"700 images of {source} in 1 blocks" in capsys.readouterr().out
+    import ray
+
+    assert not ray.is_initialized()  # the Ray it started is stopped: the process's next ray.init works
     manifest = json.loads((tmp_path / "ra" / "manifest.json").read_text())
     assert manifest["dataset"] == "shapes3d" and manifest["n_images"] == 700
     for argv, expected in [(["dsprites", "--from-file", str(tmp_path / "none.npz")], "no such file"),
