@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from ray import tune
 
 from sweeps.errors import Terminated, raise_terminated
-from sweeps.packing import PlannedTrials, dirname, members_of, outcome_of
+from sweeps.packing import dirname, members_of, outcome_of
+from sweeps.packing import planned as as_planned_trials
 from sweeps.trials import TrialConfig
 
 FIRST_INTERVAL = 30.0  # seconds between two progress tables, at first
@@ -87,7 +88,7 @@ class Console:
     def __init__(self, name: str, planned: Sequence[TrialConfig], finished_keys=(), base_trials=(),
                  samples: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
         # what the Tune trials' configs name: the planned trials (Optuna's base), by key
-        self.name, self.base_trials, self.gpus = name, PlannedTrials(base_trials or planned), gpus
+        self.name, self.base_trials, self.gpus = name, as_planned_trials(base_trials or planned), gpus
         self.stream, self.clock = stream, clock
         self.work = {t.trial_key: _work(t) for t in planned}
         self.models = samples if samples is not None else len(planned)

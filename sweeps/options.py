@@ -321,6 +321,14 @@ class Sweep:
         rendered to once, once Ray is up."""
         return self.options.data_dir if self.options.pinned_data_source == "procedural" else None
 
+    @functools.cached_property
+    def base_trials(self) -> PlannedTrials:
+        """The trials indexed by key (``sweeps.packing.PlannedTrials``), what the Tune trials'
+        configs name: built once per record, for the tuner, its callbacks and the trainable."""
+        from sweeps.packing import PlannedTrials
+
+        return PlannedTrials(self.trials)
+
     @property
     def planned(self) -> int:
         """The Tune trials the sweep runs: its trials, or ``--num-samples`` with ``--search optuna``."""

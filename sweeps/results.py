@@ -268,14 +268,14 @@ class ResultsWriter(tune.Callback):
         already stored keeps it: a driver killed after the commit but before Tune saved the trial as
         finished lets the resume run the trial again."""
         result = trial.last_result or {}
-        if "members" in result and trial.checkpoint is not None:
-            _remove_training_checkpoints(trial, members_of(trial.config, self.base_trials))
         if "members" not in result:  # no final report: the scheduler stopped it
             part, rows = storage.new_part(), unfinished_rows(
                 experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
             self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
             return
         outcome = outcome_of({"trial_id": trial.trial_id, **result}, trial.config, self.base_trials)
+        if trial.checkpoint is not None:  # the final one: the in-training ones are spent
+            _remove_training_checkpoints(trial, outcome.trials)
         if not outcome.evaluated:
             self._errors(outcome)
             if self.failure is not None:  # stopping: the resume evaluates its models

@@ -188,7 +188,7 @@ def _callbacks(sweep: Sweep, console: Console | None, stop: StopSignal) -> list:
     """The run's Tune callbacks: the results writer first (a model's row is stored before the
     console says it is done), the Ctrl-C watch, the live view unless --verbose, MLflow with
     --mlflow, W&B with --wandb, and Tune's JSON and CSV records of each trial."""
-    base, options = PlannedTrials(sweep.trials), sweep.options
+    base, options = sweep.base_trials, sweep.options
     writer = ResultsWriter(sweep.experiment_dir, base, results_store(sweep.experiment_dir), stop)
     callbacks = [writer, stop]
     if console is not None:
@@ -222,7 +222,7 @@ def _new_tuner(sweep: Sweep, trainable, gpus: float, remote: bool, console: Cons
         scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="loss", mode="min",
                                                   max_t=steps + 1, grace_period=max(1, steps // 8),
                                                   reduction_factor=3)
-    base = PlannedTrials(sweep.trials)
+    base = sweep.base_trials
     name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
     return tune.Tuner(
         trainable,
@@ -263,7 +263,7 @@ def _trainable(sweep: Sweep, gpus: float, remote: bool):
         verbose=options.verbose,
         # what the Tune trials' configs name (their members' keys, or Optuna's planned trial):
         # sent once, with the trainable's parameters, never in a trial's config
-        base_trials=PlannedTrials(sweep.trials),
+        base_trials=sweep.base_trials,
         datasets=sweep.data,
         # a trial that holds a GPU frees it for the next as soon as its models are trained, and the
         # driver evaluates them in CPU-only tasks (sweeps/evaluation.py); but Optuna learns from each
@@ -310,7 +310,7 @@ def _resume_tune_run(sweep: Sweep, trainable, console: Console | None,
     rows never landed (a driver killed while writing them) are written now; trials that trained but
     whose models were never evaluated (a driver killed while their evaluations ran) have them
     evaluated from their final checkpoints, beside the restored run's training."""
-    base = PlannedTrials(sweep.trials)  # holds every trial of the restored run (plan_record.check_resume)
+    base = sweep.base_trials  # holds every trial of the restored run (plan_record.check_resume)
     experiment_dir = sweep.experiment_dir
     print(f"Resuming {experiment_dir}", flush=True)
     store, evaluations = results_store(experiment_dir), DeferredEvaluations.of(experiment_dir)
@@ -396,7 +396,7 @@ def run_sweep(sweep: Sweep) -> dict:
         if sweep.shared_dir:  # procedural data rendered once to shared storage, by Ray Data
             sweep = dataclasses.replace(sweep, data=share_procedural(sweep.data, sweep.shared_dir))
         console = None if options.verbose else Console(
-            sweep.name, sweep.trials, store.keys, base_trials=sweep.trials,
+            sweep.name, sweep.trials, store.keys, base_trials=sweep.base_trials,
             samples=options.num_samples if options.search == "optuna" else None, gpus=gpus)
         remote = storage.is_remote(experiment_dir)
         trainable = _trainable(sweep, gpus, remote)
@@ -416,7 +416,7 @@ def run_sweep(sweep: Sweep) -> dict:
             elif not resuming:
                 plan_record.write(experiment_dir, sweep.record)
             if not stop.received.is_set():
-                failed += _finish_evaluations(experiment_dir, sweep.trials, stop)
+                failed += _finish_evaluations(experiment_dir, sweep.base_trials, stop)
     finally:
         if started_ray:
             ray.shutdown()
