@@ -39,6 +39,24 @@ if "DISGEN_CACHE" not in os.environ:
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def process_state_unchanged(request):
+    """Fails a test that leaves process-wide state changed (tests/process_state.py), after setting it
+    back: Ray started or stopped, torch's switches, the environment, the directory, signal handlers.
+    Which tests share a process depends on the order, so such a leak would fail some later test, in
+    some orders only; here it fails the test that made it, in every order."""
+    from process_state import changes, restore, snapshot
+
+    before = snapshot()
+    yield
+    changed = changes(before, snapshot(), may_start_ray="ray_session" in request.fixturenames)
+    if changed:
+        restore(before)
+        pytest.fail("this test left process-wide state changed, which later tests in the same process "
+                    "would see (set it back in the test, e.g. with a fixture): " + "; ".join(changed),
+                    pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -126,11 +128,12 @@ def test_an_interrupted_conversion_resumes_after_its_last_checked_block(tmp_path
 
 def test_prepare_from_file_on_the_command_line(tmp_path, capsys, shapes3d_file):
     source = shapes3d_file
-    prepare_main(["shapes3d", "--from-file", str(source), "--out", str(tmp_path / "ra")])
-    assert f"700 images of {source} in 1 blocks" in capsys.readouterr().out
     import ray
 
-    assert not ray.is_initialized()  # the Ray it started is stopped: the process's next ray.init works
+    was_up = ray.is_initialized()  # depends on which tests ran before in this process: either works
+    prepare_main(["shapes3d", "--from-file", str(source), "--out", str(tmp_path / "ra")])
+    assert f"700 images of {source} in 1 blocks" in capsys.readouterr().out
+    assert ray.is_initialized() == was_up  # Ray left as the command found it
     manifest = json.loads((tmp_path / "ra" / "manifest.json").read_text())
     assert manifest["dataset"] == "shapes3d" and manifest["n_images"] == 700
     for argv, expected in [(["dsprites", "--from-file", str(tmp_path / "none.npz")], "no such file"),
@@ -138,6 +141,34 @@ def test_prepare_from_file_on_the_command_line(tmp_path, capsys, shapes3d_file):
         with pytest.raises(SystemExit) as code:
             prepare_main(argv + ["--out", str(tmp_path / "x")])
         assert code.value.code == 2 and expected in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_prepare_stops_the_ray_it_started(tmp_path, shapes3d_file):
+    """In a process not connected to Ray, ``prepare`` starts one and stops it when the build ends,
+    so the process's next ``ray.init`` works. A fresh process: this test's own process may already be
+    connected, depending on which tests ran before it."""
+    script = (
+        "import sys, ray\n"
+        "from data_pipeline.prepare import main\n"
+        "assert not ray.is_initialized()\n"
+        "main(['shapes3d', '--from-file', sys.argv[1], '--out', sys.argv[2]])\n"
+        "print('after the build, Ray is', 'up' if ray.is_initialized() else 'down')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(shapes3d_file), str(tmp_path / "ra")],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "after the build, Ray is down" in done.stdout
+    assert json.loads((tmp_path / "ra" / "manifest.json").read_text())["n_images"] == N_SHAPES
+
+
+@pytest.mark.slow
+def test_prepare_leaves_a_connected_ray_running(tmp_path, shapes3d_file, ray_session):
+    """In a process already connected to Ray, ``prepare`` runs its pipeline there and leaves that
+    connection up: the session's other tests still use it."""
+    node = ray_session.get_runtime_context().get_node_id()
+    prepare_main(["shapes3d", "--from-file", str(shapes3d_file), "--out", str(tmp_path / "ra")])
+    assert ray_session.is_initialized() and ray_session.get_runtime_context().get_node_id() == node
+    assert json.loads((tmp_path / "ra" / "manifest.json").read_text())["n_images"] == N_SHAPES
 
 
 def test_labelled_and_m22_files_convert_to_the_same_layout(tmp_path):

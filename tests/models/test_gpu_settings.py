@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from process_state import restore_torch_flags, torch_flags
 
 from models.device import GPUSettings, Rows, fits_resident, resident_images
 
@@ -58,14 +59,18 @@ def test_rows_are_the_same_on_the_host_and_the_device_and_slice_together():
 @pytest.fixture
 def cuda_calls(monkeypatch):
     """``apply`` on a CUDA device without one: the process-wide flags restored afterwards, the
-    memory cap recorded instead of set."""
-    for module, name in ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32"),
-                         (torch.backends.cudnn, "benchmark")):
-        monkeypatch.setattr(module, name, getattr(module, name))
+    memory cap recorded instead of set.
+
+    The flags are saved and set back by value, not with ``monkeypatch.setattr``: they are properties
+    of torch's backend modules (``torch.backends.cuda.matmul`` is a ``cuBLASModule``), not entries of
+    an instance's ``__dict__``, and pytest 9's monkeypatch undoes such an attribute with ``delattr``,
+    which those modules refuse."""
+    saved = torch_flags()
     calls = []
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
                         lambda share, device=None: calls.append((share, device)))
-    return calls
+    yield calls
+    restore_torch_flags(saved)
 
 
 def test_a_share_below_one_caps_the_processs_gpu_memory(cuda_calls):

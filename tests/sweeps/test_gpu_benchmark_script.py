@@ -19,12 +19,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import check_gpu_figures  # noqa: E402
 import gpu_figures  # noqa: E402
 
+# gpu.sh runs `python3`, as on the lent machine: this test's interpreter first on the PATH, so that it
+# is the one with torch whether or not its virtual environment was activated
+WITH_THIS_PYTHON = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable),
+                                                            os.environ.get("PATH", "")])}
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu.sh would run")
 def test_gpu_sh_without_cuda_exits_2_and_says_why(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), str(out), "--part", "1"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=WITH_THIS_PYTHON)
     assert done.returncode == 2 and "no CUDA device" in done.stdout and "--cpu-smoke" in done.stdout
     assert not (out / "gpu_figures_part1.json").exists()
     # what it printed is in the log under OUT, which the lent machine brings back; versions first
@@ -35,7 +40,8 @@ def test_gpu_sh_without_cuda_exits_2_and_says_why(tmp_path):
 def test_gpu_sh_refuses_a_run_without_an_output_folder_or_with_an_unknown_part(tmp_path):
     script = str(REPO / "benchmarks" / "gpu.sh")
     for arguments in ([], [str(tmp_path), "--part", "5"]):
-        done = subprocess.run(["bash", script, *arguments], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(["bash", script, *arguments], capture_output=True, text=True, timeout=60,
+                              env=WITH_THIS_PYTHON)
         assert done.returncode == 2 and "gpu.sh" in done.stderr
 
 
