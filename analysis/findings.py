@@ -96,6 +96,7 @@ class Finding:
     readout: pd.DataFrame = field(default_factory=pd.DataFrame)  # the readout per split and factor
     note: str = ""  # what a reader should weigh beside the verdict (D21: within each supervision group)
     points: pd.DataFrame = field(default_factory=pd.DataFrame)  # per model, what a figure plots (D21)
+    name: str = ""  # the check that made it (m21_held_out, ...): names its figures in the report
 
     @property
     def symbol(self) -> str:
@@ -1070,7 +1071,10 @@ def findings(df: pd.DataFrame) -> list[Finding]:
     for preset, checks in STUDIES.items():
         part = df[df["preset"].astype(object) == preset]
         if not part.empty:
-            out += [check(part) for check in checks]
+            for check in checks:
+                found = check(part)
+                found.name = check.__name__
+                out.append(found)
     return out
 
 

@@ -775,6 +775,8 @@ def test_report_puts_the_findings_first(tmp_path, capsys):
     page = (tmp_path / "report.html").read_text()
     assert page.index("<h2>Findings</h2>") < page.index("<h2>Summary</h2>")
     assert "✗ Dittadi et al. 2021, §5, Fig. 4: not reproduced" in page and "shape2tx" in page
+    assert 'alt="finding_d21_transfer_scatter.png"' in page  # its evidence as a picture
+    assert "_forest.png" not in page  # no in-distribution control: no ratio to draw
     assert "<b>Precondition</b>" in page and "<b>Did it hold?</b>" in page
     assert "readout per factor behind it" in page
 
