@@ -32,7 +32,7 @@ from analysis.aggregate import (
     finished_models,
     present,
 )
-from analysis.findings import findings
+from analysis.findings import FAIL_RATIO, findings
 from analysis.loading import load_errors, load_history, load_trials
 from analysis.schema import CONFIG_FIELDS, LOSS_TERMS
 from analysis.storage import experiment_name, is_remote, join, read_bytes, resolve
@@ -154,7 +154,7 @@ def write_html_report(experiment_dirs, out_dir: str, *, df: pd.DataFrame | None 
                                                  with_checkpoints=with_checkpoints, progress=progress)
     df, values = results.trials, results.metrics + results.scores
     parts = [
-        findings_section(findings(df) if found is None else found),
+        findings_section(findings(df) if found is None else found, figures_dir),
         summary_section(df, results.errors, skipped, table, results.experiments),
         trials_section(df, values, tensorboard_links(results, out_dir)),
         seeds_section(df, values, results.errors),
@@ -294,23 +294,56 @@ def _path(figures_dir: str, name: str) -> str:
                         .replace("=", "-"))
 
 
-def findings_section(found) -> str:
+FOREST_CAPTION = (
+    "Each split's held-out / in-distribution NLL ratio (geometric mean, 95% interval, log scale): red where "
+    "the paper expects failure, blue the recombination-to-element control; hollow grey, the test/train "
+    "ratio (context); dashed, the {bar:g}× bar. Right, where recorded: the rendering judge's accuracy on "
+    "held-out minus in-distribution reconstructions.")
+SCATTER_CAPTION = (
+    "DCI disentanglement against OOD1 transfer error per model, coloured by supervision group, each group "
+    "with its own least-squares line: the verdict reads the relation within the groups, not the gap "
+    "between them.")
+
+
+def finding_figures(finding, figures_dir: str, name: str) -> str:
+    """A finding's evidence as pictures, beside its numbers: for a reconstruction finding, each
+    split's ratio interval beside its control's (a forest plot, with the rendering judge's gap where
+    recorded); for D21, DCI against each OOD1 transfer error coloured by supervision group, each
+    group with its own fit."""
+    parts = []
+    table = finding.table
+    if "ratio" in table.columns and pd.to_numeric(table["ratio"], errors="coerce").notna().any():
+        path = figures.ratio_forest(table, _path(figures_dir, f"finding_{name}_forest.png"), bar=FAIL_RATIO)
+        parts.append(html_image(path, FOREST_CAPTION.format(bar=FAIL_RATIO)))
+    points = getattr(finding, "points", pd.DataFrame())
+    scores = [c for c in points.columns if c.startswith("transfer_")] if not points.empty else []
+    if scores and "dci_disentanglement" in points.columns:
+        path = figures.grouped_scatter(points, _path(figures_dir, f"finding_{name}_scatter.png"),
+                                       x="dci_disentanglement", ys=scores, group="supervision")
+        parts.append(html_image(path, SCATTER_CAPTION))
+    return "".join(parts)
+
+
+def findings_section(found, figures_dir: str | None = None) -> str:
     """The papers' headline findings (analysis.findings): the paper's statement, ✓/✗/?, the
-    numbers behind each, and its precondition with whether it held (the readout accuracy per
-    factor behind it)."""
+    numbers behind each and its evidence as pictures (:func:`finding_figures`, where
+    ``figures_dir`` is given), and its precondition with whether it held (the readout accuracy
+    per factor behind it)."""
     if not found:
         return ""
     body = ["<h2>Findings</h2><p>Each paper statement beside what these results show: "
             "✓ reproduced, ✗ not reproduced, ? inconclusive at this scale (the rules: docs/analysis.md). "
             "A split counts only where its precondition holds: the models learned, on their training "
             "images, the factors it recombines.</p>"]
-    for f in found:
+    for k, f in enumerate(found):
         body.append(f"<h3>{f.symbol} {html.escape(f.study)}, {html.escape(f.source)}: "
                     f"{html.escape(f.status)}</h3><p><b>The paper:</b> {html.escape(f.paper)}</p>"
                     f"<p><b>Here:</b> {html.escape(f.result)}</p>"
                     + (f"<p><b>Note:</b> {html.escape(f.note)}</p>" if f.note else ""))
         if not f.table.empty:
             body.append(html_table(f.table))
+        if figures_dir is not None:
+            body.append(finding_figures(f, figures_dir, getattr(f, "name", "") or f"finding{k + 1}"))
         if f.precondition:
             body.append(f"<p><b>Precondition</b> (fixed before any result): {html.escape(f.precondition)}</p>"
                         f"<p><b>Did it hold?</b> {html.escape(f.precondition_result)}</p>")
