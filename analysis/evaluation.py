@@ -175,11 +175,17 @@ def _judged(held_out: HeldOut, in_distribution: HeldOut, render) -> dict:
             "in_classes": in_distribution.classes[kept], "in_reconstructions": in_images}
 
 
-def _judge(config: EvaluationConfig, dataset, split, held_out, in_distribution, render) -> dict:
+def _judge(config: EvaluationConfig, dataset, split, seed: int, data_seed: int, render) -> dict:
     """The rendering judge's columns for a task without a :class:`Sample` (the ground-truth
-    decoder, the composition network), where ``config.metrics`` names it."""
+    decoder, the composition network), where ``config.metrics`` names it: on the first
+    :data:`JUDGE_IMAGES` of the held-out and in-distribution samples (drawn as the NLLs' are, so
+    the NLLs' images are among them)."""
     if "rendering_judge" not in config.chosen_metrics:
         return {}
+    budget = max(config.n_nll, JUDGE_IMAGES)
+    test = split.train_test_indices(dataset.classes, dataset.factor_space)[1]
+    held_out = held_out_sample(dataset, split, test, budget, seed, n_nll=0)
+    in_distribution = in_distribution_sample(dataset, split, data_seed, budget, seed)
     view = _TaskSample(dataset, split, dataset.factor_space,
                        _judged(held_out, in_distribution, render) if dataset.observe is not None else None)
     return METRICS["rendering_judge"].compute(view)
@@ -255,8 +261,9 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
     train, held_back, test = training_rows(dataset, split, data_seed)
     rng = np.random.default_rng(seed)
     likelihood = model_likelihood(model)
-    in_distribution = in_distribution_sample(dataset, split, data_seed, config.n_nll, seed)
-    wanted = max(config.n_nll, config.n_metric if _reads_held_out(config) else 0)
+    judging = JUDGE_IMAGES if "rendering_judge" in chosen and config.dci_estimator != "none" else 0
+    in_distribution = in_distribution_sample(dataset, split, data_seed, max(config.n_nll, judging), seed)
+    wanted = max(config.n_nll, config.n_metric if _reads_held_out(config) else 0, judging)
     held_out = held_out_sample(dataset, split, test, wanted, seed, n_nll=config.n_nll)
     tested = np.arange(min(config.n_nll, len(held_out)))
     out: dict[str, float] = {
@@ -268,7 +275,7 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
             model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood)),
         "test_nll": mean_or_nan(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
         **_in_distribution_row(dataset, split, data_seed, reconstruction_nll_per_image(
-            model, in_distribution, np.arange(len(in_distribution)), likelihood)),
+            model, in_distribution, np.arange(min(config.n_nll, len(in_distribution))), likelihood)),
         **nan_results(),
     }
     sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood,
@@ -327,7 +334,7 @@ def _evaluate_ground_truth_decoder(decoder: GroundTruthDecoder, dataset, split, 
     def render(sample: HeldOut, positions: np.ndarray):
         return positions, ground_truth_renderings(decoder, space.raw_values(sample.classes[positions]))
 
-    out.update(_judge(config, dataset, split, held_out, in_distribution, render))
+    out.update(_judge(config, dataset, split, seed, data_seed, render))
     rows = sample_without_replacement(train, DECODER_READOUT_IMAGES, np.random.default_rng([seed, 3]))
     out.update(readout_columns(decoder_readout_scores(decoder, dataset, train, rows), "decoder_likelihood",
                                0, len(rows)))
@@ -364,7 +371,7 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
                                                              np.random.default_rng([seed, 7]))
         return positions[target], composition_predictions(net, dataset.images, *parts, action)
 
-    out.update(_judge(config, dataset, split, held_out, in_distribution, render))
+    out.update(_judge(config, dataset, split, seed, data_seed, render))
     out.update(no_readout(dataset.factor_space))
     return out
 

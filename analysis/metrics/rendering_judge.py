@@ -54,14 +54,23 @@ def _as_unit(images) -> np.ndarray:
     return array.astype(np.float32)
 
 
-def _nearest(image_sets: list[np.ndarray], candidates: np.ndarray, observe) -> list[np.ndarray]:
+_MEMO_BYTES = 64 << 20  # templates one judge keeps for its next image set, at most
+
+
+def _nearest(image_sets: list[np.ndarray], candidates: np.ndarray, observe, memo=None) -> list[np.ndarray]:
     """For each image (n, D) of each set, the row of ``candidates`` (classes) whose ground-truth
-    image is nearest (squared error); each template rendered once for every set."""
+    image is nearest (squared error); each template rendered once for every set (and kept in
+    ``memo``, a dict of one judge's call, while it holds under :data:`_MEMO_BYTES`)."""
     best = [np.full(len(images), np.inf) for images in image_sets]
     choice = [np.zeros(len(images), np.int64) for images in image_sets]
     for start in range(0, len(candidates), _CHUNK):
         part = candidates[start:start + _CHUNK]
-        templates = _as_unit(observe(part)).reshape(len(part), -1)
+        key = part.tobytes()
+        templates = None if memo is None else memo.get(key)
+        if templates is None:
+            templates = _as_unit(observe(part)).reshape(len(part), -1)
+            if memo is not None and sum(t.nbytes for t in memo.values()) + templates.nbytes <= _MEMO_BYTES:
+                memo[key] = templates
         for images, low, chosen in zip(image_sets, best, choice):
             if not len(images):
                 continue
@@ -74,12 +83,12 @@ def _nearest(image_sets: list[np.ndarray], candidates: np.ndarray, observe) -> l
     return choice
 
 
-def judge_readings(space, factors, observe, classes: np.ndarray, *image_sets) -> list[np.ndarray]:
+def judge_readings(space, factors, observe, classes: np.ndarray, *image_sets, memo=None) -> list[np.ndarray]:
     """The judge's readings (n, F) of the classes of the rule ``factors`` (names) from each of
     ``image_sets`` (each (n, C, H, W), uint8 or floats in [0, 1], in the rows of ``classes``),
     the other factors as ``classes`` has them (see the module docstring). ``observe`` gives the
     ground-truth images of any classes of the grid. Templates are rendered once per set of other
-    factors, shared by every image set."""
+    factors, shared by every image set (and by later calls given the same ``memo`` dict)."""
     classes = space.check_classes(classes)
     columns = [space.position(name) for name in factors]
     sizes = [space.sizes[j] for j in columns]
@@ -96,7 +105,7 @@ def judge_readings(space, factors, observe, classes: np.ndarray, *image_sets) ->
             candidates = np.repeat(base[None], len(combinations), axis=0)
             candidates[:, columns] = combinations
             for reading, chosen in zip(readings, _nearest([images[rows] for images in sets], candidates,
-                                                          observe)):
+                                                          observe, memo)):
                 reading[rows] = combinations[chosen]
         return readings
     for i in range(len(classes)):  # one factor at a time, the others at their true values
@@ -149,15 +158,16 @@ def rendering_judge(space, split, observe, test_classes, test_truth, test_recons
     reconstructions (else their accuracy is NaN). ``observe``: the dataset's."""
     factors = tuple(name for name in split.factor_names(space) if name in space.names)
     test_classes = space.check_classes(test_classes)
+    memo: dict = {}  # the templates of this call, for the in-distribution images' too
     truth_read, test_read = judge_readings(space, factors, observe, test_classes, test_truth,
-                                           test_reconstructions)
+                                           test_reconstructions, memo=memo)
     truth_right = read_right(space, factors, test_classes, truth_read)
     test_right = read_right(space, factors, test_classes, test_read)
     substituted, substituted_factor = _substituted(space, split, factors, test_classes, test_read, test_right)
     in_right = np.zeros((0, len(factors)), bool)
     if in_classes is not None and len(in_classes):
         in_classes = space.check_classes(in_classes)
-        (in_read,) = judge_readings(space, factors, observe, in_classes, in_reconstructions)
+        (in_read,) = judge_readings(space, factors, observe, in_classes, in_reconstructions, memo=memo)
         in_right = read_right(space, factors, in_classes, in_read)
     finite = lambda value: None if np.isnan(value) else value  # noqa: E731
     per_factor = {name: {"kind": space.kind(name), "ground_truth": finite(_mean(truth_right[:, k])),
