@@ -4,6 +4,7 @@ evaluation (models.tasks, models.ground_truth, models.composition, analysis.eval
 import dataclasses
 import io
 import itertools
+import json
 import logging
 from types import SimpleNamespace
 
@@ -337,3 +338,24 @@ def test_ground_truth_decoder_readout_asks_whether_it_renders_each_factor(data):
     assert metrics["readout_estimator"] == "decoder_likelihood" and metrics["accuracy_shape"] == 1.0
     assert metrics["r2_posX"] == 1.0 and metrics["chance_shape"] == 1 / 3
     assert metrics["readout_n_test"] == min(len(TRAIN), DECODER_READOUT_IMAGES)
+
+
+@pytest.mark.slow  # about 5 s for the decoder: three evaluations, each with its likelihood readout
+@pytest.mark.parametrize("task", ["ground_truth_decoder", "composition"])
+def test_the_rendering_judge_reads_each_tasks_renderings_where_asked(data, trained, task):
+    """The judge reads the decoder's rendering of the true factor values, and the composition
+    network's prediction of each target; NaN where the dataset cannot render grid points."""
+    trainer, _, _ = trained[task]
+    subset = _subset_of_the_grid(data)
+    config = EvaluationConfig(n_nll=10, metrics=("rendering_judge",))
+    metrics = evaluate(trainer, subset, SPLIT, config, seed=0)
+    assert 0 < metrics["judge_images"] <= len(TEST)
+    assert task == "composition" or metrics["judge_images"] == len(TEST)
+    for column in ("judge_accuracy_ground_truth", "judge_accuracy_test", "judge_substitution_share",
+                   "judge_accuracy_in_distribution"):
+        assert 0.0 <= metrics[column] <= 1.0
+    assert set(json.loads(metrics["rendering_judge"])) == {"shape", "posX"}
+    # without observe nothing renders the templates: NaN, and the NLLs as before
+    blind = evaluate(trainer, data, SPLIT, config, seed=0)
+    assert np.isnan(blind["judge_accuracy_test"]) and blind["judge_images"] is None
+    assert evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=10), seed=0)["test_nll"] == blind["test_nll"]
