@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from analysis.evaluation import EvaluationConfig, evaluate
 from analysis.metrics.rendering_judge import read_right, rendering_judge
@@ -83,3 +84,41 @@ def test_evaluate_writes_the_judge_for_a_vae_and_leaves_it_nan_unless_asked():
     assert row["judge_images"] == 100  # midpos holds out 10 × 10 positions: all of them, under 200
     default = evaluate(model, data, split, EvaluationConfig(n_nll=20, n_metric=10, metrics=()))
     assert np.isnan(default["judge_accuracy_test"]) and default["judge_images"] is None
+
+
+class _Shift(torch.nn.Module):
+    """A "VAE" of Circles whose reconstruction is the ground truth moved ``dx`` posX classes."""
+
+    def __init__(self, dx):
+        super().__init__()
+        self.dx, self.anchor = dx, torch.nn.Parameter(torch.zeros(()))
+
+    def encode(self, x):
+        return x, x
+
+    def decode(self, z):
+        p = torch.roll(z, shifts=self.dx * 2, dims=3).clamp(1e-4, 1 - 1e-4)  # 2 px a posX class
+        return (p / (1 - p)).log()
+
+
+@pytest.mark.slow  # about 3 s: Circles' 1,024 templates and matplotlib
+@pytest.mark.parametrize("dx, right", [(0, True), (5, False)])
+def test_the_picture_captions_each_reconstruction_with_the_judges_reading(tmp_path, monkeypatch, dx, right):
+    import analysis.figures as figures
+    from analysis.trained_models import judged_reconstructions
+
+    drawn = {}
+    monkeypatch.setattr(figures, "judged_strip", lambda truth, recon, captions, ok, path, title="":
+                        drawn.update(truth=truth, captions=captions, ok=ok) or path)
+    data = load_procedural("circles")
+    path = judged_reconstructions(_Shift(dx), {"dataset": "circles", "split": "midpos"}, data,
+                                  str(tmp_path / "j.png"), n_images=4)
+    assert path == str(tmp_path / "j.png") and len(drawn["captions"]) == 4
+    assert all(caption.startswith("posX=") and " posY=" in caption for caption in drawn["captions"])
+    assert drawn["ok"] == [right] * 4
+    # moved 5 classes right out of the 10-wide hole, some land on seen positions: read as "seen"
+    assert right or any(caption.endswith("(seen)") for caption in drawn["captions"])
+    monkeypatch.undo()  # the real figure, once
+    real = judged_reconstructions(_Shift(dx), {"dataset": "circles", "split": "midpos"}, data,
+                                  str(tmp_path / "real.png"), n_images=3)
+    assert (tmp_path / "real.png").stat().st_size > 0 and real == str(tmp_path / "real.png")
