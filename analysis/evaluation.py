@@ -19,6 +19,14 @@ them, a file that holds the whole grid indexes them), not only from the images t
 happens to hold; without ``observe`` (a user's labelled data), from the dataset's own held-out
 rows. One draw serves ``test_nll`` and the metrics' held-out input alike, for every task (the same
 seed, the same images).
+
+**The in-distribution control**, for every task: ``in_distribution_nll`` on at most ``n_nll``
+images of *training* combinations the model never trained on (:func:`in_distribution_sample`,
+:mod:`data_pipeline.in_distribution`: grid points outside the trial's subset, or the training rows
+held back from it where it trains on the whole training part; ``evaluate``'s ``data_seed`` chooses
+them, and the training rows every statistic reads exclude them). The rendering judge
+(``metrics`` naming ``rendering_judge``; :mod:`analysis.metrics.rendering_judge`) reads the
+split's rule factors from every task's reconstructions of held-out and in-distribution images.
 docs/analysis.md, "Evaluating a trained model", gives the samples, the likelihoods and the
 readout in full.
 
@@ -26,7 +34,8 @@ readout in full.
 themselves are :mod:`analysis.task_nll`'s): ``train_nll`` / ``test_nll`` are the mean Bernoulli
 NLL per image (nats) on at most ``n_nll`` training and held-out images, ``n_test_images`` the pool
 the held-out sample was drawn from and ``test_nll_images`` how many the test NLL scored; every
-disentanglement, transfer and diagnosis metric is NaN: the ground-truth decoder has no encoder
+disentanglement, transfer and diagnosis metric is NaN (the rendering judge aside): the ground-truth
+decoder has no encoder
 (its code *is* the factor values), and Montero et al. report only the composition network's NLLs
 (score its encoder as a VAE's if needed).
 

@@ -31,6 +31,11 @@
   normalised to [0, 1] and categorical factors one-hot) scores clearly worse against the true
   images (NLL per image) than the same on training images.
 
+**M22's snap test** (:func:`snap_counts`) asks the same readouts, image by image, whether each is
+nearer the true value or the *snap*, the nearest value the split's training part has with the
+image's other factors fixed: the failure M22 describes (an encoder that maps a held-out image to
+the nearest combination it saw) against generalisation, without a threshold on the error.
+
 **The verdict** is one rule for both sides (:func:`fails`): a side fails when
 
     error_test > ratio · error_train + margin,
