@@ -71,7 +71,7 @@ from analysis.metrics.factor_readout import READOUT_SCORES, factor_readout_score
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
-from analysis.metrics.rendering_judge import JUDGE_IMAGES
+from analysis.metrics.rendering_judge import JUDGE_IMAGES, true_codes
 from analysis.metrics.transfer_score import transfer_factor_of
 from analysis.schema import READOUT_COLUMNS
 from analysis.task_nll import (
@@ -173,18 +173,39 @@ def _in_distribution_row(dataset, split, data_seed: int, nll: np.ndarray) -> dic
             "in_distribution_source": IN_DISTRIBUTION_SOURCES[source]}
 
 
-def _judged(held_out: HeldOut, in_distribution: HeldOut, render) -> dict:
+def _judged(held_out: HeldOut, in_distribution: HeldOut, render, decode_true=None) -> dict:
     """The rendering judge's input (:func:`analysis.metrics.rendering_judge.rendering_judge`):
     the first :data:`JUDGE_IMAGES` held-out and in-distribution images, by ``render(sample,
-    positions) -> (positions kept, reconstructions)``."""
+    positions) -> (positions kept, reconstructions)``, and where given, ``decode_true(classes)``:
+    the model's decoder fed the codes those images should have (M22's decoder side)."""
     test, test_images = render(held_out, np.arange(min(JUDGE_IMAGES, len(held_out))))
     kept, in_images = render(in_distribution, np.arange(min(JUDGE_IMAGES, len(in_distribution))))
-    return {"test_classes": held_out.classes[test], "test_truth": held_out[test],
-            "test_reconstructions": test_images,
-            "in_classes": in_distribution.classes[kept], "in_reconstructions": in_images}
+    judged = {"test_classes": held_out.classes[test], "test_truth": held_out[test],
+              "test_reconstructions": test_images,
+              "in_classes": in_distribution.classes[kept], "in_reconstructions": in_images}
+    if decode_true is not None:
+        judged.update(decoded_test=decode_true(judged["test_classes"]),
+                      decoded_in=decode_true(judged["in_classes"]))
+    return judged
 
 
-def _judge(config: EvaluationConfig, dataset, split, seed: int, data_seed: int, render) -> dict:
+def _true_code_decoder(model, space, train_classes: np.ndarray, train_codes: np.ndarray):
+    """``classes -> pixel probabilities`` of ``model``'s decoder fed the codes images of those
+    classes should have (:func:`analysis.metrics.rendering_judge.true_codes`, fitted on training
+    images' codes); None with fewer than 2 training codes."""
+    if len(train_codes) < 2:
+        return None
+
+    def decode(classes: np.ndarray) -> np.ndarray:
+        if not len(classes):
+            return np.zeros((0, 1, 1, 1), np.float32)
+        return decode_probabilities(model, true_codes(space, train_classes, train_codes, classes))
+
+    return decode
+
+
+def _judge(config: EvaluationConfig, dataset, split, seed: int, data_seed: int, render,
+           decode_true=None) -> dict:
     """The rendering judge's columns for a task without a :class:`Sample` (the ground-truth
     decoder, the composition network), where ``config.metrics`` names it: on the first
     :data:`JUDGE_IMAGES` of the held-out and in-distribution samples (drawn as the NLLs' are, so
@@ -196,7 +217,8 @@ def _judge(config: EvaluationConfig, dataset, split, seed: int, data_seed: int, 
     held_out = held_out_sample(dataset, split, test, budget, seed, n_nll=0)
     in_distribution = in_distribution_sample(dataset, split, data_seed, budget, seed)
     view = _TaskSample(dataset, split, dataset.factor_space,
-                       _judged(held_out, in_distribution, render) if dataset.observe is not None else None)
+                       _judged(held_out, in_distribution, render, decode_true() if decode_true else None)
+                       if dataset.observe is not None else None)
     return METRICS["rendering_judge"].compute(view)
 
 
@@ -380,7 +402,12 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
                                                              np.random.default_rng([seed, 7]))
         return positions[target], composition_predictions(net, dataset.images, *parts, action)
 
-    out.update(_judge(config, dataset, split, seed, data_seed, render))
+    def decode_true():  # M22's decoder side: the net's decoder fed the codes images should have
+        rows = sample_without_replacement(train, config.n_metric, np.random.default_rng([seed, 8]))
+        return _true_code_decoder(net, dataset.factor_space, dataset.classes[rows],
+                                  encode_means(net, dataset.images, rows))
+
+    out.update(_judge(config, dataset, split, seed, data_seed, render, decode_true))
     out.update(no_readout(dataset.factor_space))
     return out
 
@@ -471,7 +498,10 @@ class Sample:
             images = sample[positions]
             return positions, _reconstruct(self.model, images) if len(images) else images.astype(np.float32)
 
-        return _judged(self._held_out, in_distribution, render)
+        unique = np.unique(self.rows)  # M22's decoder side, from the training draws' codes
+        decode_true = _true_code_decoder(self.model, self.space, self.dataset.classes[unique],
+                                         self.encode(unique))
+        return _judged(self._held_out, in_distribution, render, decode_true)
 
     def _draw_score_pool(self):
         """The BetaVAE/FactorVAE scores' source, their factor sizes (None for a pool) and record."""

@@ -177,6 +177,9 @@ METRICS: dict[str, Metric] = {
         Column("judge_substitution_share", "held-out reconstructions read as a training combination"),
         Column("judge_images", "held-out reconstructions judged", "int", "images",
                null="the judge did not run"),
+        Column("judge_decoder_accuracy_test", "every rule factor read right from the decoder fed the codes "
+               "the held-out images should have (M22's decoder side; NaN for the ground-truth decoder)"),
+        Column("judge_decoder_accuracy_in_distribution", "the same on in-distribution images"),
         Column("rendering_judge", 'JSON {factor: {"kind", "ground_truth", "test", "in_distribution", '
                '"substitution"}}, every rule factor', "text"),
     ), ("judged",), by_default=False),

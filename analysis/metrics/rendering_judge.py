@@ -26,6 +26,13 @@ its reconstructions of in-distribution images (training combinations it never tr
 read wrong *and* read as a combination of the split's training part (the other factors as they
 truly are). Per rule factor, the same, the substitution being that factor read wrong and, with
 that factor's reading in place of the truth, a training combination.
+
+**M22's decoder side** (a model with an encoder: a VAE, the composition network): the judge also
+reads the decoder fed the codes the held-out and in-distribution images *should* have (the linear
+map factors → codes fitted on training images' codes, :func:`true_codes`), so that a decoder that
+cannot render a held-out combination from its right code is told from an encoder that gives it a
+wrong one: ``judge_decoder_accuracy_test`` and ``judge_decoder_accuracy_in_distribution`` (NaN for
+the ground-truth decoder, whose reconstruction already is its rendering of the true code).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import json
 import numpy as np
 
 __all__ = ["JOINT_LIMIT", "JUDGE_IMAGES", "TOLERANCE", "judge_readings", "read_right", "rendering_judge",
-           "score_rendering_judge"]
+           "score_rendering_judge", "true_codes"]
 
 # held-out (and in-distribution) reconstructions judged per model, at most
 JUDGE_IMAGES = 200
@@ -151,24 +158,53 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+def true_codes(space, train_classes: np.ndarray, train_codes: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The codes images of ``classes`` *should* have (M22's decoder test): the linear map factors →
+    codes fitted on training images' classes and codes (a categorical factor one-hot, the others
+    normalised to [0, 1]), as ``encoder_decoder_diagnosis`` inverts the encoder."""
+    from sklearn.linear_model import LinearRegression
+
+    def inputs(c):
+        c = space.check_classes(c)
+        normalised = space.normalised(c)
+        columns = [np.eye(space.sizes[j])[c[:, j]] if space.kinds[j] == "categorical" else normalised[:, [j]]
+                   for j in range(space.n_factors)]
+        return np.hstack(columns)
+
+    inverse = LinearRegression().fit(inputs(train_classes), np.asarray(train_codes, dtype=np.float64))
+    return inverse.predict(inputs(classes)) if len(classes) else np.zeros((0, np.shape(train_codes)[1]))
+
+
 def rendering_judge(space, split, observe, test_classes, test_truth, test_reconstructions,
-                    in_classes=None, in_reconstructions=None) -> dict:
+                    in_classes=None, in_reconstructions=None, decoded_test=None, decoded_in=None) -> dict:
     """The judge's columns (see the module docstring) from the held-out images' classes, ground
     truth and reconstructions and, where given, the in-distribution images' classes and
-    reconstructions (else their accuracy is NaN). ``observe``: the dataset's."""
+    reconstructions (else their accuracy is NaN). ``decoded_test`` / ``decoded_in``, where given:
+    the model's decoder fed the true codes of the same images (:func:`true_codes`), read for
+    ``judge_decoder_accuracy_test`` / ``_in_distribution`` (M22's decoder side). ``observe``: the
+    dataset's."""
     factors = tuple(name for name in split.factor_names(space) if name in space.names)
     test_classes = space.check_classes(test_classes)
     memo: dict = {}  # the templates of this call, for the in-distribution images' too
-    truth_read, test_read = judge_readings(space, factors, observe, test_classes, test_truth,
-                                           test_reconstructions, memo=memo)
+    test_sets = [test_truth, test_reconstructions] + ([] if decoded_test is None else [decoded_test])
+    readings = judge_readings(space, factors, observe, test_classes, *test_sets, memo=memo)
+    truth_read, test_read, *decoder_test_read = readings
     truth_right = read_right(space, factors, test_classes, truth_read)
     test_right = read_right(space, factors, test_classes, test_read)
     substituted, substituted_factor = _substituted(space, split, factors, test_classes, test_read, test_right)
     in_right = np.zeros((0, len(factors)), bool)
+    decoder_in_right = np.zeros(0, bool)
     if in_classes is not None and len(in_classes):
         in_classes = space.check_classes(in_classes)
-        (in_read,) = judge_readings(space, factors, observe, in_classes, in_reconstructions, memo=memo)
+        in_sets = [in_reconstructions] + ([] if decoded_in is None else [decoded_in])
+        in_read, *decoder_in_read = judge_readings(space, factors, observe, in_classes, *in_sets, memo=memo)
         in_right = read_right(space, factors, in_classes, in_read)
+        if decoder_in_read:
+            decoder_in_right = read_right(space, factors, in_classes, decoder_in_read[0]).all(axis=1)
+    decoder_test_right = (read_right(space, factors, test_classes, decoder_test_read[0]).all(axis=1)
+                          if decoder_test_read else np.zeros(0, bool))
+    decoder = {"judge_decoder_accuracy_test": _mean(decoder_test_right),
+               "judge_decoder_accuracy_in_distribution": _mean(decoder_in_right)}
     finite = lambda value: None if np.isnan(value) else value  # noqa: E731
     per_factor = {name: {"kind": space.kind(name), "ground_truth": finite(_mean(truth_right[:, k])),
                          "test": finite(_mean(test_right[:, k])),
@@ -180,7 +216,7 @@ def rendering_judge(space, split, observe, test_classes, test_truth, test_recons
             "judge_accuracy_in_distribution": _mean(in_right.all(axis=1)),
             "judge_substitution_share": _mean(substituted),
             "judge_images": int(len(test_classes)),
-            "rendering_judge": json.dumps(per_factor)}
+            "rendering_judge": json.dumps(per_factor), **decoder}
 
 
 def score_rendering_judge(sample) -> dict:

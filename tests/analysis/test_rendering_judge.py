@@ -122,3 +122,50 @@ def test_the_picture_captions_each_reconstruction_with_the_judges_reading(tmp_pa
     real = judged_reconstructions(_Shift(dx), {"dataset": "circles", "split": "midpos"}, data,
                                   str(tmp_path / "real.png"), n_images=3)
     assert (tmp_path / "real.png").stat().st_size > 0 and real == str(tmp_path / "real.png")
+
+
+class _CirclesByLookup(torch.nn.Module):
+    """A "VAE" of Circles whose code is the image's (posX, posY) normalised to [0, 1], found by
+    looking the image up in the grid, and whose decoder renders the circle at the code's position.
+    ``snap``: the encoder maps a held-out position to the nearest seen one (M22's failing encoder)."""
+
+    def __init__(self, snap: bool):
+        super().__init__()
+        self.snap, self.anchor = snap, torch.nn.Parameter(torch.zeros(()))
+        self.space, self.split = factor_space("circles"), get_split("circles", "midpos")
+        self.grid = self.space.all_classes()
+        self.images = render_stored("circles", self.grid).reshape(len(self.grid), -1).astype(np.float32) / 255
+        self.seen = self.grid[self.split.train_mask(self.grid, self.space)]
+
+    def encode(self, x):
+        flat = x.reshape(len(x), -1).cpu().numpy()
+        nearest = ((self.images ** 2).sum(1)[None] - 2 * flat @ self.images.T).argmin(1)  # |x − t|² less |x|²
+        classes = self.grid[nearest]
+        if self.snap:
+            held = ~self.split.train_mask(classes, self.space)
+            for i in np.flatnonzero(held):
+                classes[i] = self.seen[((self.seen - classes[i]) ** 2).sum(1).argmin()]
+        code = torch.as_tensor(self.space.normalised(classes), dtype=torch.float32)
+        return code, torch.zeros_like(code)
+
+    def decode(self, z):
+        classes = np.clip(np.rint(z.cpu().numpy() * 31), 0, 31).astype(int)
+        p = torch.as_tensor(render_stored("circles", classes), dtype=torch.float32).div(255)
+        return torch.logit(p.clamp(1e-4, 1 - 1e-4))
+
+
+@pytest.mark.slow  # 5 to 20 s: two evaluations, each judging Circles' 1,024 templates
+def test_the_decoder_fed_the_true_code_tells_a_snapping_encoder_from_a_failing_decoder():
+    data = load_procedural("circles")
+    split = get_split("circles", "midpos")
+    config = EvaluationConfig(n_nll=20, n_metric=200, metrics=("rendering_judge",))
+    snapping = evaluate(_CirclesByLookup(snap=True), data, split, config)
+    # the reconstructions are snapped: read wrong, as seen positions; the decoder fed the true code
+    # renders every held-out position right
+    assert snapping["judge_accuracy_test"] < 0.5 and snapping["judge_substitution_share"] > 0.5
+    assert snapping["judge_decoder_accuracy_test"] == 1.0
+    assert snapping["judge_decoder_accuracy_in_distribution"] == 1.0
+    assert snapping["judge_accuracy_in_distribution"] == 1.0  # training combinations are not snapped
+    exact = evaluate(_CirclesByLookup(snap=False), data, split, config)
+    assert exact["judge_accuracy_test"] == 1.0 == exact["judge_decoder_accuracy_test"]
+    assert exact["judge_substitution_share"] == 0.0
