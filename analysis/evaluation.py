@@ -119,6 +119,7 @@ class HeldOut:
     classes: np.ndarray
     images: np.ndarray
     pool: int
+    source: str = ""  # the in-distribution sample's: "grid" or "rows" (data_pipeline.in_distribution)
 
     def __len__(self) -> int:
         return len(self.classes)
@@ -163,14 +164,13 @@ def in_distribution_sample(dataset, split, data_seed: int, budget: int, seed: in
     drawn = pool[np.random.default_rng([seed, 5]).permutation(len(pool))[:budget]]
     if source == "grid":
         classes = dataset.factor_space.classes_of(drawn)
-        return HeldOut(classes, dataset.observe(classes), len(pool))
-    return HeldOut(dataset.classes[drawn], dataset.images[drawn], len(pool))
+        return HeldOut(classes, dataset.observe(classes), len(pool), source)
+    return HeldOut(dataset.classes[drawn], dataset.images[drawn], len(pool), source)
 
 
-def _in_distribution_row(dataset, split, data_seed: int, nll: np.ndarray) -> dict:
-    source, _ = in_distribution_pool(dataset, split, data_seed)
+def _in_distribution_row(sample: HeldOut, nll: np.ndarray) -> dict:
     return {"in_distribution_nll": mean_or_nan(nll), "in_distribution_nll_images": int(len(nll)),
-            "in_distribution_source": IN_DISTRIBUTION_SOURCES[source]}
+            "in_distribution_source": IN_DISTRIBUTION_SOURCES[sample.source]}
 
 
 def _judged(held_out: HeldOut, in_distribution: HeldOut, render, decode_true=None) -> dict:
@@ -305,7 +305,7 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
         "train_nll": mean_or_nan(reconstruction_nll_per_image(
             model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood)),
         "test_nll": mean_or_nan(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
-        **_in_distribution_row(dataset, split, data_seed, reconstruction_nll_per_image(
+        **_in_distribution_row(in_distribution, reconstruction_nll_per_image(
             model, in_distribution, np.arange(min(config.n_nll, len(in_distribution))), likelihood)),
         **nan_results(),
     }
@@ -358,7 +358,7 @@ def _evaluate_ground_truth_decoder(decoder: GroundTruthDecoder, dataset, split, 
                                                    np.arange(len(held_out))))
     out["test_nll_images"] = len(held_out)
     in_values = space.raw_values(in_distribution.classes)
-    out.update(_in_distribution_row(dataset, split, data_seed, ground_truth_nll(
+    out.update(_in_distribution_row(in_distribution, ground_truth_nll(
         decoder, in_distribution, in_values, np.arange(len(in_distribution)))))
     out.update(nan_results())
 
@@ -393,7 +393,7 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
     sampler = TripletSampler(dataset.classes, everything)
     *in_sources, in_target, in_action = sampler.sample_onto_classes(in_distribution.classes,
                                                                     np.random.default_rng([seed, 6]))
-    out.update(_in_distribution_row(dataset, split, data_seed, composition_nll(
+    out.update(_in_distribution_row(in_distribution, composition_nll(
         net, dataset.images, *in_sources, in_target, in_action, targets=in_distribution)))
     out.update(nan_results())
 
