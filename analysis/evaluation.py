@@ -19,6 +19,14 @@ them, a file that holds the whole grid indexes them), not only from the images t
 happens to hold; without ``observe`` (a user's labelled data), from the dataset's own held-out
 rows. One draw serves ``test_nll`` and the metrics' held-out input alike, for every task (the same
 seed, the same images).
+
+**The in-distribution control**, for every task: ``in_distribution_nll`` on at most ``n_nll``
+images of *training* combinations the model never trained on (:func:`in_distribution_sample`,
+:mod:`data_pipeline.in_distribution`: grid points outside the trial's subset, or the training rows
+held back from it where it trains on the whole training part; ``evaluate``'s ``data_seed`` chooses
+them, and the training rows every statistic reads exclude them). The rendering judge
+(``metrics`` naming ``rendering_judge``; :mod:`analysis.metrics.rendering_judge`) reads the
+split's rule factors from every task's reconstructions of held-out and in-distribution images.
 docs/analysis.md, "Evaluating a trained model", gives the samples, the likelihoods and the
 readout in full.
 
@@ -26,7 +34,8 @@ readout in full.
 themselves are :mod:`analysis.task_nll`'s): ``train_nll`` / ``test_nll`` are the mean Bernoulli
 NLL per image (nats) on at most ``n_nll`` training and held-out images, ``n_test_images`` the pool
 the held-out sample was drawn from and ``test_nll_images`` how many the test NLL scored; every
-disentanglement, transfer and diagnosis metric is NaN: the ground-truth decoder has no encoder
+disentanglement, transfer and diagnosis metric is NaN (the rendering judge aside): the ground-truth
+decoder has no encoder
 (its code *is* the factor values), and Montero et al. report only the composition network's NLLs
 (score its encoder as a VAE's if needed).
 
@@ -62,9 +71,17 @@ from analysis.metrics.factor_readout import READOUT_SCORES, factor_readout_score
 from analysis.metrics.reconstruction_nll import likelihood_of
 from analysis.metrics.reconstruction_nll import nll_per_image as numpy_nll
 from analysis.metrics.registry import ALWAYS, INPUTS, METRICS, EvaluationConfig, nan_results
+from analysis.metrics.rendering_judge import JUDGE_IMAGES, true_codes
 from analysis.metrics.transfer_score import transfer_factor_of
 from analysis.schema import READOUT_COLUMNS
-from analysis.task_nll import composition_nll, decoder_readout_scores, ground_truth_nll
+from analysis.task_nll import (
+    composition_nll,
+    composition_predictions,
+    decoder_readout_scores,
+    ground_truth_nll,
+    ground_truth_renderings,
+)
+from data_pipeline.in_distribution import in_distribution_pool, training_rows
 from models.composition import CompositionNet, TripletSampler
 from models.ground_truth import GroundTruthDecoder
 from models.inference import decode_probabilities, encode_means, nll_per_image
@@ -73,7 +90,8 @@ from models.inference import reconstruct as _reconstruct
 _log = logging.getLogger(__name__)
 
 __all__ = ["EVALUATIONS", "EvaluationConfig", "HeldOut", "METRICS", "Sample", "evaluate", "factor_readout",
-           "grid_score_sizes", "held_out_sample", "model_likelihood", "no_readout", "readout_columns",
+           "grid_score_sizes", "held_out_sample", "in_distribution_sample", "model_likelihood", "no_readout",
+           "readout_columns",
            "reconstruction_nll_per_image", "sample_without_replacement", "transfer_factor_of"]
 
 
@@ -101,6 +119,7 @@ class HeldOut:
     classes: np.ndarray
     images: np.ndarray
     pool: int
+    source: str = ""  # the in-distribution sample's: "grid" or "rows" (data_pipeline.in_distribution)
 
     def __len__(self) -> int:
         return len(self.classes)
@@ -130,6 +149,87 @@ def held_out_sample(dataset, split, test: np.ndarray, budget: int, seed: int, *,
         classes = space.classes_of(drawn)
         return HeldOut(classes, observe(classes), len(pool))
     return HeldOut(dataset.classes[drawn], dataset.images[drawn], len(pool))
+
+
+IN_DISTRIBUTION_SOURCES = {"grid": "grid points outside the subset", "rows": "held back from training"}
+
+
+def in_distribution_sample(dataset, split, data_seed: int, budget: int, seed: int) -> HeldOut:
+    """At most ``budget`` images of *training* combinations of ``split`` that the trial on
+    ``dataset`` never trained on (:func:`data_pipeline.in_distribution.in_distribution_pool`:
+    grid points outside its subset, rendered or indexed by ``dataset.observe``, or its held-back
+    training rows), without replacement, in a random order seeded by ``seed`` alone (a stream of
+    its own: no other draw moves). ``pool``: how many there were to draw from."""
+    source, pool = in_distribution_pool(dataset, split, data_seed)
+    drawn = pool[np.random.default_rng([seed, 5]).permutation(len(pool))[:budget]]
+    if source == "grid":
+        classes = dataset.factor_space.classes_of(drawn)
+        return HeldOut(classes, dataset.observe(classes), len(pool), source)
+    return HeldOut(dataset.classes[drawn], dataset.images[drawn], len(pool), source)
+
+
+def _in_distribution_row(sample: HeldOut, nll: np.ndarray) -> dict:
+    return {"in_distribution_nll": mean_or_nan(nll), "in_distribution_nll_images": int(len(nll)),
+            "in_distribution_source": IN_DISTRIBUTION_SOURCES[sample.source]}
+
+
+def _judged(held_out: HeldOut, in_distribution: HeldOut, render, decode_true=None) -> dict:
+    """The rendering judge's input (:func:`analysis.metrics.rendering_judge.rendering_judge`):
+    the first :data:`JUDGE_IMAGES` held-out and in-distribution images, by ``render(sample,
+    positions) -> (positions kept, reconstructions)``, and where given, ``decode_true(classes)``:
+    the model's decoder fed the codes those images should have (M22's decoder side)."""
+    test, test_images = render(held_out, np.arange(min(JUDGE_IMAGES, len(held_out))))
+    kept, in_images = render(in_distribution, np.arange(min(JUDGE_IMAGES, len(in_distribution))))
+    judged = {"test_classes": held_out.classes[test], "test_truth": held_out[test],
+              "test_reconstructions": test_images,
+              "in_classes": in_distribution.classes[kept], "in_reconstructions": in_images}
+    if decode_true is not None:
+        judged.update(decoded_test=decode_true(judged["test_classes"]),
+                      decoded_in=decode_true(judged["in_classes"]))
+    return judged
+
+
+def _true_code_decoder(model, space, train_classes: np.ndarray, train_codes: np.ndarray):
+    """``classes -> pixel probabilities`` of ``model``'s decoder fed the codes images of those
+    classes should have (:func:`analysis.metrics.rendering_judge.true_codes`, fitted on training
+    images' codes); None with fewer than 2 training codes."""
+    if len(train_codes) < 2:
+        return None
+
+    def decode(classes: np.ndarray) -> np.ndarray:
+        if not len(classes):
+            return np.zeros((0, 1, 1, 1), np.float32)
+        return decode_probabilities(model, true_codes(space, train_classes, train_codes, classes))
+
+    return decode
+
+
+def _judge(config: EvaluationConfig, dataset, split, seed: int, data_seed: int, render,
+           decode_true=None) -> dict:
+    """The rendering judge's columns for a task without a :class:`Sample` (the ground-truth
+    decoder, the composition network), where ``config.metrics`` names it: on the first
+    :data:`JUDGE_IMAGES` of the held-out and in-distribution samples (drawn as the NLLs' are, so
+    the NLLs' images are among them)."""
+    if "rendering_judge" not in config.chosen_metrics:
+        return {}
+    budget = max(config.n_nll, JUDGE_IMAGES)
+    test = split.train_test_indices(dataset.classes, dataset.factor_space)[1]
+    held_out = held_out_sample(dataset, split, test, budget, seed, n_nll=0)
+    in_distribution = in_distribution_sample(dataset, split, data_seed, budget, seed)
+    view = _TaskSample(dataset, split, dataset.factor_space,
+                       _judged(held_out, in_distribution, render, decode_true() if decode_true else None)
+                       if dataset.observe is not None else None)
+    return METRICS["rendering_judge"].compute(view)
+
+
+@dataclass(frozen=True)
+class _TaskSample:
+    """What the rendering judge reads of a task's evaluation (a :class:`Sample`'s ``judged`` part)."""
+
+    dataset: object
+    split: object
+    space: object
+    judged: dict | None
 
 
 def grid_score_sizes(n_metric: int, n_grid: int | None = None) -> dict[str, int]:
@@ -166,30 +266,35 @@ def _reads_held_out(config: EvaluationConfig) -> bool:
 
 
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
-             n_jobs: int | None = 1) -> dict[str, float]:
+             n_jobs: int | None = 1, data_seed: int = 0) -> dict[str, float]:
     """The results row of a trained ``model`` of any task on ``dataset`` under the held-out
     ``split`` it was trained under, as ``config`` says (default ``EvaluationConfig()``; see the
     module docstring). ``model``: the model, or the trainer that trained it (its ``.model``, as
     every trainer of ``models.build_trainer`` has). ``seed`` seeds every draw and fit (a sweep
     gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
-    (None: every core)."""
+    (None: every core); ``data_seed`` is the trial's, which chooses the training rows held back as
+    the in-distribution control where the trial trains on the whole training part
+    (:func:`data_pipeline.in_distribution.training_rows`: give the seed the model trained with)."""
     model = getattr(model, "model", model)
     config = EvaluationConfig() if config is None else config
     evaluation = next(EVALUATIONS[kind] for kind in type(model).__mro__ if kind in EVALUATIONS)
-    return evaluation(model, dataset, split, config, seed, n_jobs)
+    return evaluation(model, dataset, split, config, seed, n_jobs, data_seed)
 
 
-def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_jobs: int | None) -> dict:
+def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_jobs: int | None,
+                  data_seed: int = 0) -> dict:
     """A VAE's row, or any model's with ``encode`` and ``decode``: the NLLs, the readout, and
     every configured metric on one :class:`Sample`."""
     chosen = config.chosen_metrics
     for name in chosen:
         if METRICS[name].check is not None:
             METRICS[name].check(config, dataset, split)
-    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    train, held_back, test = training_rows(dataset, split, data_seed)
     rng = np.random.default_rng(seed)
     likelihood = model_likelihood(model)
-    wanted = max(config.n_nll, config.n_metric if _reads_held_out(config) else 0)
+    judging = JUDGE_IMAGES if "rendering_judge" in chosen and config.dci_estimator != "none" else 0
+    in_distribution = in_distribution_sample(dataset, split, data_seed, max(config.n_nll, judging), seed)
+    wanted = max(config.n_nll, config.n_metric if _reads_held_out(config) else 0, judging)
     held_out = held_out_sample(dataset, split, test, wanted, seed, n_nll=config.n_nll)
     tested = np.arange(min(config.n_nll, len(held_out)))
     out: dict[str, float] = {
@@ -200,9 +305,12 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
         "train_nll": mean_or_nan(reconstruction_nll_per_image(
             model, dataset.images, sample_without_replacement(train, config.n_nll, rng), likelihood)),
         "test_nll": mean_or_nan(reconstruction_nll_per_image(model, held_out, tested, likelihood)),
+        **_in_distribution_row(in_distribution, reconstruction_nll_per_image(
+            model, in_distribution, np.arange(min(config.n_nll, len(in_distribution))), likelihood)),
         **nan_results(),
     }
-    sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood)
+    sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood,
+                    in_distribution=in_distribution, held_back=held_back)
     if config.dci_estimator != "none":
         out.update(metric_n_train=int(len(sample.rows)), metric_n_test=int(len(sample.rows_check)))
         for name in chosen:
@@ -219,15 +327,17 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
     return out
 
 
-def _task_row(dataset, split, config: EvaluationConfig, seed: int) -> tuple:
+def _task_row(dataset, split, config: EvaluationConfig, seed: int, data_seed: int) -> tuple:
     """What the ground-truth decoder's and the composition network's rows start from: (training
-    rows, held-out rows, the NLL draws' generator, the :class:`HeldOut` sample, the row's sizes).
-    Both tasks train with the Bernoulli likelihood, and are scored with it."""
-    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    rows, held-out rows, the NLL draws' generator, the :class:`HeldOut` sample, the
+    in-distribution sample, the row's sizes). Both tasks train with the Bernoulli likelihood, and
+    are scored with it."""
+    train, _, test = training_rows(dataset, split, data_seed)
     rng = np.random.default_rng(seed)
     held_out = held_out_sample(dataset, split, test, config.n_nll, seed, n_nll=config.n_nll)
+    in_distribution = in_distribution_sample(dataset, split, data_seed, config.n_nll, seed)
     row = {"n_train_images": int(len(train)), "n_test_images": held_out.pool, "nll_likelihood": "bernoulli"}
-    return train, test, rng, held_out, row
+    return train, test, rng, held_out, in_distribution, row
 
 
 # training images the ground-truth decoder's readout decodes each factor's values for
@@ -235,17 +345,27 @@ DECODER_READOUT_IMAGES = 200
 
 
 def _evaluate_ground_truth_decoder(decoder: GroundTruthDecoder, dataset, split, config: EvaluationConfig,
-                                   seed: int, n_jobs: int | None) -> dict:
-    """The ground-truth decoder's row: its NLLs, NaN metrics, and its likelihood readout."""
+                                   seed: int, n_jobs: int | None, data_seed: int = 0) -> dict:
+    """The ground-truth decoder's row: its NLLs, NaN metrics (but the rendering judge where asked
+    for: its reconstruction is its rendering of the true factor values), and its likelihood
+    readout."""
     space = dataset.factor_space
-    train, _, rng, held_out, out = _task_row(dataset, split, config, seed)
+    train, _, rng, held_out, in_distribution, out = _task_row(dataset, split, config, seed, data_seed)
     values = space.raw_values(dataset.classes)
     train_rows = sample_without_replacement(train, config.n_nll, rng)
     out["train_nll"] = mean_or_nan(ground_truth_nll(decoder, dataset.images, values, train_rows))
     out["test_nll"] = mean_or_nan(ground_truth_nll(decoder, held_out, space.raw_values(held_out.classes),
                                                    np.arange(len(held_out))))
     out["test_nll_images"] = len(held_out)
+    in_values = space.raw_values(in_distribution.classes)
+    out.update(_in_distribution_row(in_distribution, ground_truth_nll(
+        decoder, in_distribution, in_values, np.arange(len(in_distribution)))))
     out.update(nan_results())
+
+    def render(sample: HeldOut, positions: np.ndarray):
+        return positions, ground_truth_renderings(decoder, space.raw_values(sample.classes[positions]))
+
+    out.update(_judge(config, dataset, split, seed, data_seed, render))
     rows = sample_without_replacement(train, DECODER_READOUT_IMAGES, np.random.default_rng([seed, 3]))
     out.update(readout_columns(decoder_readout_scores(decoder, dataset, train, rows), "decoder_likelihood",
                                0, len(rows)))
@@ -253,10 +373,12 @@ def _evaluate_ground_truth_decoder(decoder: GroundTruthDecoder, dataset, split, 
 
 
 def _evaluate_composition(net: CompositionNet, dataset, split, config: EvaluationConfig, seed: int,
-                          n_jobs: int | None) -> dict:
-    """The composition network's row: its NLLs on training and held-out triplets, NaN metrics, no
-    readout."""
-    train, test, rng, held_out, out = _task_row(dataset, split, config, seed)
+                          n_jobs: int | None, data_seed: int = 0) -> dict:
+    """The composition network's row: its NLLs on training and held-out triplets (and on
+    in-distribution triplets, composed as the held-out ones are, from a stream of their own), NaN
+    metrics but the rendering judge where asked for (its reconstruction of an image is its
+    prediction of it as a target), no readout."""
+    train, test, rng, held_out, in_distribution, out = _task_row(dataset, split, config, seed, data_seed)
     train_triplets = TripletSampler(dataset.classes, train).sample(rng, config.n_nll)
     everything = np.union1d(train, test)
     *sources, target, action = TripletSampler(dataset.classes, everything).sample_onto_classes(
@@ -268,7 +390,24 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
     out["test_nll"] = mean_or_nan(composition_nll(net, dataset.images, *sources, target, action,
                                                   targets=held_out))
     out["test_nll_images"] = int(len(target))
+    sampler = TripletSampler(dataset.classes, everything)
+    *in_sources, in_target, in_action = sampler.sample_onto_classes(in_distribution.classes,
+                                                                    np.random.default_rng([seed, 6]))
+    out.update(_in_distribution_row(in_distribution, composition_nll(
+        net, dataset.images, *in_sources, in_target, in_action, targets=in_distribution)))
     out.update(nan_results())
+
+    def render(sample: HeldOut, positions: np.ndarray):
+        *parts, target, action = sampler.sample_onto_classes(sample.classes[positions],
+                                                             np.random.default_rng([seed, 7]))
+        return positions[target], composition_predictions(net, dataset.images, *parts, action)
+
+    def decode_true():  # M22's decoder side: the net's decoder fed the codes images should have
+        rows = sample_without_replacement(train, config.n_metric, np.random.default_rng([seed, 8]))
+        return _true_code_decoder(net, dataset.factor_space, dataset.classes[rows],
+                                  encode_means(net, dataset.images, rows))
+
+    out.update(_judge(config, dataset, split, seed, data_seed, render, decode_true))
     out.update(no_readout(dataset.factor_space))
     return out
 
@@ -290,7 +429,10 @@ class Sample:
     and ``decode(codes)`` (float64 pixel probabilities). ``factor_ranges`` is each factor's class
     range."""
 
-    def __init__(self, model, dataset, split, config, seed, n_jobs, train, held_out: HeldOut, likelihood):
+    def __init__(self, model, dataset, split, config, seed, n_jobs, train, held_out: HeldOut, likelihood,
+                 in_distribution: HeldOut | None = None, held_back: np.ndarray | None = None):
+        self.in_distribution = in_distribution
+        self.held_back = np.zeros(0, np.int64) if held_back is None else held_back
         self.model, self.dataset, self.split, self.config = model, dataset, split, config
         self.seed, self.n_jobs, self.train, self._held_out = seed, n_jobs, train, held_out
         self.likelihood, self.space = likelihood, dataset.factor_space
@@ -342,10 +484,31 @@ class Sample:
     held_out_codes = property(lambda self: self._part("held_out")[1])
     held_out_factors = property(lambda self: self._part("held_out")[2])
     score_pool = property(lambda self: self._part("score_pool"))
+    judged = property(lambda self: self._part("judged"))
+
+    def _draw_judged(self):
+        """The rendering judge's input: the first held-out and in-distribution images and their
+        reconstructions from the posterior means (None where the dataset has no ``observe``)."""
+        if self.dataset.observe is None:
+            return None
+        empty = HeldOut(np.zeros((0, self.space.n_factors), np.int64), self._held_out.images[:0], 0)
+        in_distribution = self.in_distribution if self.in_distribution is not None else empty
+
+        def render(sample: HeldOut, positions: np.ndarray):
+            images = sample[positions]
+            return positions, _reconstruct(self.model, images) if len(images) else images.astype(np.float32)
+
+        unique = np.unique(self.rows)  # M22's decoder side, from the training draws' codes
+        decode_true = _true_code_decoder(self.model, self.space, self.dataset.classes[unique],
+                                         self.encode(unique))
+        return _judged(self._held_out, in_distribution, render, decode_true)
 
     def _draw_score_pool(self):
         """The BetaVAE/FactorVAE scores' source, their factor sizes (None for a pool) and record."""
-        config, dataset, space, train = self.config, self.dataset, self.space, self.train
+        # the split's whole training part: the rows held back from training too (the scores are no
+        # generalisation test, and ask for a full grid where the split leaves one)
+        config, dataset, space = self.config, self.dataset, self.space
+        train = np.union1d(self.train, self.held_back) if len(self.held_back) else self.train
         sizes = grid_score_sizes(config.n_metric, config.n_grid)
         record = {"score_batch_size": sizes["batch_size"], "score_n_train": sizes["n_train"],
                   "score_n_eval": sizes["n_eval"], "score_n_variance": sizes["n_variance"],

@@ -214,6 +214,35 @@ def reconstruction_figure(panels: dict, path: str, title: str = "") -> str:
     return _save(fig, path)
 
 
+def judged_strip(truth: np.ndarray, reconstructions: np.ndarray, captions: list[str], right: list[bool],
+                 path: str, title: str = "") -> str:
+    """M21's Figure 2 with the rendering judge's reading: held-out ground truth (top row) above the
+    model's reconstructions (bottom row), each column captioned with what the judge read from the
+    reconstruction (green where it read every rule factor right, red where not). ``truth`` and
+    ``reconstructions``: (N, C, H, W), uint8 or floats in [0, 1]."""
+    def shown(image):
+        scale = 255.0 if image.dtype == np.uint8 else 1.0
+        image = np.transpose(np.asarray(image, dtype=np.float32) / scale, (1, 2, 0))
+        return image[:, :, 0] if image.shape[2] == 1 else np.clip(image, 0, 1)
+
+    n = len(truth)
+    fig, axes = plt.subplots(2, n, figsize=(1.6 * n + 0.6, 3.9), squeeze=False)
+    for column in range(n):
+        for row, images in enumerate((truth, reconstructions)):
+            ax = axes[row, column]
+            ax.imshow(shown(images[column]), cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[1, column].set_xlabel(captions[column], fontsize=6,
+                                   color="tab:green" if right[column] else "tab:red")
+    axes[0, 0].set_ylabel("ground truth", fontsize=7)
+    axes[1, 0].set_ylabel("reconstruction", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path, dpi=90)
+
+
 def traversal_figure(images: np.ndarray, path: str, *, values=None, title: str = "Latent traversal") -> str:
     """Latent traversal: ``images`` of shape (n_codes, n_steps, C, H, W), row i showing the
     decoder's output as code i moves through ``values`` while the others stay fixed."""

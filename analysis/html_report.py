@@ -528,6 +528,9 @@ def trained_models_section(drawn, skipped, why: str | None) -> str:
         body.append(note(why))
     captions = {
         "reconstructions": "Training and held-out images (top rows) and reconstructions",
+        "judged": "Held-out ground truth (top) and reconstructions (bottom), captioned with what the "
+                  "rendering judge reads from each reconstruction (red: a rule factor read wrong; "
+                  "“seen”: read as a training combination)",
         "traversal": "Latent traversal: each row moves one code from −2 to +2 around a training image",
         "hinton": "Hinton diagram of the importance matrix (codes × factors)",
     }

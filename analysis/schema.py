@@ -148,6 +148,14 @@ METRIC_FIELDS = [
     # compose); null in files written before the column
     pa.field("test_nll_images", pa.int64()),
     pa.field("nll_likelihood", GROUP),  # the likelihood of train_nll/test_nll: bernoulli or gaussian
+    # The in-distribution control (data_pipeline.in_distribution, docs/data.md): the mean NLL per image,
+    # as test_nll, on in_distribution_nll_images images of *training* combinations the model never
+    # trained on: grid points outside the trial's subset, or the training rows held back from it where
+    # it trains on the whole training part (in_distribution_source says which); null (NaN) where none
+    # could be had, and in files written before the columns
+    schema_field("in_distribution_nll", pa.float64(), unit="nats", null="no in-distribution image"),
+    schema_field("in_distribution_nll_images", pa.int64(), unit="images", null="written before the column"),
+    schema_field("in_distribution_source", GROUP, null="written before the column"),
     # every registered metric's columns (analysis.metrics.registry.METRICS), its unit and what a
     # null means in their metadata; the OOD1 factor of the transfer scores is the setting
     # transfer_factor, filled as evaluated

@@ -33,6 +33,19 @@ def ground_truth_nll(decoder: GroundTruthDecoder, images, values: np.ndarray, ro
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
 
+def ground_truth_renderings(decoder: GroundTruthDecoder, values: np.ndarray,
+                            batch_size: int = 512) -> np.ndarray:
+    """The decoder's pixel probabilities (N, C, H, W) of factor values ``values`` (N, F)."""
+    device = decoder.low.device
+    out = []
+    with evaluating(decoder):
+        for start in range(0, len(values), batch_size):
+            factors = torch.as_tensor(np.asarray(values[start:start + batch_size], dtype=np.float32),
+                                      device=device)
+            out.append(torch.sigmoid(decoder(factors)).cpu())
+    return torch.cat(out).numpy() if out else np.zeros((0, 1, 1, 1), np.float32)
+
+
 def decoder_readout_scores(decoder: GroundTruthDecoder, dataset, train: np.ndarray, rows: np.ndarray) -> dict:
     """Whether the decoder learned to render each factor on its training images: each image of
     the training ``rows`` is decoded, for each factor, with every value the factor takes on the
@@ -64,6 +77,22 @@ def decoder_readout_scores(decoder: GroundTruthDecoder, dataset, train: np.ndarr
                 entry["score"] = readout_score(space, name, space.readout_targets(predicted, name), classes)
             scores[name] = entry
     return scores
+
+
+def composition_predictions(net: CompositionNet, images: np.ndarray, reference: np.ndarray,
+                            transform: np.ndarray, action: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """The network's predicted targets (pixel probabilities) of triplets (row arrays of
+    ``images``), composing the posterior means."""
+    device = next(net.parameters()).device
+    out = []
+    with evaluating(net):
+        for start in range(0, len(action), batch_size):
+            part = slice(start, start + batch_size)
+            one_hot = torch.nn.functional.one_hot(torch.as_tensor(action[part]), net.n_actions).to(device)
+            logits, _, _ = net(to_float(images[reference[part]], device),
+                               to_float(images[transform[part]], device), one_hot)
+            out.append(torch.sigmoid(logits).cpu())
+    return torch.cat(out).numpy() if out else np.zeros((0, *images.shape[1:]), np.float32)
 
 
 def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarray, transform: np.ndarray,

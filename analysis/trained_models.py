@@ -138,11 +138,58 @@ def load_checkpoint(path: str, member: int = 0):
     return loaded[member]
 
 
+def _reading(space, factors, classes: np.ndarray) -> str:
+    """A judge's reading as a caption: each rule factor's value (its name for a categorical one)."""
+    values = space.raw_values(classes[None])[0]
+    parts = []
+    for name in factors:
+        j = space.position(name)
+        categorical = space.kinds[j] == "categorical"
+        parts.append(f"{name}={int(classes[j])}" if categorical else f"{name}={values[j]:.2f}")
+    return " ".join(parts)
+
+
+def judged_reconstructions(model, config: dict, data, path: str, *, n_images: int = 8, seed: int = 0,
+                           title: str = "") -> str | None:
+    """Draw M21's picture of a trained model (``analysis.figures.judged_strip``): ``n_images``
+    held-out images of its split, drawn from the whole held-out part of the grid where the data can
+    render it, above the model's reconstructions, each captioned with what the rendering judge
+    (``analysis.metrics.rendering_judge``) reads from the reconstruction and, after "seen", where
+    that reading is a combination of the training part (a substitution). None where the data
+    cannot render the judge's templates (no ``observe``)."""
+    from analysis.evaluation import held_out_sample
+    from analysis.figures import judged_strip
+    from analysis.metrics.rendering_judge import judge_readings, read_right
+    from data_pipeline import get_split
+    from models import reconstruct
+
+    if data.observe is None:
+        return None
+    split = get_split(config["dataset"], config["split"])
+    space = data.factor_space
+    test = split.train_test_indices(data.classes, space)[1]
+    sample = held_out_sample(data, split, test, n_images, seed, n_nll=0)
+    truth = sample[np.arange(len(sample))]
+    reconstructions = reconstruct(model, truth)
+    factors = tuple(name for name in split.factor_names(space) if name in space.names)
+    (read,) = judge_readings(space, factors, data.observe, sample.classes, reconstructions)
+    right = read_right(space, factors, sample.classes, read).all(axis=1)
+    captions = []
+    for classes, reading, ok in zip(sample.classes, read, right):
+        whole = classes.copy()
+        whole[[space.position(name) for name in factors]] = reading
+        seen = not ok and bool(split.train_mask(whole[None], space)[0])
+        captions.append(_reading(space, factors, whole) + (" (seen)" if seen else ""))
+    return judged_strip(truth, reconstructions, captions, list(right), path, title=title)
+
+
 def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 9, span: float = 2.0,
                   n_codes: int = 1000, seed: int = 0, member: int = 0) -> dict[str, str]:
     """Write ``<trial_key>_reconstructions.png`` (training and held-out images above their
     reconstructions), ``<trial_key>_traversal.png`` (each code swept over ±``span`` around one
-    training image's code) and ``<trial_key>_hinton.png`` (the Lasso D-score's importance matrix on
+    training image's code), ``<trial_key>_judged.png`` (held-out images above their reconstructions,
+    captioned with the rendering judge's reading: :func:`judged_reconstructions`) and
+    ``<trial_key>_hinton.png`` (the Lasso D-score's importance matrix on
     at most ``n_codes`` training images: a second, where the GBT takes ten). Returns {kind: path}."""
     from analysis.figures import hinton, reconstruction_figure, traversal_figure
     from analysis.metrics.dci import dci
@@ -151,8 +198,10 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     from models.inference import decode_probabilities
 
     model, config, data = load_checkpoint(path, member)
-    train, test = get_split(config["dataset"], config["split"]).train_test_indices(data.classes,
-                                                                                  data.factor_space)
+    from data_pipeline.in_distribution import training_rows
+
+    train, _, test = training_rows(data, get_split(config["dataset"], config["split"]),
+                                   config.get("data_seed", 0))
     rng = np.random.default_rng(seed)
     panels = {}
     for name, rows in (("train", train), ("held out", test)):
@@ -165,6 +214,10 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
              f"· seed {config.get('seed')}")
     out = {"reconstructions": reconstruction_figure(
         panels, os.path.join(out_dir, f"{key}_reconstructions.png"), title=label)}
+    judged = judged_reconstructions(model, config, data, os.path.join(out_dir, f"{key}_judged.png"),
+                                    n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
+    if judged is not None:
+        out["judged"] = judged
 
     code = encode_means(model, data.images, train[:1])[0]
     values = np.linspace(-span, span, n_steps)

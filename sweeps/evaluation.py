@@ -31,6 +31,7 @@ from torch.utils.tensorboard import SummaryWriter
 from analysis import storage
 from analysis.evaluation import evaluate
 from analysis.trained_models import reconstruction_grid
+from data_pipeline.in_distribution import training_rows
 from data_pipeline.splits import get_split
 from models import reconstruct
 from sweeps.outcome import ModelOutcome, TrialOutcome
@@ -41,9 +42,12 @@ N_GRID_IMAGES = 8
 
 
 def split_rows(trial: TrialConfig, data) -> tuple:
-    """(split, training rows, held-out rows) of ``trial``'s own split on ``data``."""
+    """(split, training rows, held-out rows) of ``trial``'s own split on ``data``: the training rows
+    less those held back as the in-distribution control where the trial trains on the whole
+    training part (``data_pipeline.in_distribution.training_rows``)."""
     split = get_split(trial.data.dataset, trial.data.split)
-    return (split, *split.train_test_indices(data.classes, data.factor_space))
+    train, _, test = training_rows(data, split, trial.data.data_seed)
+    return split, train, test
 
 
 class ModelLog:
@@ -118,7 +122,8 @@ def evaluate_model(model, trial: TrialConfig, data, split, cpus: float) -> dict:
     """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split, with the
     seconds they took (``eval_seconds``) and when they started and ended (epoch seconds)."""
     began, started = time.time(), time.perf_counter()
-    metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)))
+    metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
+                       data_seed=trial.data.data_seed)
     metrics["eval_seconds"] = time.perf_counter() - started
     metrics.update(eval_started_at=began, eval_ended_at=time.time())
     return metrics

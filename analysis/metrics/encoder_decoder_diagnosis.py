@@ -31,6 +31,11 @@
   normalised to [0, 1] and categorical factors one-hot) scores clearly worse against the true
   images (NLL per image) than the same on training images.
 
+**M22's snap test** (:func:`snap_counts`) asks the same readouts, image by image, whether each is
+nearer the true value or the *snap*, the nearest value the split's training part has with the
+image's other factors fixed: the failure M22 describes (an encoder that maps a held-out image to
+the nearest combination it saw) against generalisation, without a threshold on the error.
+
 **The verdict** is one rule for both sides (:func:`fails`): a side fails when
 
     error_test > ratio · error_train + margin,
@@ -52,8 +57,8 @@ from sklearn.model_selection import train_test_split
 from analysis.metrics._checks import check_pair, check_test_pair, mean_or_nan
 from analysis.metrics.reconstruction_nll import nll_per_image
 
-__all__ = ["encoder_decoder_diagnosis", "fails", "score_encoder_decoder", "judged_factors", "RATIO",
-           "ENCODER_MARGIN", "DECODER_MARGIN"]
+__all__ = ["encoder_decoder_diagnosis", "fails", "snap_counts", "score_encoder_decoder", "judged_factors",
+           "RATIO", "ENCODER_MARGIN", "DECODER_MARGIN"]
 
 # disgen's thresholds (M22 gives none); see the module docstring
 RATIO = 1.5
@@ -78,7 +83,8 @@ def _angle_error(predicted: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def _factor_errors(kind, codes, target, codes_test, target_test, fit_rows, check_rows, random_state):
     """(error on the training rows ``check_rows``, error on the held-out rows, held-out rows
-    scored) of one factor's linear readout of its ``kind`` fitted on ``fit_rows``."""
+    scored, the readout's predictions on every held-out row) of one factor's linear readout of its
+    ``kind`` fitted on ``fit_rows``."""
     if kind == "categorical":
         known = np.unique(target[fit_rows])
         if known.size < 2:  # one class fitted: the readout can only say that class
@@ -88,17 +94,87 @@ def _factor_errors(kind, codes, target, codes_test, target_test, fit_rows, check
                 codes[fit_rows], target[fit_rows]).predict
         check = check_rows[np.isin(target[check_rows], known)]
         seen = np.isin(target_test, known)
+        predicted = predict(codes_test) if len(codes_test) else np.zeros(0, target.dtype)
         train = mean_or_nan(predict(codes[check]) != target[check]) if len(check) else float("nan")
-        test = mean_or_nan(predict(codes_test[seen]) != target_test[seen]) if seen.any() else float("nan")
-        return train, test, int(seen.sum())
+        test = mean_or_nan(predicted[seen] != target_test[seen]) if seen.any() else float("nan")
+        return train, test, int(seen.sum()), predicted
     readout = LinearRegression().fit(codes[fit_rows], target[fit_rows])
     if kind == "circular":
         error = _angle_error
     else:
         error = lambda predicted, truth: np.abs(predicted - truth)
+    predicted = readout.predict(codes_test)
     train = mean_or_nan(error(readout.predict(codes[check_rows]), target[check_rows]))
-    test = mean_or_nan(error(readout.predict(codes_test), target_test))
-    return train, test, len(codes_test)
+    test = mean_or_nan(error(predicted, target_test))
+    return train, test, len(codes_test), predicted
+
+
+def _readout_target(space, j: int, classes: np.ndarray, low, width) -> np.ndarray:
+    """Factor ``j``'s readout target of ``classes``: (cos kθ, sin kθ) if circular, else normalised."""
+    if space.kinds[j] == "circular":
+        return space.readout_targets(classes, space.names[j])
+    return (classes[:, j] - low[j]) / width[j]
+
+
+def _readout_distance(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _angle_error(a, b) if kind == "circular" else np.abs(a - b)
+
+
+def _nearer(space, j, predicted, factors_test, seen_values, low, width) -> tuple[np.ndarray, np.ndarray]:
+    """(strictly nearer the truth, strictly nearer the snap) per held-out row, for an ordinal or
+    circular factor ``j`` (see :func:`snap_counts`)."""
+    n, size, kind = len(factors_test), space.sizes[j], space.kinds[j]
+    gap = np.abs(np.arange(size)[None, :] - factors_test[:, [j]])
+    if kind == "circular":
+        gap = np.minimum(gap, size - gap)
+    gap = np.where(seen_values, gap, np.iinfo(np.int64).max)
+    nearest = seen_values & (gap == gap.min(axis=1, keepdims=True))
+    snap, best = factors_test.copy(), np.full(n, np.inf)
+    for v in range(size):  # of the nearest seen values, the one nearer the readout
+        moved = factors_test.copy()
+        moved[:, j] = v
+        d = _readout_distance(kind, predicted, _readout_target(space, j, moved, low, width))
+        take = nearest[:, v] & (d < best)
+        best[take], snap[take, j] = d[take], v
+    to_truth = _readout_distance(kind, predicted, _readout_target(space, j, factors_test, low, width))
+    to_snap = _readout_distance(kind, predicted, _readout_target(space, j, snap, low, width))
+    return to_truth < to_snap, to_snap < to_truth
+
+
+def snap_counts(space, seen, factors_test, judged, predictions, low, width) -> dict:
+    """M22's two hypotheses for the encoder, image by image: is each judged factor's readout
+    nearer the true value or the *snap*, the value nearest the truth that the training part has
+    with the image's other factors fixed (``seen(classes)``: True for the split's training
+    combinations; of two snaps equally near the truth, the one nearer the readout)? A factor
+    without a seen value (nothing to snap to) is left out of its image. An image is nearer the
+    truth when every factor left is strictly nearer the truth, nearer the snap when any is
+    strictly nearer the snap (ties: neither). ``predictions``: {column: the readout's predictions
+    on the held-out rows, in its target's units}. Returns ``encoder_nearer_truth``,
+    ``encoder_nearer_snap`` and ``encoder_snap_images`` (images with a factor left)."""
+    n = len(factors_test)
+    truth_side = np.ones(n, bool)
+    snap_side = np.zeros(n, bool)
+    tested = np.zeros(n, bool)
+    for j in judged:
+        if j not in predictions:
+            continue
+        size, kind, predicted = space.sizes[j], space.kinds[j], np.asarray(predictions[j])
+        seen_values = np.zeros((n, size), bool)
+        for v in range(size):
+            moved = factors_test.copy()
+            moved[:, j] = v
+            seen_values[:, v] = seen(moved)
+        has = seen_values.any(axis=1)
+        if kind == "categorical":
+            truth_near = predicted == factors_test[:, j]
+            snap_near = ~truth_near & seen_values[np.arange(n), np.clip(predicted, 0, size - 1).astype(int)]
+        else:
+            truth_near, snap_near = _nearer(space, j, predicted, factors_test, seen_values, low, width)
+        truth_side &= ~has | truth_near
+        snap_side |= has & snap_near
+        tested |= has
+    return {"encoder_nearer_truth": int((tested & truth_side).sum()),
+            "encoder_nearer_snap": int((tested & snap_side).sum()), "encoder_snap_images": int(tested.sum())}
 
 
 def _column(factor, names: tuple[str, ...]) -> int:
@@ -128,7 +204,7 @@ def _diagnosis(encoder_fails: float, decoder_fails: float | None) -> str:
 def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space=None, factors_judged=None,
                               decode=None, images=None, images_test=None, factor_ranges=None, ratio=RATIO,
                               encoder_margin=ENCODER_MARGIN, decoder_margin=DECODER_MARGIN,
-                              likelihood="bernoulli", holdout_fraction=0.25, random_state=0):
+                              likelihood="bernoulli", holdout_fraction=0.25, random_state=0, seen=None):
     """Diagnose a failure on held-out combinations. ``codes`` (n_train, n_codes), ``factors``
     (n_train, n_factors): training images' codes and factor values; ``codes_test``,
     ``factors_test``: the held-out images'. For the decoder side give ``decode`` (codes (n, n_codes)
@@ -155,7 +231,8 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space
     with ``ratio`` and the side's margin. ``"diagnosis"`` says which side fails in words:
     "encoder", "decoder", "both" or "neither" where both are judged. ``likelihood`` scores the
     decoded images: "bernoulli" (NLL of pixel probabilities) or "gaussian" (see
-    ``analysis.metrics.reconstruction_nll``).
+    ``analysis.metrics.reconstruction_nll``). ``seen`` (with ``space``; classes → True for the
+    split's training combinations) adds M22's snap test of the same readouts (:func:`snap_counts`).
     """
     discrete = space is not None
     codes, factors = check_pair(codes, factors, min_samples=8, discrete=discrete)
@@ -194,7 +271,7 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space
 
     rows = np.arange(codes.shape[0])
     fit_rows, check_rows = train_test_split(rows, test_size=holdout_fraction, random_state=random_state)
-    errors = {}
+    errors, predictions = {}, {}
     for j in judged:
         if not varying[j]:
             continue
@@ -206,8 +283,8 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space
                                    space.readout_targets(factors_test, names[j]))
         else:
             target, target_test = y[:, j], y_test[:, j]
-        train, test, n_test = _factor_errors(kind, codes, target, codes_test, target_test, fit_rows,
-                                             check_rows, random_state)
+        train, test, n_test, predictions[j] = _factor_errors(kind, codes, target, codes_test, target_test,
+                                                             fit_rows, check_rows, random_state)
         errors[names[j]] = {"kind": kind, "train": train, "test": test, "n_test": n_test,
                             "fails": fails(train, test, ratio, encoder_margin)}
     excess = {name: e["test"] - (ratio * e["train"] + encoder_margin) for name, e in errors.items()
@@ -219,6 +296,8 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space
 
     out = {"encoder_error_train": encoder_train, "encoder_error_test": encoder_test,
            "encoder_fails": encoder_fails, "encoder_factor": decisive, "encoder_errors": errors}
+    if seen is not None and space is not None:
+        out.update(snap_counts(space, seen, factors_test, judged, predictions, low, width))
     if decode is None:
         out.update(decoder_nll_train=float("nan"), decoder_nll_test=float("nan"), decoder_fails=float("nan"))
         out["diagnosis"] = _diagnosis(encoder_fails, None)
@@ -246,6 +325,7 @@ def encoder_decoder_diagnosis(codes, factors, codes_test, factors_test, *, space
     return out
 
 
+SNAP_KEYS = ("encoder_nearer_truth", "encoder_nearer_snap", "encoder_snap_images")
 DIAGNOSIS_KEYS = ("encoder_error_train", "encoder_error_test", "decoder_nll_train", "decoder_nll_test",
                   "encoder_fails", "decoder_fails", "encoder_factor")
 
@@ -284,8 +364,9 @@ def score_encoder_decoder(sample) -> dict:
         decode=sample.decode, images=dataset.images[unique], images_test=sample.held_out_images,
         factor_ranges=sample.factor_ranges, ratio=config.diagnosis_ratio,
         encoder_margin=config.diagnosis_encoder_margin, decoder_margin=config.diagnosis_decoder_margin,
-        likelihood=sample.likelihood, random_state=sample.seed)
-    return {**{key: result[key] for key in DIAGNOSIS_KEYS},
+        likelihood=sample.likelihood, random_state=sample.seed,
+        seen=lambda classes: sample.split.train_mask(classes, sample.space))
+    return {**{key: result[key] for key in (*DIAGNOSIS_KEYS, *SNAP_KEYS)},
             "encoder_errors": _json_errors(result["encoder_errors"]),
             "diagnosis_ratio": float(config.diagnosis_ratio),
             "diagnosis_encoder_margin": float(config.diagnosis_encoder_margin),

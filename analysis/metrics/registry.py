@@ -25,6 +25,7 @@ from analysis.metrics.encoder_decoder_diagnosis import (
 from analysis.metrics.factor_vae_score import score_factor_vae
 from analysis.metrics.mig import score_mig
 from analysis.metrics.modularity_explicitness import score_modularity_explicitness
+from analysis.metrics.rendering_judge import score_rendering_judge
 from analysis.metrics.sap import score_sap
 from analysis.metrics.transfer_score import REGRESSORS, check_transfer, score_transfer
 from data_pipeline.config import whole_number
@@ -42,6 +43,9 @@ INPUTS = {
     "held_out": ("held_out_codes", "held_out_factors", "held_out_images"),
     "score_pool": ("score_pool",),  # the BetaVAE/FactorVAE scores' sample (analysis.evaluation)
     "model": ("encode", "decode", "dataset"),  # the model's encoder and decoder, the dataset
+    # the first <= 200 held-out and in-distribution images, their classes, ground truth and the model's
+    # reconstructions of them (analysis.metrics.rendering_judge), and the dataset (its observe)
+    "judged": ("judged", "dataset"),
 }
 # What every metric may read without declaring it: its config and the evaluation's constants.
 ALWAYS = ("config", "seed", "n_jobs", "space", "split", "train", "likelihood", "factor_ranges")
@@ -74,13 +78,15 @@ class Metric:
     """One line of :data:`METRICS`: ``compute(sample) -> {column: value}``, the columns it writes,
     the :data:`INPUTS` it reads, the settings it resolves (``fills``: a setting column whose
     None it replaces with the value used) and ``check(config, dataset, split)``, run before
-    anything is encoded, which raises a ValueError on a setting the metric cannot use."""
+    anything is encoded, which raises a ValueError on a setting the metric cannot use.
+    ``by_default``: False for a metric computed only where a trial's ``metrics`` names it."""
 
     compute: Callable[..., dict]
     columns: tuple[Column, ...]
     inputs: tuple[str, ...]
     fills: tuple[str, ...] = ()
     check: Callable | None = None
+    by_default: bool = True  # computed where a trial's metrics setting is null (every such metric)
 
     def __post_init__(self):
         unknown = [name for name in self.inputs if name not in INPUTS]
@@ -151,10 +157,32 @@ METRICS: dict[str, Metric] = {
                "encoder_fails)", "group", null="no factor of the split could be judged"),
         Column("encoder_errors", 'JSON {factor: {"kind", "train", "test", "n_test", "fails"}}, every '
                "factor judged (those the split's rule names)", "text"),
+        Column("encoder_nearer_truth", "held-out images whose readout of every rule factor is nearer the "
+               "true value than the snap (the nearest value seen in training, other factors fixed)", "int",
+               "images", null="the diagnosis did not run"),
+        Column("encoder_nearer_snap", "held-out images whose readout of some rule factor is nearer the snap",
+               "int", "images", null="the diagnosis did not run"),
+        Column("encoder_snap_images", "held-out images of the snap test (its denominator)", "int", "images",
+               null="the diagnosis did not run"),
         Column("diagnosis_ratio", "the rule's parameters (disgen's, not M22's)", record=True),
         Column("diagnosis_encoder_margin", record=True),
         Column("diagnosis_decoder_margin", unit="nats", record=True),
     ), ("training_draws", "held_out", "model")),
+    "rendering_judge": Metric(score_rendering_judge, (  # M21's evidence: what a model renders (opt-in)
+        Column("judge_accuracy_ground_truth", "the judge reading every rule factor right on the held-out "
+               "ground truth (below 0.95 it cannot tell the rule factors apart)"),
+        Column("judge_accuracy_test", "every rule factor read right on the held-out reconstructions"),
+        Column("judge_accuracy_in_distribution", "the same on reconstructions of training combinations "
+               "the model never trained on"),
+        Column("judge_substitution_share", "held-out reconstructions read as a training combination"),
+        Column("judge_images", "held-out reconstructions judged", "int", "images",
+               null="the judge did not run"),
+        Column("judge_decoder_accuracy_test", "every rule factor read right from the decoder fed the codes "
+               "the held-out images should have (M22's decoder side; NaN for the ground-truth decoder)"),
+        Column("judge_decoder_accuracy_in_distribution", "the same on in-distribution images"),
+        Column("rendering_judge", 'JSON {factor: {"kind", "ground_truth", "test", "in_distribution", '
+               '"substitution"}}, every rule factor', "text"),
+    ), ("judged",), by_default=False),
 }
 
 
@@ -206,7 +234,7 @@ class EvaluationConfig:
     dci_estimator: str = _setting("gbt", "gbt (standard), hist_gbt (faster) or none (skip every metric "
                                          "but the NLL and the readout)")
     metrics: tuple[str, ...] | None = _setting(None, "the metrics to compute (analysis.metrics.registry."
-                                                     "METRICS; default: all)")
+                                                     "METRICS; default: all but rendering_judge)")
     transfer_factor: str | None = _setting(None, "the OOD1 factor of the transfer scores, a factor name of "
                                                  "the dataset (default: its colour factor, else the factor "
                                                  "with the fewest classes, at least 4)")
@@ -272,8 +300,11 @@ class EvaluationConfig:
 
     @property
     def chosen_metrics(self) -> tuple[str, ...]:
-        """The metrics to compute: ``metrics``, or every registered one where it is None."""
-        return tuple(METRICS) if self.metrics is None else self.metrics
+        """The metrics to compute: ``metrics``, or every registered one computed by default where
+        it is None."""
+        if self.metrics is None:
+            return tuple(name for name, metric in METRICS.items() if metric.by_default)
+        return self.metrics
 
     def settings(self) -> dict:
         """The trial settings (the results' columns), with the metrics resolved."""

@@ -43,11 +43,18 @@ def test_nll_matches_an_independent_numpy_computation(trained):
     assert metrics["train_nll"] == pytest.approx(_numpy_nll(model, data.images[train_rows]), rel=1e-3)
     # the held-out images: 2,000 of the whole grid's posX > 0.5 (3 shapes × 6 scales × 40 orientations ×
     # 16 posX × 32 posY), rendered, though the 1,500 images hold only len(test_rows) of them
-    held = np.concatenate(rendered)
+    posX = data.factor_space.position("posX")
+    held = np.concatenate([r for r in rendered if (r[:, posX] >= 16).all()])
     assert metrics["n_test_images"] == 3 * 6 * 40 * 16 * 32 and len(test_rows) < 2000
     assert metrics["test_nll_images"] == len(held) == len(np.unique(held, axis=0)) == 2000
     assert (held[:, data.factor_space.position("posX")] >= 16).all()
     assert metrics["test_nll"] == pytest.approx(_numpy_nll(model, data.observe(held)), rel=1e-3)
+    # the in-distribution control: 2,000 grid points of the training part (posX <= 0.5) that the
+    # 1,500 images do not hold, rendered
+    (inside,) = [r for r in rendered if (r[:, posX] < 16).all()]
+    assert metrics["in_distribution_nll_images"] == len(inside) == len(np.unique(inside, axis=0)) == 2000
+    assert not {tuple(c) for c in inside} & {tuple(c) for c in data.classes}
+    assert metrics["in_distribution_nll"] == pytest.approx(_numpy_nll(model, data.observe(inside)), rel=1e-3)
 
 
 def test_disentanglement_scores_are_in_range_and_budgets_bound_the_work(trained):
@@ -110,9 +117,13 @@ def test_grid_sampling_renders_points_outside_the_dataset_and_the_training_defau
     assert sum(tuple(row) not in held for row in np.concatenate(rendered)) > 400
     rendered.clear()
     evaluate(model, recording, split, EvaluationConfig(n_nll=20, n_metric=120, metrics=scores), seed=2)
-    # the default reads the training images: what it renders is the held-out sample of test_nll only
-    rendered = np.concatenate(rendered)
-    assert len(rendered) == 20 and (rendered[:, data.factor_space.position("posX")] >= 16).all()
+    # the default reads the training images: what it renders is the held-out sample of test_nll and
+    # the in-distribution control's sample (training combinations outside the dataset) only
+    posX = data.factor_space.position("posX")
+    (held,) = [r for r in rendered if (r[:, posX] >= 16).all()]
+    (inside,) = [r for r in rendered if (r[:, posX] < 16).all()]
+    assert len(rendered) == 2 and len(held) == 20 and (held[:, posX] >= 16).all()
+    assert len(inside) == 20 and (inside[:, posX] < 16).all()
 
 
 def test_without_observe_the_scores_read_the_training_images_and_grid_sampling_is_refused(trained):

@@ -13,6 +13,7 @@ from analysis.evaluation import EvaluationConfig, evaluate, transfer_factor_of
 from analysis.metrics.encoder_decoder_diagnosis import encoder_decoder_diagnosis, fails
 from analysis.metrics.factor_vae_score import factor_vae_score
 from analysis.schema import TRIALS_SCHEMA
+from data_pipeline.in_distribution import training_rows
 
 DISENTANGLEMENT = ("dci", "d_score", "mig", "sap", "modularity_explicitness", "beta_vae", "factor_vae")
 
@@ -92,7 +93,8 @@ def test_nll_uses_the_training_likelihood(data, likelihood):
     model = planted.PlantedModel(planted.factors_as_codes, 3, likelihood=likelihood, logit=0.7)
     config = EvaluationConfig(n_nll=10_000, n_metric=100, dci_estimator="none")
     metrics = evaluate(model, dataset, split, config)
-    train, test = split.train_test_indices(dataset.classes, dataset.factor_space)
+    # the whole grid trains: its held-back slice (the in-distribution control) is no training image
+    train, _, test = training_rows(dataset, split, 0)
     p = 1 / (1 + np.exp(-0.7))
     for rows, key in [(train, "train_nll"), (test, "test_nll")]:
         x = dataset.images[rows].reshape(len(rows), -1) / 255.0
@@ -188,6 +190,9 @@ def test_fresh_score_draws_need_no_pool_and_say_so(data):
 
         def test_grid_indices(self, space):  # the held-out sample's pool: the grid's first point, row 0
             return np.arange(1)
+
+        def train_mask(self, classes, space):
+            return np.ones(len(classes), bool)
 
     everything = Everything()
     model = planted.PlantedModel(planted.factors_as_codes, 3)

@@ -38,10 +38,12 @@ def test_the_config_defaults_are_evaluates_and_its_settings_are_columns():
     config = EvaluationConfig()
     assert (config.n_nll, config.n_metric, config.dci_estimator, config.transfer_regressors) == \
         (1000, 1000, "gbt", ("gbt",))
-    assert config.chosen_metrics == tuple(METRICS) and config.n_grid is None
+    # every metric but the opt-in rendering judge
+    assert config.chosen_metrics == tuple(m for m in METRICS if m != "rendering_judge")
+    assert config.n_grid is None
     assert config.score_sampling == "training" and config.diagnosis_ratio == 1.5
     assert set(config.settings()) == set(EVALUATION_SETTINGS) and "n_grid" not in EVALUATION_SETTINGS
-    assert config.settings()["metrics"] == tuple(METRICS)
+    assert config.settings()["metrics"] == config.chosen_metrics
 
 
 @pytest.mark.parametrize("changes, message", [

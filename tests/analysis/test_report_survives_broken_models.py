@@ -82,6 +82,7 @@ def report(tmp_path_factory):
 def test_the_good_model_is_drawn(report, key):
     page = report.read_text()
     assert f"<h3>{key} · " in page and f"{key}_reconstructions.png" in page and f"{key}_hinton.png" in page
+    assert f"{key}_judged.png" in page and "what the rendering judge reads" in page  # M21's picture
 
 
 @pytest.mark.parametrize("key,reason", [

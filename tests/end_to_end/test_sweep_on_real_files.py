@@ -4,6 +4,7 @@ files, without Ray: tests/sweeps/test_real_files_planned_by_reference.py."""
 
 import json
 import textwrap
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,8 @@ from dataset_files import CIRCLES_GRID as GRID
 from dataset_files import write_circles
 
 from data_pipeline import get_split
+from data_pipeline.datasets import factor_space
+from data_pipeline.in_distribution import training_rows
 from data_pipeline.node_cache import materialisations
 from sweeps.paper_grid import main
 
@@ -32,9 +35,18 @@ def test_a_sweep_trains_on_the_real_file_its_prepared_copy_and_the_generator(ray
     assert "3 of 3 trials finished" in capsys.readouterr().out
     trials = pd.read_parquet(tmp_path / "exp" / "trials.parquet").set_index("data_source")
     assert sorted(trials.index) == ["prepared", "procedural", "real"]
-    train, test = get_split("circles", "midpos").train_test_indices(space.all_classes(), space)
+    # each trains on the whole training part of its grid, less the rows held back as the
+    # in-distribution control (data_pipeline.in_distribution)
+    midpos = get_split("circles", "midpos")
+    train, _, test = training_rows(SimpleNamespace(classes=space.all_classes(), factor_space=space,
+                                                   observe=None), midpos, 0)
     assert (trials.loc["real", "n_train_images"], trials.loc["real", "n_test_images"]) == (len(train), 4)
-    assert trials.loc["procedural", "n_train_images"] == 924  # the generator's 32 × 32 grid
+    generator = factor_space("circles")  # the generator's 32 × 32 grid: 924 training combinations
+    trained, back, _ = training_rows(SimpleNamespace(classes=generator.all_classes(), factor_space=generator,
+                                                     observe=None), midpos, 0)
+    assert len(trained) + len(back) == 924 and trials.loc["procedural", "n_train_images"] == len(trained)
+    assert (trials["in_distribution_source"] == "held back from training").all()
+    assert np.isfinite(trials["in_distribution_nll"]).all()
     assert json.loads(trials.loc["real", "config"])["data_source"] == "real"
     assert np.isfinite(trials["test_nll"]).all() and trials["trial_key"].is_unique
     # the prepared copy holds the real file's bytes: the same numbers, to the last bit

@@ -4,7 +4,9 @@ evaluation (models.tasks, models.ground_truth, models.composition, analysis.eval
 import dataclasses
 import io
 import itertools
+import json
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from analysis.evaluation import EvaluationConfig, evaluate
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
+from data_pipeline.in_distribution import training_rows
 from data_pipeline.spaces import SIMPLE_NAMES, sprite_space
 from data_pipeline.splits.rules import Split
 from data_pipeline.sprites import render_simple
@@ -34,7 +37,10 @@ SPACE = sprite_space(SIMPLE_NAMES, (6, 6, 3))
 CLASSES = SPACE.all_classes()
 SPLIT = Split(name="circle_right", dataset="simple", condition="recombination_to_range",
               test_when={"shape": (1,), "posX": (3, 4, 5)})
-TRAIN, TEST = SPLIT.train_test_indices(CLASSES, SPACE)
+# the rows a trial trains on: the whole grid holds back its in-distribution control (about 2% of the
+# training combinations, data_pipeline.in_distribution), as every trial and evaluation does
+TRAIN, HELD_BACK, TEST = training_rows(SimpleNamespace(classes=CLASSES, factor_space=SPACE, observe=None),
+                                       SPLIT, 0)
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +167,10 @@ def test_ground_truth_decoder_evaluation_reads_held_out_rows(data, trained):
         logits = trainer.model(torch.as_tensor(values, dtype=torch.float32)).numpy()
     x = data.images.astype(np.float64) / 255
     assert metrics["train_nll"] == pytest.approx(_bernoulli_nll(logits[TRAIN], x[TRAIN]).mean(), rel=1e-5)
+    # the in-distribution control: the held-back training rows, which the decoder never trained on
+    assert len(HELD_BACK) and metrics["in_distribution_nll_images"] == len(HELD_BACK)
+    assert metrics["in_distribution_nll"] == pytest.approx(
+        _bernoulli_nll(logits[HELD_BACK], x[HELD_BACK]).mean(), rel=1e-5)
     # the held-out images are black: their NLL is Σ softplus(logit), which no training image has
     black = np.logaddexp(0, logits[TEST].astype(np.float64)).reshape(len(TEST), -1).sum(1).mean()
     assert metrics["test_nll"] == pytest.approx(black, rel=1e-5)
@@ -177,6 +187,8 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     trainer, _, _ = trained["composition"]
     metrics = evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=200), seed=0)
     assert np.isfinite(metrics["train_nll"]) and np.isfinite(metrics["test_nll"])
+    assert np.isfinite(metrics["in_distribution_nll"])
+    assert metrics["in_distribution_nll_images"] == len(HELD_BACK)
     # a decoder that ignores its code and says logit b for every pixel: an all-black target costs
     # exactly P·softplus(b); a training target with k pixels on costs k·softplus(-b) + (P-k)·softplus(b)
     net = CompositionNet(CONFIGS["composition"].network, n_actions=3)
@@ -193,6 +205,10 @@ def test_composition_evaluation_scores_held_out_targets(data, trained):
     per_image = on * np.logaddexp(0, -b) + (pixels - on) * np.logaddexp(0, b)
     assert per_image.min() - 1e-3 <= constant["train_nll"] <= per_image.max() + 1e-3
     assert constant["train_nll"] > constant["test_nll"] + 10
+    # the held-back targets cost what their pixels say, as a training target's do
+    on = (data.images[HELD_BACK] > 0).reshape(len(HELD_BACK), -1).sum(1)
+    held_back = on * np.logaddexp(0, -b) + (pixels - on) * np.logaddexp(0, b)
+    assert constant["in_distribution_nll"] == pytest.approx(held_back.mean(), rel=1e-5)
 
 
 def _subset_of_the_grid(data):
@@ -322,3 +338,24 @@ def test_ground_truth_decoder_readout_asks_whether_it_renders_each_factor(data):
     assert metrics["readout_estimator"] == "decoder_likelihood" and metrics["accuracy_shape"] == 1.0
     assert metrics["r2_posX"] == 1.0 and metrics["chance_shape"] == 1 / 3
     assert metrics["readout_n_test"] == min(len(TRAIN), DECODER_READOUT_IMAGES)
+
+
+@pytest.mark.slow  # about 5 s for the decoder: three evaluations, each with its likelihood readout
+@pytest.mark.parametrize("task", ["ground_truth_decoder", "composition"])
+def test_the_rendering_judge_reads_each_tasks_renderings_where_asked(data, trained, task):
+    """The judge reads the decoder's rendering of the true factor values, and the composition
+    network's prediction of each target; NaN where the dataset cannot render grid points."""
+    trainer, _, _ = trained[task]
+    subset = _subset_of_the_grid(data)
+    config = EvaluationConfig(n_nll=10, metrics=("rendering_judge",))
+    metrics = evaluate(trainer, subset, SPLIT, config, seed=0)
+    assert 0 < metrics["judge_images"] <= len(TEST)
+    assert task == "composition" or metrics["judge_images"] == len(TEST)
+    for column in ("judge_accuracy_ground_truth", "judge_accuracy_test", "judge_substitution_share",
+                   "judge_accuracy_in_distribution"):
+        assert 0.0 <= metrics[column] <= 1.0
+    assert set(json.loads(metrics["rendering_judge"])) == {"shape", "posX"}
+    # without observe nothing renders the templates: NaN, and the NLLs as before
+    blind = evaluate(trainer, data, SPLIT, config, seed=0)
+    assert np.isnan(blind["judge_accuracy_test"]) and blind["judge_images"] is None
+    assert evaluate(trainer, data, SPLIT, EvaluationConfig(n_nll=10), seed=0)["test_nll"] == blind["test_nll"]

@@ -61,7 +61,10 @@ def test_effective_settings_fill_defaults_and_resolve_what_none_stands_for():
     assert (settings["task"], settings["image_size"], settings["lr_decay"]) == ("vae", 64, 0.5)
     assert settings["gamma"] is None and settings["likelihood"] == "bernoulli"  # β-VAE has no γ
     assert settings["lr_milestones"] == [] and settings["metrics"] == list(trial.evaluation.metrics)
-    assert planned(metrics=None).effective_settings()["metrics"] == list(METRICS)  # None: all
+    # None: every metric computed by default (all but the opt-in rendering judge)
+    by_default = [name for name, metric in METRICS.items() if metric.by_default]
+    assert planned(metrics=None).effective_settings()["metrics"] == by_default
+    assert "rendering_judge" in METRICS and "rendering_judge" not in by_default
     assert planned(objective="factor_vae").effective_settings()["gamma"] == 35.0  # its default γ
     assert planned(objective="wae_mmd").effective_settings()["likelihood"] == "mse"
     assert planned(objective="factor_vae", gamma=6.0).effective_settings()["gamma"] == 6.0
