@@ -482,14 +482,17 @@ def _ratio_row(part: pd.DataFrame) -> dict:
             **_rendering(part)}
 
 
-def _rendering(part: pd.DataFrame) -> dict:
+def _rendering(part: pd.DataFrame, judged: str = "judge_accuracy") -> dict:
     """The rendering judge's numbers over ``part``'s models: its accuracy on ground truth (the
-    lowest), on held-out and on in-distribution reconstructions, the substitution share, and the
+    lowest), on held-out and on in-distribution renderings, the substitution share, and the
     per-model gap held-out − in-distribution with its t interval; ``rendering``: "below
     in-distribution" (gap interval below 0), "not below", "unclear" (one model), "no judge" or
-    "judge unreliable" (ground-truth accuracy under :data:`JUDGE_MIN_ACCURACY`)."""
+    "judge unreliable" (ground-truth accuracy under :data:`JUDGE_MIN_ACCURACY`). ``judged`` names the
+    renderings: ``judge_accuracy``, the model's reconstructions (a ground-truth decoder's are its
+    renderings of the true factor values); ``judge_decoder_accuracy``, the decoder of an end-to-end
+    model fed the code each image should have (M22's decoder side)."""
     truth = _numeric(part, "judge_accuracy_ground_truth")
-    held, inside = _numeric(part, "judge_accuracy_test"), _numeric(part, "judge_accuracy_in_distribution")
+    held, inside = _numeric(part, f"{judged}_test"), _numeric(part, f"{judged}_in_distribution")
     gap, gap_low, gap_high = mean_interval(held - inside)
     judged = _numeric(part, "judge_images")
     if truth.notna().sum() == 0 or (held - inside).notna().sum() == 0:
@@ -523,18 +526,23 @@ def _tested_splits(df: pd.DataFrame, conditions) -> list[tuple[dict, pd.DataFram
     return out
 
 
-def _judge_text(row: dict) -> str:
-    """The rendering judge's numbers, as a clause."""
-    if row["rendering"] == "no judge":
+TRUE_CODE = "renderings of the true code"
+
+
+def _judge_text(row: dict, prefix: str = "", what: str = "reconstructions") -> str:
+    """The rendering judge's numbers, as a clause: of the reconstructions, or with ``prefix``
+    "decoder_", of the decoder fed the true code (:func:`_rendering`'s ``judged``)."""
+    value = lambda key: row[prefix + key]  # noqa: E731
+    if value("rendering") == "no judge":
         return "no rendering judge"
     return (f"rendering judge: ground truth read right {row['judge_ground_truth']:.2f}"
-            + (f" (under {JUDGE_MIN_ACCURACY:g}: unreliable)" if row["rendering"] == "judge unreliable"
+            + (f" (under {JUDGE_MIN_ACCURACY:g}: unreliable)" if value("rendering") == "judge unreliable"
                else "")
-            + f", held-out reconstructions {row['judge_test']:.2f}, in-distribution "
-              f"{row['judge_in_distribution']:.2f} (gap "
-            + _interval(row["render_gap"], row["render_low"], row["render_high"], 2)
-            + f": {row['rendering']}), substituted a seen value "
-            + ("n/a" if np.isnan(row["substitution"]) else f"{row['substitution']:.2f}"))
+            + f", held-out {what} {value('judge_test'):.2f}, in-distribution "
+              f"{value('judge_in_distribution'):.2f} (gap "
+            + _interval(value("render_gap"), value("render_low"), value("render_high"), 2)
+            + f": {value('rendering')}), substituted a seen value "
+            + ("n/a" if np.isnan(value("substitution")) else f"{value('substitution'):.2f}"))
 
 
 def _ratio_text(row: dict, expected: str) -> str:
@@ -848,7 +856,10 @@ def _m22_row(dataset: str, split: str, part: pd.DataFrame, evidence: bool) -> tu
            **encoder_snap_test(tested),
            "precondition": check.state, "precondition_reason": check.reason,
            "readout": [{"dataset": dataset, "split": split, **r} for r in check.rows] if evidence else []}
-    row["decoder"] = _decoder_side(row["rendering"])
+    # the decoder fed the true code, not the reconstructions (which carry the encoder's error too)
+    decoder = _rendering(tested, "judge_decoder_accuracy")
+    row.update({f"decoder_{k}": v for k, v in decoder.items() if k != "judge_ground_truth"})
+    row["decoder"] = _decoder_side(decoder["rendering"])
     enc, dec = row["encoder"], row["decoder"]
     row["diagnosis"] = ("both" if enc == dec == "fails" else "encoder" if enc == "fails" and dec == "holds"
                         else "decoder" if dec == "fails" and enc == "holds"
@@ -872,8 +883,8 @@ def _m22_text(r: dict) -> str:
             + (_interval(r["ratio"], r["low"], r["high"], 2, "×") if r["reconstruction"] != NO_CONTROL
                else "no in-distribution NLL")
             + f" of in-distribution; context, of training {_context(r)})"
-            + f", {encoder}, decoder {r['decoder']} ({_judge_text(r)}), diagnosis {r['diagnosis']}, "
-              f"n = {r['n']} of {r['models']}"
+            + f", {encoder}, decoder {r['decoder']} ({_judge_text(r, 'decoder_', TRUE_CODE)}), "
+              f"diagnosis {r['diagnosis']}, n = {r['n']} of {r['models']}"
             + ("" if r["precondition"] == MET else f"; ? {_untested(r)}"))
 
 
