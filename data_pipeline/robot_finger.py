@@ -43,6 +43,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,6 +300,47 @@ class TarRows:
                 yield first, images
 
 
+class NpzRows:
+    """Rows of the real set's ``images`` (an npz member, stored or compressed), read by position;
+    its header read on construction, a malformed file named. Picklable, as :class:`TarRows`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with zipfile.ZipFile(path) as archive, self._member(archive) as member:
+                version = np.lib.format.read_magic(member)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read(member)
+                self.start = member.tell()
+                self.stored = archive.getinfo("images.npy").compress_type == zipfile.ZIP_STORED
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
+            raise FingerDataError(f"{path}: not a whole .npz archive holding 'images' ({error})") from None
+        if fortran or dtype.hasobject:
+            raise FingerDataError(f"{path}: images: expected a plain C-order uint8 array")
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def _member(self, archive):
+        held = [n.removesuffix(".npy") for n in archive.namelist()]
+        if "images" not in held:
+            raise FingerDataError(f"{self.path}: expected key 'images'; the file holds "
+                                  f"{', '.join(held) or 'nothing'}")
+        return archive.open("images.npy")
+
+    def seekable(self) -> bool:
+        return self.stored
+
+    def pieces(self, shards) -> Iterator[tuple[int, np.ndarray]]:
+        row_bytes = int(np.prod(self.shape[1:])) * self.dtype.itemsize
+        with zipfile.ZipFile(self.path) as archive, self._member(archive) as member:
+            for first, count in shards:
+                member.seek(self.start + first * row_bytes)
+                payload = member.read(count * row_bytes)
+                if len(payload) != count * row_bytes:
+                    raise FingerDataError(f"{self.path}: images: truncated at row {first}")
+                yield first, np.frombuffer(payload, dtype=self.dtype).reshape(count, *self.shape[1:])
+
+
 class FingerSet:
     """One set of the robot-finger layout, its labels read and its images not: ``name`` (the
     set), ``path`` (its folder), ``n``, ``image_shape`` (3, 128, 128), ``classes`` (N, 9),
@@ -336,30 +378,17 @@ class FingerSet:
 
     def _real_rows(self) -> None:
         """Check the real images' npz from its array header (not its pixels)."""
-        import zipfile
-
-        from data_pipeline.conversion import FileRows, _npy_header
-
         if not self.images_file.is_file():
             raise FileNotFoundError(f"{self.images_file}: no such file (the real images: key 'images', "
                                     "(N, 128, 128, 3) uint8; docs/datasets.md)")
-        try:
-            with zipfile.ZipFile(self.images_file) as archive:
-                held = [n.removesuffix(".npy") for n in archive.namelist()]
-                if "images" not in held:
-                    raise FingerDataError(f"{self.images_file}: expected key 'images'; the file holds "
-                                          f"{', '.join(held) or 'nothing'}")
-                with archive.open("images.npy") as member:
-                    shape, dtype = _npy_header(member)
-        except (zipfile.BadZipFile, EOFError, OSError) as error:
-            raise FingerDataError(f"{self.images_file}: not a whole .npz archive ({error})") from None
-        if tuple(shape[1:]) != IMAGE_SHAPE or dtype != np.uint8:
+        rows = NpzRows(str(self.images_file))
+        if rows.shape[1:] != IMAGE_SHAPE or rows.dtype != np.uint8:
             raise FingerDataError(f"{self.images_file}: images: expected uint8 (N, 128, 128, 3); got "
-                                  f"{dtype} {tuple(shape)}")
-        if shape[0] != self.n:
+                                  f"{rows.dtype} {rows.shape}")
+        if rows.shape[0] != self.n:
             raise FingerDataError(f"{self.images_file}: images: expected {self.n:,} images (one per row "
-                                  f"of {self.name}_labels.npz); got {shape[0]:,}")
-        self._rows = FileRows(str(self.images_file), "images", shape, dtype.str, False)
+                                  f"of {self.name}_labels.npz); got {rows.shape[0]:,}")
+        self._rows = rows
 
     def rows(self):
         """A small picklable reader of the set's image rows: what a Ray Data read task carries."""
