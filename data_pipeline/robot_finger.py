@@ -193,10 +193,20 @@ def _png_index(name: str) -> int | None:
     return None
 
 
-def _scan(archive: tarfile.TarFile, base: int, found: dict, where: str, file_bytes: int, depth: int) -> None:
+def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The archive's members one at a time, none kept: ``TarFile`` keeps every member it reads
+    (a million ``TarInfo`` objects for D21's archive), so the list is emptied as it goes."""
+    while (member := archive.next()) is not None:
+        archive.members.clear()
+        yield member
+
+
+def _scan(archive: tarfile.TarFile, base: int, table: np.ndarray, where: str, file_bytes: int,
+          depth: int) -> None:
     """Record (absolute offset, length) of every ``<index>.png`` of ``archive`` (whose byte 0 is
-    ``base`` in the file), descending into inner uncompressed tar members."""
-    for member in archive:
+    ``base`` in the file) in row ``index`` of ``table`` (n, 2), descending into inner uncompressed
+    tar members."""
+    for member in _members(archive):
         if not member.isfile():
             continue
         start = base + member.offset_data
@@ -205,14 +215,17 @@ def _scan(archive: tarfile.TarFile, base: int, found: dict, where: str, file_byt
                                   f"{start + member.size:,} of a {file_bytes:,}-byte file")
         index = _png_index(member.name)
         if index is not None:
-            if index in found:
+            if index >= len(table):
+                raise FingerDataError(f"{where}: holds {member.name}, but the labels have only "
+                                      f"{len(table):,} rows (images 0.png … {len(table) - 1}.png expected)")
+            if table[index, 0] >= 0:
                 raise FingerDataError(f"{where}: two members named {index}.png")
-            found[index] = (start, member.size)
+            table[index] = start, member.size
         elif member.name.lower().endswith(".tar") and depth < 2:
             inner = archive.extractfile(member)
             try:
                 with tarfile.open(fileobj=inner, mode="r:") as nested:
-                    _scan(nested, start, found, f"{where}: {member.name}", file_bytes, depth + 1)
+                    _scan(nested, start, table, f"{where}: {member.name}", file_bytes, depth + 1)
             except tarfile.ReadError as error:
                 raise FingerDataError(f"{where}: inner archive {member.name} is not an uncompressed tar "
                                       f"({error})") from None
@@ -226,10 +239,10 @@ def png_table(path, n: int) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (one PNG per image, <index>.png; docs/datasets.md)")
     file_bytes = path.stat().st_size
-    found: dict[int, tuple[int, int]] = {}
+    table = np.full((n, 2), -1, dtype=np.int64)
     try:
         with tarfile.open(path, mode="r:") as archive:
-            _scan(archive, 0, found, str(path), file_bytes, 0)
+            _scan(archive, 0, table, str(path), file_bytes, 0)
             end = archive.offset  # where the member after the last one read would start
         with open(path, "rb") as handle:  # a whole archive ends with two zero blocks
             handle.seek(end)
@@ -241,16 +254,11 @@ def png_table(path, n: int) -> tuple[np.ndarray, np.ndarray]:
         raise FingerDataError(f"{path}: {reason}: not a whole uncompressed tar archive ({error})") from None
     except EOFError as error:
         raise FingerDataError(f"{path}: truncated: the archive ends inside a member ({error})") from None
-    missing = [i for i in range(n) if i not in found]
-    if missing:
+    missing = np.flatnonzero(table[:, 0] < 0)
+    if len(missing):
         shown = ", ".join(f"{i}.png" for i in missing[:5]) + (" …" if len(missing) > 5 else "")
         raise FingerDataError(f"{path}: {len(missing):,} of the {n:,} images (one per labels row) are "
                               f"missing: {shown}")
-    extra = [i for i in found if i >= n]
-    if extra:
-        raise FingerDataError(f"{path}: holds {max(extra)}.png, but the labels have only {n:,} rows "
-                              "(images 0 … N-1 expected)")
-    table = np.array([found[i] for i in range(n)], dtype=np.int64).reshape(n, 2)
     return table[:, 0].copy(), table[:, 1].copy()
 
 

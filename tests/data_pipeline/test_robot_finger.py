@@ -171,3 +171,23 @@ def test_real_images_of_another_count_are_named(tmp_path):
     (folder / "finger_real_labels.npz").unlink()
     with pytest.raises(FileNotFoundError, match="finger_real_labels.npz: no such file"):
         FingerSet(tmp_path / ROOT, "finger_real")
+
+
+def test_more_pngs_than_labels_rows_is_named(tmp_path, arrays):
+    root = _sim(tmp_path, arrays)
+    labels = root / "finger" / "finger_labels.npz"
+    np.savez(labels, labels=arrays[0][:20])
+    tar = root / "finger" / "finger_images.tar"
+    with pytest.raises(FingerDataError, match=rf"{tar}: holds images/2[0-3]\.png, but the labels have only 20 rows"):
+        FingerSet(root)
+
+
+def test_the_scan_keeps_no_member_of_the_archive(tmp_path, arrays):
+    """TarFile keeps every member it reads; the scan empties that list as it goes, so that D21's
+    million-member archive costs the offset table alone."""
+    from data_pipeline.robot_finger import _members
+
+    root = _sim(tmp_path, arrays)
+    with tarfile.open(root / "finger" / "finger_images.tar") as archive:
+        names = [m.name for m in _members(archive)]
+        assert len(names) == 25 and archive.members == []  # the 24 PNGs and a README
