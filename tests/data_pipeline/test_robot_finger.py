@@ -178,7 +178,8 @@ def test_more_pngs_than_labels_rows_is_named(tmp_path, arrays):
     labels = root / "finger" / "finger_labels.npz"
     np.savez(labels, labels=arrays[0][:20])
     tar = root / "finger" / "finger_images.tar"
-    with pytest.raises(FingerDataError, match=rf"{tar}: holds images/2[0-3]\.png, but the labels have only 20 rows"):
+    expected = rf"{tar}: holds images/2[0-3]\.png, but the labels have only 20 rows"
+    with pytest.raises(FingerDataError, match=expected):
         FingerSet(root)
 
 
