@@ -192,3 +192,15 @@ def test_the_scan_keeps_no_member_of_the_archive(tmp_path, arrays):
     with tarfile.open(root / "finger" / "finger_images.tar") as archive:
         names = [m.name for m in _members(archive)]
         assert len(names) == 25 and archive.members == []  # the 24 PNGs and a README
+
+
+def test_real_images_compressed_in_their_npz_are_read_too(tmp_path):
+    real = random_classes(5, seed=4)
+    images = draw(real, real=True)
+    folder = write_set(tmp_path, "finger_real", real, images, FACTOR_SIZES)
+    np.savez_compressed(folder / "finger_real_images.npz", images=images)
+    source = FingerSet(tmp_path / ROOT, "finger_real")
+    assert not source.rows().seekable()  # prepare then streams it in one read task
+    pieces = list(source.pieces(0, 2))
+    assert [first for first, _ in pieces] == [0, 2, 4]
+    assert np.array_equal(np.concatenate([p for _, p in pieces]), images.transpose(0, 3, 1, 2))
