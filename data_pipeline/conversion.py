@@ -287,6 +287,18 @@ def stored_layout(images: np.ndarray, binary: bool | None, where: str) -> np.nda
     return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
 
 
+def open_source(path, dataset: str, bins=None):
+    """The source a conversion reads: a set of D21's robot-finger layout
+    (:class:`~data_pipeline.robot_finger.FingerSet`, ``path`` its folder or the
+    ``robot_finger_datasets`` folder above it) for the datasets ``finger``,
+    ``finger_heldout_colors`` and ``finger_real``; else a :class:`RealFile`."""
+    from data_pipeline import robot_finger
+
+    if robot_finger.is_finger(dataset):
+        return robot_finger.FingerSet(path, str(dataset).lower())
+    return RealFile(path, dataset, bins=bins)
+
+
 def block_rows(source: RealFile, rows_per_block: int | None) -> int:
     """Rows per block of a conversion: ``rows_per_block`` or about 64 MiB of images, rounded down
     to whole hdf5 chunks (each chunk is then decompressed once)."""
@@ -364,10 +376,11 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
     URI); the manifest. ``dataset`` defaults to the one the file's published name belongs to;
     ``rows_per_block`` to about 64 MiB of images; either is rounded down to whole hdf5 chunks. A finished
     conversion of the same file (name, size, modification time) is not redone."""
+    from data_pipeline.robot_finger import is_finger
     from data_pipeline.sources import by_filename
 
     path = Path(path)
-    if not path.is_file():
+    if not (path.is_file() or (is_finger(dataset) and path.is_dir())):
         raise FileNotFoundError(f"{path}: no such file; download it first (python -m data_pipeline.download)")
     if dataset is None:
         row = by_filename(path.name)
@@ -375,7 +388,7 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
             raise ValueError(f"{path}: unknown file name; pass the dataset (dsprites, shapes3d, mpi3d, "
                              "circles, simple, twoshapes or labelled)")
         dataset = row.dataset
-    source = RealFile(path, dataset, bins=bins)
+    source = open_source(path, dataset, bins=bins)
     step = block_rows(source, rows_per_block)
     identity = file_identity(source, step)
     try:
@@ -388,7 +401,8 @@ def convert(path, out, dataset: str | None = None, rows_per_block: int | None = 
         pass
     from data_pipeline.loaders import verify_checksum
 
-    verify_checksum(path)  # a warning if it differs from the published checksum, never a refusal
+    if path.is_file():
+        verify_checksum(path)  # a warning if it differs from the published checksum, never a refusal
     started = time.perf_counter()
     blocks = _finished_blocks(out, identity)
     start = blocks[-1]["first"] + blocks[-1]["count"] if blocks else 0

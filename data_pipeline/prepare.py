@@ -3,7 +3,10 @@
 Run ``python -m data_pipeline.prepare DATASET --out DIR/DATASET [--n-images N] [--seed S]
 [--reduced] [--rows-per-block R] [--num-cpus 2] [--address local]``, or with ``--from-file FILE``
 to convert a downloaded real file (or a user's labelled ``.npz``/``.h5``, with the dataset
-``labelled``). ``DIR`` is a local folder or any URI pyarrow's file systems understand
+``labelled``; or a set of D21's robot-finger folder, with the dataset ``finger``,
+``finger_heldout_colors`` or ``finger_real`` and ``--from-file DIR/robot_finger_datasets``: its
+read tasks each read their shard of the PNG tar by offset, :mod:`data_pipeline.robot_finger`).
+``DIR`` is a local folder or any URI pyarrow's file systems understand
 (``s3://bucket/prefix``); a sweep then reads it with ``--data-source prepared --data-dir DIR``.
 
 :func:`prepare` reads its source with Ray Data (a custom ``Datasource``): the generator's grid
@@ -145,7 +148,7 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
     if from_file is not None:
         from data_pipeline import conversion
 
-        source = conversion.RealFile(from_file, dataset)
+        source = conversion.open_source(from_file, dataset)
         step = conversion.block_rows(source, rows_per_block)
         identity = conversion.file_identity(source, step)
         try:
@@ -156,7 +159,8 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
             pass
         from data_pipeline.loaders import verify_checksum
 
-        verify_checksum(source.path)  # a warning if it differs from the published checksum, as convert
+        if source.path.is_file():  # a warning if it differs from the published checksum, as convert
+            verify_checksum(source.path)
         name, space, image_shape = source.name, source.factor_space, source.image_shape
         classes, n, recorded = source.classes, source.n, identity
     else:
@@ -383,8 +387,13 @@ def prepare_single_process(dataset: str, out: str, n_images: int | None = None, 
 
 def _check_arguments(parser, args) -> None:
     """Refuse, before Ray starts, what the types alone cannot: combinations and the output."""
+    from data_pipeline.robot_finger import is_finger
+
     if args.dataset == "labelled":
         parser.fail("dataset", "labelled data has no generator; convert your file with --from-file FILE")
+    if is_finger(args.dataset):
+        parser.fail("dataset", f"{args.dataset} has no generator; convert D21's files with --from-file "
+                               "DIR/robot_finger_datasets (docs/datasets.md)")
     grid = factor_space(args.dataset).n_images
     if args.reduced and args.dataset != "mpi3d":
         parser.fail("--reduced", f"only mpi3d has a reduced grid; drop --reduced for {args.dataset}")
@@ -410,7 +419,9 @@ def _check_arguments(parser, args) -> None:
 def build_parser() -> Parser:
     parser = Parser(prog="python -m data_pipeline.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=_dataset_or_labelled,
-                        help="a dataset name (or 'labelled' with --from-file: a user's labelled file)")
+                        help="a dataset name (or 'labelled' with --from-file: a user's labelled file; or "
+                             "finger, finger_heldout_colors, finger_real with --from-file: a set of "
+                             "D21's robot_finger_datasets folder)")
     parser.add_argument("--out", required=True,
                         help="output folder or URI, by convention DIR/DATASET (s3://bucket/prefix/dsprites)")
     parser.add_argument("--n-images", type=whole_number(1), default=None,
@@ -432,7 +443,11 @@ def build_parser() -> Parser:
 
 
 def _dataset_or_labelled(text: str) -> str:
-    return "labelled" if text.lower() == "labelled" else dataset_name(text)
+    from data_pipeline.robot_finger import is_finger
+
+    if text.lower() == "labelled" or is_finger(text):
+        return text.lower()
+    return dataset_name(text)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -251,9 +251,11 @@ PRESETS: dict[str, dict] = {
             "beta": [1.0, 2.0, 4.0],
             "kl_warmup_steps": [0, 10000, 50000],
             "latent_dim": [10, 25, 50],
-            # D21: noise off or on, two components; the σ values are chosen by disgen (lost from our copy)
+            # D21 §4: noise off or on, two components; σ 0.03 per subpixel and 0.15 for the greyscale
+            # field at 1/16 resolution, upsampled ×16 (GiuliaLanzillotta/CausalAE datasets/utils.py,
+            # AdditiveNoise; lost from our copy of D21)
             "input_noise": [{"input_noise_subpixel_std": 0.0, "input_noise_greyscale_std": 0.0},
-                            {"input_noise_subpixel_std": 0.03, "input_noise_greyscale_std": 0.05}],
+                            {"input_noise_subpixel_std": 0.03, "input_noise_greyscale_std": 0.15}],
         },
         "scales": {
             "tiny": {"n_images": 2000, "steps": 6, "lr": 1e-3, "batch_size": 8, "architecture": "burgess",

@@ -67,8 +67,22 @@ def test_every_preset_value_has_a_source_in_the_docs():
                     keys |= set(variant)
         for key in keys - {"axes", "by_dataset"}:
             assert f"`{key}`" in section, (name, key)
-    for claim in ("M22's β = 4", "`mlp` latent op", "3 seeds", "noise σ"):
+    for claim in ("M22's β = 4", "`mlp` latent op", "3 seeds"):
         assert claim in text and "chosen by disgen" in text, claim
+
+
+def test_dittadi2021_input_noise_is_the_public_loaders():
+    """D21's noise σ, lost from our copy, from GiuliaLanzillotta/CausalAE datasets/utils.py
+    (AdditiveNoise: fine_noise_level 0.03, smooth_noise_level 0.15), cited in docs/presets.md."""
+    import os
+
+    configs = full("dittadi2021")
+    noisy = configs[configs["input_noise_subpixel_std"] > 0]
+    assert set(noisy["input_noise_subpixel_std"]) == {0.03}
+    assert set(noisy["input_noise_greyscale_std"]) == {0.15}
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "presets.md")).read()
+    assert "noise σ values, lost from our copy, are those of the public loader GiuliaLanzillotta/CausalAE" \
+        in text
 
 
 def test_transfer_settings_are_validated_with_the_field_named():
