@@ -182,3 +182,19 @@ def test_wae_mmd_objective_uses_the_estimator_and_the_prior_std_set(estimator):
                     else mmd_unbiased(z, prior).item())
     assert terms["mmd"].item() == pytest.approx(expected, rel=1e-4, abs=1e-7)
     assert ModelConfig().mmd_estimator == "unbiased" and ModelConfig().prior_std == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# M22's Simple: two shapes (its README, line 27)
+
+
+def test_simple_has_two_shapes_and_its_shape_1_is_the_circles_circle():
+    from data_pipeline import factor_space
+    from data_pipeline.datasets import load_procedural
+
+    space = factor_space("simple")
+    assert tuple(space.sizes) == (32, 32, 2) and space.n_images == 32 * 32 * 2
+    # the circle at one position is the Circles dataset's circle there
+    simple = load_procedural("simple", classes=np.array([[9, 20, 1]]))
+    circles = load_procedural("circles", classes=np.array([[9, 20]]))
+    assert np.array_equal(np.asarray(simple.images), np.asarray(circles.images))
