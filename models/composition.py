@@ -30,6 +30,8 @@ composition network hands its loss (B, 3, K) codes).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from torch import nn
@@ -92,6 +94,30 @@ class MLPOp(nn.Sequential):
         return super().forward(torch.cat([z_reference, z_transform, action], 1))
 
 
+class ComposedAutoencoder(nn.Module):
+    """A CompositionNet's encoder and decoder, shared (not copied), with a VAE's ``encode``,
+    ``decode`` and ``forward`` (``models.vae.VAE``'s); ``config`` is the network's, as its
+    training config with ``task`` "vae"."""
+
+    def __init__(self, net: CompositionNet):
+        super().__init__()
+        self.encoder, self.decoder, self.network = net.encoder, net.decoder, net.network
+        config = getattr(net, "config", None)
+        if config is not None:
+            self.config = dataclasses.replace(config, task="vae")
+
+    def encode(self, x):
+        return self.encoder(x)
+
+    def decode(self, z):
+        return self.decoder(z)
+
+    def forward(self, x):
+        mean, logvar = self.encode(x)
+        z = mean + torch.randn_like(mean) * torch.exp(0.5 * logvar) if self.training else mean
+        return self.decode(z), mean, logvar
+
+
 LATENT_OPS = {"linear": LinearOp, "interpolation": InterpolationOp,
               "fixed_interpolation": FixedInterpolationOp, "mlp": MLPOp}
 
@@ -121,6 +147,13 @@ class CompositionNet(nn.Module):
 
     def encode(self, x):
         return self.encoder(x)
+
+    def autoencoder(self) -> ComposedAutoencoder:
+        """The encoder and decoder as an autoencoder, sharing these weights: what M22's analysis
+        reads from a trained CompositionNet (mmrl/lost-in-latent-space scripts/analysis/model.py
+        75-79, ``load_lgm_from_compnet`` in scripts/ingredients/models.py 153-170), so that its
+        codes and reconstructions can be scored as a VAE's."""
+        return ComposedAutoencoder(self)
 
     def decode(self, z):
         return self.decoder(z)

@@ -254,10 +254,12 @@ PRESETS: dict[str, dict] = {
     },
     "montero2022": {
         "description": (
-            "Montero et al. 2022's models as its code ran them: CompositionNets with M22's two "
-            "interpolation ops (VAE and WAE-MMD losses; kim encoder and spatial broadcast decoder on "
-            "Circles and Simple), CascadeVAE and LieGroupVAE, on dSprites, 3DShapes, MPI3D (cyl2vx and "
-            "bkg2cyl, four shapes, one horizontal position), Circles and Simple"
+            "Montero et al. 2022's models as its code ran them: CompositionNets with M22's latent ops "
+            "interpolation and fixed_interpolation, VAE and WAE-MMD losses, all three images "
+            "reconstructed (abdi on dSprites and 3DShapes, montero on MPI3D; kim encoder with the sbd3 "
+            "spatial broadcast decoder on Circles and Simple), CascadeVAE and LieGroupVAE; on dSprites "
+            "shape2tx, 3DShapes shape2ohue and fhue2whue, MPI3D cyl2vx+four_shapes+fix_hx and "
+            "bkg2cyl+four_shapes+fix_hx, Circles and Simple shape2px and midpos"
         ),
         # M22's code: 10 latents; each run sets its network, lr, batch and epochs (M22_RUNS)
         "fixed": {"latent_dim": 10, "data_seed": 0},

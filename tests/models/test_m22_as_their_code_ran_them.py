@@ -198,3 +198,26 @@ def test_simple_has_two_shapes_and_its_shape_1_is_the_circles_circle():
     simple = load_procedural("simple", classes=np.array([[9, 20, 1]]))
     circles = load_procedural("circles", classes=np.array([[9, 20]]))
     assert np.array_equal(np.asarray(simple.images), np.asarray(circles.images))
+
+
+# ---------------------------------------------------------------------------------------------
+# what M22's analysis reads from a CompositionNet: its autoencoder (scripts/analysis/model.py)
+
+
+def test_a_composition_nets_autoencoder_shares_its_weights():
+    from models.composition import ComposedAutoencoder
+    from models.inference import encode_means
+
+    model, config = composition(latent_op="fixed_interpolation", decoder="sbd3")
+    model.config = config
+    auto = model.autoencoder()
+    assert isinstance(auto, ComposedAutoencoder) and auto.config.task == "vae"
+    assert auto.encoder is model.encoder and auto.decoder is model.decoder
+    x = triplet_batch()[0]
+    with torch.no_grad():
+        mean, _ = model.encoder(x)
+        auto.eval()
+        logits, auto_mean, _ = auto(x)
+        assert torch.equal(auto_mean, mean) and torch.equal(logits, model.decoder(mean))
+    images = (x.numpy() * 255).astype(np.uint8)
+    np.testing.assert_allclose(encode_means(auto, images, np.arange(2)), mean.numpy(), rtol=1e-5, atol=1e-6)
