@@ -120,6 +120,15 @@ def test_transfer_settings_are_validated_with_the_field_named():
             TrialConfig.complete({**base, **bad})
 
 
+def test_montero2021_ground_truth_decoder_trains_at_its_codes_lr_at_every_scale():
+    """lr 1e-3 (mmrl/disent-and-gen scripts/configs/training.py generation(), line 128; M21 gives the
+    decoder none of its own) at every scale, whatever the scale's lr for the VAEs."""
+    for scale in ("smoke", "demo", "small", "full"):
+        decoders = [t for t in trial_configs(get_spec("montero2021"), "montero2021", scale, [0])
+                    if t.model.task == "ground_truth_decoder"]
+        assert decoders and {t.model.lr for t in decoders} == {1e-3}, scale
+
+
 def test_montero2021_ground_truth_decoder_trains_the_steps_of_m21s_code():
     """The paper's 1,000 epochs at full scale, and the code's 500 at lr 1e-3 (M21_GT_DECODER_CODE;
     scripts/configs/training.py generation(): epochs 500, batch 64, lr 0.001), each epoch 10
