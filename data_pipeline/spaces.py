@@ -13,7 +13,7 @@ dataset                   factors (classes)
 ``mpi3d``                 object_color 6, object_shape 6, object_size 2, camera_height 3,
                           background_color 3, horizontal_axis 40, vertical_axis 40
 ``circles``               posX 32, posY 32 (sizes are our default; a real file brings its own)
-``simple``                posX 32, posY 32, shape 3
+``simple``                posX 32, posY 32, shape 2 (M22's README: two shapes)
 ``twoshapes``             posX, posY, shape, hue of object 1 then of object 2 (5, 5, 2, 5 each)
 ========================  ==========================================================================
 
@@ -42,7 +42,9 @@ MPI3D_COLOURS = ("white", "green", "red", "blue", "brown", "olive")
 MPI3D_SHAPES = ("cone", "cube", "cylinder", "hexagonal", "pyramid", "sphere")
 MPI3D_BACKGROUNDS = ("purple", "sea_green", "salmon")
 MPI3D_CAMERA_HEIGHTS = ("top", "center", "bottom")
-SIMPLE_SHAPES = ("square", "circle", "triangle")
+# M22's Simple has two shapes (its README, line 27); which two it does not say: square and circle,
+# so that shape 1 (the class M22's splits hold out) is the circle of its Circles dataset
+SIMPLE_SHAPES = ("square", "circle")
 TWOSHAPES_SHAPES = ("square", "circle")
 
 
@@ -112,7 +114,7 @@ _BUILDERS = {
     "shapes3d": shapes3d_space,
     "mpi3d": mpi3d_space,
     "circles": lambda: sprite_space(CIRCLES_NAMES, (32, 32)),
-    "simple": lambda: sprite_space(SIMPLE_NAMES, (32, 32, 3)),
+    "simple": lambda: sprite_space(SIMPLE_NAMES, (32, 32, len(SIMPLE_SHAPES))),
     "twoshapes": lambda: sprite_space(TWOSHAPES_NAMES, (5, 5, 2, 5, 5, 5, 2, 5)),
 }
 

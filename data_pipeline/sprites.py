@@ -1,7 +1,7 @@
 """Generators for M22's Circles, Simple and TwoShapes: flat sprites on black, 64×64.
 
 * Circles: one white disc at (posX, posY); greyscale (N, 64, 64), 0 or 255.
-* Simple: one white square, circle or triangle (shape 0, 1, 2) at (posX, posY); greyscale.
+* Simple: one white square or circle (shape 0, 1; M22's two shapes) at (posX, posY); greyscale.
 * TwoShapes: two objects, each a square or circle (shape 0, 1) in hue ``class / n_hues``, at its
   own position; RGB (N, 64, 64, 3). Object 2 is drawn over object 1.
 

@@ -21,6 +21,13 @@ C is 1 or 3 and S is 64 or 128 (``models.config.IMAGE_SIZES_PX``, for every arch
   64 px image to 1×1 and discard position).
 - montero, abdi (Montero et al. 2022): convolutions 64, 64, 128, 128, 256 / 32, 32, 64, 128, 256,
   then 256.
+- sbd3, sbd4 (decoders only, Montero et al. 2022's spatial broadcast decoder, after Watters et al.
+  2019; the ``decoder`` setting): the code is tiled over an S×S grid, two coordinate channels
+  (x along the width and y along the height, each linspace(−1, 1, S)) are appended, then 5×5
+  stride-1 'same' convolutions of 64 channels with ReLU (two for sbd3, three for sbd4) and a last
+  5×5 convolution to the image's channels (mmrl/lost-in-latent-space scripts/configs/vaes.py,
+  ``sbd3`` lines 192-203 and ``sbd4`` lines 206-220; src/models/sbd.py). M22's sbd3 ends in 3
+  channels, its datasets' channel count; here the last layer has the dataset's.
 - dittadi (Dittadi et al. 2021): a 5×5 stride-2 convolution to 64 channels, 10 residual blocks of
   two 3×3 convolutions with a ReZero gate (a learnable scalar that starts at 0, so each block
   starts as the identity), 1×1 convolutions 64 → 128 → 256 and average pooling down to 4×4, then
@@ -249,6 +256,59 @@ class DittadiDecoder(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.conv(self.fc(z).view(-1, 256, 4, 4))
+
+
+# ----------------------------------------------------------------------------------------------
+# Montero et al. 2022's spatial broadcast decoder
+
+
+class SpatialBroadcastDecoder(nn.Module):
+    """Code (B, K) → tiled (B, K, S, S) with x and y coordinate channels appended (B, K + 2, S, S)
+    → ``hidden_layers`` 5×5 'same' convolutions of ``width`` channels with ReLU → a 5×5 'same'
+    convolution to ``channels`` logits."""
+
+    def __init__(self, channels: int, latent_dim: int, image_size: int, hidden_layers: int = 2,
+                 width: int = 64):
+        super().__init__()
+        self.image_size = image_size
+        layers, previous = [], latent_dim + 2
+        for _ in range(hidden_layers):
+            layers += [nn.Conv2d(previous, width, 5, 1, 2), nn.ReLU()]
+            previous = width
+        layers.append(nn.Conv2d(previous, channels, 5, 1, 2))
+        self.conv = nn.Sequential(*layers)
+
+    def broadcast(self, z: torch.Tensor) -> torch.Tensor:
+        """The decoder's input: each code tiled over the grid, then the x (varies along the width)
+        and y (along the height) coordinate channels, each linspace(−1, 1, S)."""
+        side = self.image_size
+        tiled = z[:, :, None, None].expand(-1, -1, side, side)
+        line = torch.linspace(-1, 1, side, device=z.device, dtype=z.dtype)
+        x = line.view(1, 1, 1, side).expand(len(z), 1, side, side)
+        y = line.view(1, 1, side, 1).expand(len(z), 1, side, side)
+        return torch.cat([tiled, x, y], dim=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.broadcast(z))
+
+
+def _spatial_broadcast(hidden_layers: int):
+    def decoder(channels, latent_dim, image_size):
+        return SpatialBroadcastDecoder(channels, latent_dim, image_size, hidden_layers)
+
+    return decoder
+
+
+# the ``decoder`` setting: "mirror" is the architecture's own decoder (the encoder's transpose);
+# the others replace it whatever the encoder
+DECODERS = {"sbd3": _spatial_broadcast(2), "sbd4": _spatial_broadcast(3)}
+DECODER_NAMES = ("mirror", *DECODERS)
+
+
+def decoder_factory(architecture: str, decoder: str = "mirror"):
+    """The decoder factory (channels, input size, image size) of ``architecture`` with ``decoder``
+    in its place unless that is "mirror"."""
+    return ARCHITECTURES[architecture][1] if decoder == "mirror" else DECODERS[decoder]
 
 
 # ----------------------------------------------------------------------------------------------

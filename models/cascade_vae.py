@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import nn
 
-from models.architectures import ARCHITECTURES, initialise
+from models.architectures import ARCHITECTURES, decoder_factory, initialise
 from models.objectives import RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
 
 # ----------------------------------------------------------------------------------------------
@@ -87,7 +87,8 @@ class CascadeVAE(nn.Module):
         """``network``: a ``NetworkConfig``; ``loss``: a ``LossConfig`` (its category count and
         likelihood)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[network.architecture]
+        encoder, decoder = ARCHITECTURES[network.architecture][0], decoder_factory(network.architecture,
+                                                                                   network.decoder)
         self.network = network
         self.categories = loss.discrete_categories
         self.likelihood = loss.resolved_likelihood

@@ -7,22 +7,40 @@ a latent operation, and decodes the result.
 
 Latent operations:
 - "linear" (M21's choice): h = W_r[z_r; a] + W_t[z_t; a];
-- "interpolation": h = (1 − c(a))·z_r + c(a)·z_t, element-wise, with coefficients
-  c(a) = sigmoid(W a + b) set by the action;
-- "mlp": a 3-layer MLP with 100 hidden units on [z_r; z_t; a].
+- "interpolation" (M22's ``InterpComp``, mmrl/lost-in-latent-space src/models/compnet.py lines
+  41-53): h = w·z_r + (1 − w)·z_t, element-wise, with w = sigmoid(W[z_r; z_t; a] + b): the gate
+  reads both codes and the action, and w weighs the reference;
+- "fixed_interpolation" (M22's ``FixedInterpComp``, the same file lines 5-21, "fixint" in
+  scripts/bin/run-composition.sh and run-spriteworld.sh): no parameters; the one-hot action,
+  padded with zeros to the latent size, picks the latent dimension taken from the transform:
+  h = z_r·(1 − a) + z_t·a (it needs a latent dimension per factor);
+- "mlp" (disgen's; M22's ``MLPComp`` cannot run: it concatenates 2B code rows with B actions):
+  a 3-layer MLP with 100 hidden units on [z_r; z_t; a].
+
+What the loss reconstructs (``composition_loss``): "target", the composed image only (M21
+appendix A's reading), with the KL of both inputs averaged; or "all_three", as M22's code trains
+(its triplets' target stacks the reference, the transform and the composed image,
+src/dataset/tuples.py ``TripletDataset``; its loss sums the reconstruction over all three and the
+KL over both inputs' posteriors per triplet, src/training/loss.py ``AELoss``/``GaussianVAELoss``).
+The objective is β-VAE's (reconstruction + β·KL) or WAE-MMD's (reconstruction + λ1·MMD(codes,
+prior) + λ2·‖logvar‖₁, M22's ``waemmd`` runs; the MMD as ``mmd_estimator`` says, the codes being
+both inputs' posterior samples; with m22_code, each triplet's three codes in one row, as M22's
+composition network hands its loss (B, 3, K) codes).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
 from torch import nn
 
-from models.architectures import ARCHITECTURES, initialise
+from models.architectures import ARCHITECTURES, decoder_factory, initialise
 from models.config import ModelConfig, NetworkConfig
 from models.device import Rows
 from models.engine import TaskTrainer
-from models.objectives import bernoulli_nll, gaussian_kl, posterior_sample
+from models.objectives import RECONSTRUCTION, gaussian_kl, mmd_m22_code, mmd_unbiased, posterior_sample
 
 
 class LinearOp(nn.Module):
@@ -37,13 +55,31 @@ class LinearOp(nn.Module):
 
 
 class InterpolationOp(nn.Module):
+    """M22's InterpComp: h = w·z_r + (1 − w)·z_t, w = sigmoid(W[z_r; z_t; a] + b)."""
+
     def __init__(self, latent_dim: int, n_actions: int):
         super().__init__()
-        self.coefficients = nn.Linear(n_actions, latent_dim)
+        self.gate = nn.Linear(2 * latent_dim + n_actions, latent_dim)
 
     def forward(self, z_reference, z_transform, action):
-        c = torch.sigmoid(self.coefficients(action))
-        return (1 - c) * z_reference + c * z_transform
+        w = torch.sigmoid(self.gate(torch.cat([z_reference, z_transform, action], 1)))
+        return w * z_reference + (1 - w) * z_transform
+
+
+class FixedInterpolationOp(nn.Module):
+    """M22's FixedInterpComp: h = z_r·(1 − a) + z_t·a, the one-hot action a padded with zeros to the
+    latent size, so action k takes latent dimension k from the transform. No parameters."""
+
+    def __init__(self, latent_dim: int, n_actions: int):
+        super().__init__()
+        if latent_dim < n_actions:
+            raise ValueError(f"latent_op 'fixed_interpolation': needs a latent dimension per factor; "
+                             f"latent_dim {latent_dim} < {n_actions} factors")
+        self.padding = latent_dim - n_actions
+
+    def forward(self, z_reference, z_transform, action):
+        a = torch.cat([action, action.new_zeros(len(action), self.padding)], 1)
+        return z_reference * (1 - a) + z_transform * a
 
 
 class MLPOp(nn.Sequential):
@@ -58,24 +94,17 @@ class MLPOp(nn.Sequential):
         return super().forward(torch.cat([z_reference, z_transform, action], 1))
 
 
-class CompositionNet(nn.Module):
-    """Encoder and decoder of ``network.architecture`` (M21: burgess) around the latent operation
-    ``network.latent_op``; ``network`` is a ``NetworkConfig`` (a ``ModelConfig``'s ``network``).
-    The weights are initialised from ``seed``; ``beta`` weighs the KL in ``loss_terms``."""
+class ComposedAutoencoder(nn.Module):
+    """A CompositionNet's encoder and decoder, shared (not copied), with a VAE's ``encode``,
+    ``decode`` and ``forward`` (``models.vae.VAE``'s); ``config`` is the network's, as its
+    training config with ``task`` "vae"."""
 
-    def __init__(self, network: NetworkConfig, n_actions: int, *, seed: int = 0, beta: float = 1.0):
+    def __init__(self, net: CompositionNet):
         super().__init__()
-        if n_actions < 1:
-            raise ValueError(f"n_actions: must be at least 1; got {n_actions}")
-        self.network, self.n_actions, self.latent_op, self.beta = network, n_actions, network.latent_op, beta
-        encoder, decoder = ARCHITECTURES[network.architecture]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
-            self.decoder = decoder(network.channels, network.latent_dim, network.image_size)
-            self.op = {"linear": LinearOp, "interpolation": InterpolationOp, "mlp": MLPOp}[self.latent_op](
-                network.latent_dim, n_actions)
-            initialise(self)
+        self.encoder, self.decoder, self.network = net.encoder, net.decoder, net.network
+        config = getattr(net, "config", None)
+        if config is not None:
+            self.config = dataclasses.replace(config, task="vae")
 
     def encode(self, x):
         return self.encoder(x)
@@ -83,24 +112,100 @@ class CompositionNet(nn.Module):
     def decode(self, z):
         return self.decoder(z)
 
-    def forward(self, reference, transform, action, generator: torch.Generator | None = None):
-        """Logits of the composed image, and the posteriors (mean, logvar) of both inputs. With a
-        ``generator`` the codes are posterior samples; without, the means."""
+    def forward(self, x):
+        mean, logvar = self.encode(x)
+        z = mean + torch.randn_like(mean) * torch.exp(0.5 * logvar) if self.training else mean
+        return self.decode(z), mean, logvar
+
+
+LATENT_OPS = {"linear": LinearOp, "interpolation": InterpolationOp,
+              "fixed_interpolation": FixedInterpolationOp, "mlp": MLPOp}
+
+
+class CompositionNet(nn.Module):
+    """Encoder and decoder of ``network.architecture`` (M21: burgess) around the latent operation
+    ``network.latent_op``; ``network`` is a ``NetworkConfig`` (a ``ModelConfig``'s ``network``).
+    The weights are initialised from ``seed``; ``beta`` weighs the KL in ``loss_terms``."""
+
+    def __init__(self, network: NetworkConfig, n_actions: int, *, seed: int = 0, beta: float = 1.0,
+                 loss=None):
+        """``loss``: a ``LossConfig`` (the objective: β-VAE's by default, or WAE-MMD's; and
+        ``composition_loss``); None: β-VAE's terms on the target, with ``beta``."""
+        super().__init__()
+        self.loss_config = loss
+        if n_actions < 1:
+            raise ValueError(f"n_actions: must be at least 1; got {n_actions}")
+        self.network, self.n_actions, self.latent_op, self.beta = network, n_actions, network.latent_op, beta
+        encoder, decoder = ARCHITECTURES[network.architecture][0], decoder_factory(network.architecture,
+                                                                                   network.decoder)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
+            self.decoder = decoder(network.channels, network.latent_dim, network.image_size)
+            self.op = LATENT_OPS[self.latent_op](network.latent_dim, n_actions)
+            initialise(self)
+
+    def encode(self, x):
+        return self.encoder(x)
+
+    def autoencoder(self) -> ComposedAutoencoder:
+        """The encoder and decoder as an autoencoder, sharing these weights: what M22's analysis
+        reads from a trained CompositionNet (mmrl/lost-in-latent-space scripts/analysis/model.py
+        75-79, ``load_lgm_from_compnet`` in scripts/ingredients/models.py 153-170), so that its
+        codes and reconstructions can be scored as a VAE's."""
+        return ComposedAutoencoder(self)
+
+    def decode(self, z):
+        return self.decoder(z)
+
+    def compose(self, reference, transform, action, generator: torch.Generator | None = None):
+        """The codes (both inputs' (2B, K), then the composed (B, K)) and the posteriors (mean,
+        logvar) of both inputs. With a ``generator`` the codes are posterior samples; without, the
+        means."""
         mean, logvar = self.encoder(torch.cat([reference, transform]))
         z = posterior_sample(mean, logvar, generator) if generator is not None else mean
         z_reference, z_transform = z.chunk(2)
-        action = action.float()
-        return self.decoder(self.op(z_reference, z_transform, action)), mean, logvar
+        return z, self.op(z_reference, z_transform, action.float()), mean, logvar
+
+    def forward(self, reference, transform, action, generator: torch.Generator | None = None):
+        """Logits of the composed image, and the posteriors (mean, logvar) of both inputs. With a
+        ``generator`` the codes are posterior samples; without, the means."""
+        _, composed, mean, logvar = self.compose(reference, transform, action, generator)
+        return self.decoder(composed), mean, logvar
 
     def loss_terms(self, reference, transform, action, target, generator: torch.Generator,
                    beta: float | None = None, kl_weight: float = 1.0) -> dict:
-        """Bernoulli NLL of the target + kl_weight·β·KL (the KL of both inputs' posteriors,
-        averaged)."""
+        """The loss of one batch of triplets (the module's docstring): with ``composition_loss``
+        "target", the target's NLL + kl_weight·β·KL (both inputs' KLs averaged); with "all_three",
+        the NLLs of reference, transform and target summed + kl_weight·β·(KL_r + KL_t). Under
+        WAE-MMD, the squared error (or the likelihood set) + λ1·MMD + λ2·‖logvar‖₁ in place of
+        β·KL (``kl`` is still reported)."""
+        loss_config = self.loss_config
         beta = self.beta if beta is None else beta
-        logits, mean, logvar = self(reference, transform, action, generator)
-        reconstruction = bernoulli_nll(logits, target).mean()
-        kl = gaussian_kl(mean, logvar).sum(1).mean()
-        return {"loss": reconstruction + kl_weight * beta * kl, "reconstruction": reconstruction, "kl": kl}
+        z, composed, mean, logvar = self.compose(reference, transform, action, generator)
+        likelihood = RECONSTRUCTION["bernoulli" if loss_config is None else loss_config.resolved_likelihood]
+        all_three = loss_config is not None and loss_config.composition_loss == "all_three"
+        if all_three:
+            logits = self.decoder(torch.cat([z, composed]))
+            per_image = likelihood(logits, torch.cat([reference, transform, target]))
+            reconstruction = per_image.view(3, -1).sum(0).mean()
+        else:
+            reconstruction = likelihood(self.decoder(composed), target).mean()
+        per_input = gaussian_kl(mean, logvar).sum(1)
+        kl = per_input.view(2, -1).sum(0).mean() if all_three else per_input.mean()
+        terms = {"reconstruction": reconstruction, "kl": kl}
+        if loss_config is None or loss_config.objective != "wae_mmd":
+            return {"loss": reconstruction + kl_weight * beta * kl, **terms}
+        logvar_l1 = logvar.abs().sum(1).view(2, -1).sum(0).mean() if all_three else logvar.abs().sum(1).mean()
+        if loss_config.mmd_estimator == "m22_code":
+            codes = torch.cat([z.view(2, -1, z.shape[1]).transpose(0, 1).flatten(1), composed], 1)
+        else:
+            codes = z
+        prior = loss_config.prior_std * torch.randn(codes.shape, generator=generator, device=codes.device,
+                                                    dtype=codes.dtype)
+        mmd = (mmd_m22_code if loss_config.mmd_estimator == "m22_code" else mmd_unbiased)(codes, prior)
+        loss = reconstruction + loss_config.mmd_weight * mmd + loss_config.logvar_l1_weight * logvar_l1
+        return {"loss": loss, **terms, "mmd": mmd, "logvar_l1": logvar_l1}
 
 
 def _class_keys(classes: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -53,9 +53,16 @@ TASKS = ("vae", "ground_truth_decoder", "composition")
 TASK_ALIASES = {"gt_decoder": "ground_truth_decoder", "groundtruth_decoder": "ground_truth_decoder",
                 "composition_net": "composition", "compositionnet": "composition"}
 # the composition network's latent operations (models.composition)
-LATENT_OPS = ("linear", "interpolation", "mlp")
-# the objectives a composition network trains with: reconstruction of the target + β·KL
-COMPOSITION_OBJECTIVES = ("vae", "beta_vae")
+LATENT_OPS = ("linear", "interpolation", "fixed_interpolation", "mlp")
+# the objectives a composition network trains with: reconstruction + β·KL (VAE, β-VAE), or
+# reconstruction + λ1·MMD + λ2·‖logvar‖₁ (WAE-MMD, as M22 trained its CompositionNets)
+COMPOSITION_OBJECTIVES = ("vae", "beta_vae", "wae_mmd")
+# what a composition network reconstructs: the target only (M21 appendix A's reading), or, as M22's
+# code, the reference, the transform and the target (models.composition)
+COMPOSITION_LOSSES = ("target", "all_three")
+# WAE-MMD's MMD: the unbiased estimate (correct), or the expression M22's code computes
+# (models.objectives.mmd_m22_code)
+MMD_ESTIMATORS = ("unbiased", "m22_code")
 
 
 class ConfigError(ValueError):
@@ -231,8 +238,11 @@ class ModelConfig:
     adversary_layers: int = setting("loss", 5, "WAE-GAN: the adversary's linear layers, 4 hidden ReLU "
                                     "layers and the output (Tolstikhin et al.)", at_least(1))
     adversary_width: int = setting("loss", 512, "WAE-GAN: the adversary's width", at_least(1))
-    prior_std: float = setting("loss", 1.0, "WAE-GAN: the prior N(0, prior_std² I) the adversary compares "
-                               "codes with", POSITIVE, varies_in_vmap=True)
+    prior_std: float = setting("loss", 1.0, "WAE-GAN and WAE-MMD: the prior N(0, prior_std² I) the codes "
+                               "are compared with (M22's code: 2)", POSITIVE, varies_in_vmap=True)
+    mmd_estimator: str = setting("loss", "unbiased", "WAE-MMD: unbiased (the correct MMD²) or m22_code "
+                                 "(M22's code's batch-summed kernel, near 0; docs/models.md)",
+                                 OneOf(MMD_ESTIMATORS))
     # CascadeVAE / InfoCascade (Jeong & Song 2019; M22: 6 continuous latents, 3 categories, β (2, 10))
     beta_low: float = setting("loss", 2.0, "CascadeVAE: a continuous dimension's β once released",
                               NON_NEGATIVE)
@@ -278,7 +288,12 @@ class ModelConfig:
                         "ignore it (docs/models.md)", OneOf(TASKS),
                         normalise=lambda name: TASK_ALIASES.get(name, name))
     latent_op: str = setting("network", "linear", "composition: how the two codes and the action combine "
-                             "(M21: linear)", OneOf(LATENT_OPS))
+                             "(M21: linear; M22: interpolation, fixed_interpolation)", OneOf(LATENT_OPS))
+    composition_loss: str = setting("loss", "target", "composition: reconstruct the target only, or "
+                                    "all_three: reference, transform and target, KLs summed (M22's code)",
+                                    OneOf(COMPOSITION_LOSSES))
+    decoder: str = setting("network", "mirror", "the decoder: the architecture's own (mirror) or M22's "
+                           "spatial broadcast decoder (sbd3, sbd4)", OneOf(architectures.DECODER_NAMES))
     normalise_factors: bool = setting("network", False, "ground-truth decoder: factors scaled to [0, 1] "
                                       "(the authors: raw values)")
 
@@ -301,10 +316,12 @@ class ModelConfig:
         if self.task == "vae":
             return problems
         if self.task == "composition" and self.objective not in COMPOSITION_OBJECTIVES:
-            problems.append(f"objective: task 'composition' trains with the target's reconstruction + "
-                            f"β·KL; choose one of {', '.join(COMPOSITION_OBJECTIVES)}; "
+            problems.append(f"objective: task 'composition' trains with the reconstruction + β·KL or "
+                            f"WAE-MMD's terms; choose one of {', '.join(COMPOSITION_OBJECTIVES)}; "
                             f"got {self.objective!r}")
-        if self.likelihood not in (None, "bernoulli"):
+        if self.task == "composition" and self.objective == "wae_mmd":
+            pass  # WAE-MMD's own likelihood (mse, or the one set)
+        elif self.likelihood not in (None, "bernoulli"):
             problems.append(f"likelihood: task {self.task!r} uses the Bernoulli likelihood; got "
                             f"{self.likelihood!r}")
         for name in ("input_noise_subpixel_std", "input_noise_greyscale_std"):

@@ -40,7 +40,7 @@ import math
 import torch
 from torch import nn
 
-from models.architectures import ARCHITECTURES, initialise
+from models.architectures import ARCHITECTURES, decoder_factory, initialise
 from models.objectives import RECONSTRUCTION, Objective, Schedule, gaussian_kl, posterior_sample
 
 # ----------------------------------------------------------------------------------------------
@@ -85,7 +85,8 @@ class LieGroupVAE(nn.Module):
         """``network``: a ``NetworkConfig``; ``loss``: a ``LossConfig`` (the group's matrix size
         and the basis's initial scale)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[network.architecture]
+        encoder, decoder = ARCHITECTURES[network.architecture][0], decoder_factory(network.architecture,
+                                                                                   network.decoder)
         self.network = network
         self.matrix_size = loss.lie_matrix_size
         self.group_features = self.matrix_size ** 2

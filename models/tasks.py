@@ -43,7 +43,8 @@ def build_task_model(config: ModelConfig, classes: np.ndarray, factor_space, tra
             values, train_indices, architecture=network.architecture, channels=network.channels,
             image_size=network.image_size, normalise=network.normalise_factors, seed=config.seed)
     if network.task == "composition":
-        model = CompositionNet(network, n_actions=factor_space.n_factors, seed=config.seed, beta=config.beta)
+        model = CompositionNet(network, n_actions=factor_space.n_factors, seed=config.seed, beta=config.beta,
+                               loss=config.loss)
         model.config = config  # the record of what it was built from, as ``build`` keeps it
         return model
     return build(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.architectures import ARCHITECTURES, initialise
+from models.architectures import ARCHITECTURES, decoder_factory, initialise
 
 
 class VAE(nn.Module):
@@ -16,7 +16,8 @@ class VAE(nn.Module):
         architecture, channels, latent size, image size). ``loss`` is not read: it is there so every
         objective's ``model_class`` is built alike (CascadeVAE and LieGroupVAE read theirs)."""
         super().__init__()
-        encoder, decoder = ARCHITECTURES[network.architecture]
+        encoder, decoder = ARCHITECTURES[network.architecture][0], decoder_factory(network.architecture,
+                                                                                   network.decoder)
         self.network = network
         self.encoder = encoder(network.channels, network.latent_dim, network.image_size)
         self.decoder = decoder(network.channels, network.latent_dim, network.image_size)

@@ -31,26 +31,31 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 
 @functools.cache
 def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
-                             decoder_only: bool = False) -> float:
+                             decoder_only: bool = False, decoder: str = "mirror", encodes: int = 1,
+                             decodes: int = 1) -> float:
     """Forward and backward FLOPs of one image through the VAE's encoder and decoder (only the
     decoder for ``decoder_only``: the ground-truth decoder has no encoder), counted on the meta
-    device (nothing is allocated or computed)."""
+    device (nothing is allocated or computed). ``decoder``: the ``decoder`` setting (M22's spatial
+    broadcast decoders cost far more than the mirror). ``encodes``/``decodes``: images encoded and
+    decoded per row (a composition triplet encodes 2 and decodes 1, or 3 with M22's loss)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from models import VAE, ModelConfig
 
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
-                         latent_dim=latent_dim)
+                         latent_dim=latent_dim, decoder=decoder)
     with torch.device("meta"):
         model = VAE(config.network)
         batch = torch.empty(4, channels, image_size, image_size)
         codes = torch.empty(4, latent_dim)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as encoding:
         if not decoder_only:
             codes, _ = model.encode(batch)
+    with FlopCounterMode(display=False) as decoding:
         model.decode(codes)
-    return BACKWARD_FACTOR * counter.get_total_flops() / 4
+    per_row = encodes * encoding.get_total_flops() + decodes * decoding.get_total_flops()
+    return BACKWARD_FACTOR * per_row / 4
 
 
 def gpu_flops_per_second() -> float:
@@ -60,11 +65,12 @@ def gpu_flops_per_second() -> float:
 
 @functools.cache
 def _full_grid_train_size(dataset: str, split: str) -> int:
-    """Training images of the whole grid under a split (computed once per dataset and split)."""
+    """Training images of the whole grid under a split, its modifiers' dropped images left out
+    (computed once per dataset and split)."""
     from data_pipeline import factor_space, get_split
 
     space = factor_space(dataset)
-    return int((~get_split(dataset, split).test_mask(space.all_classes(), space)).sum())
+    return int(get_split(dataset, split).train_mask(space.all_classes(), space).sum())
 
 
 def training_steps(trial) -> int:
@@ -88,10 +94,13 @@ def training_images(trial) -> int:
 def relative_flops(trial) -> float:
     """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one
     channel, 10 latents), whose CPU speed is the measured figure. The ground-truth decoder counts
-    its decoder alone."""
+    its decoder alone; a composition triplet its two encodings and its one or three decodings."""
     model = trial.model
+    encodes, decodes = 1, 1
+    if model.task == "composition":  # a triplet: both inputs encoded; the target, or all three, decoded
+        encodes, decodes = 2, 3 if model.composition_loss == "all_three" else 1
     return (training_flops_per_image(model.architecture, model.image_size, model.channels, model.latent_dim,
-                                     model.task == "ground_truth_decoder")
+                                     model.task == "ground_truth_decoder", model.decoder, encodes, decodes)
             / training_flops_per_image("burgess", 64, 1, 10))
 
 

@@ -48,6 +48,19 @@ def _varying(pack: Sequence[TrialConfig]) -> str:
     return ", ".join(f"{n} ({count})" for n, count in counts.items() if count > 1)
 
 
+def _model_details(pack: Sequence[TrialConfig]) -> list[str]:
+    """What else names a pack's model: a composition network's latent op and loss, a decoder other
+    than the architecture's own, and the learning rate (or that it varies)."""
+    model = pack[0].model
+    details = [f"latent_op={model.latent_op}", f"composition_loss={model.composition_loss}"] if (
+        model.task == "composition") else []
+    if model.decoder != "mirror":
+        details.append(f"decoder={model.decoder}")
+    rates = sorted({member.model.lr for member in pack})
+    details.append(f"lr={rates[0]:g}" if len(rates) == 1 else f"lr {rates[0]:g} to {rates[-1]:g}")
+    return details
+
+
 def _steps(pack: Sequence[TrialConfig]) -> str:
     """How long a pack's members train (``sweeps.costs.training_steps``): one figure, or the range
     where an epoch is a pass over each member's own training rows."""
@@ -118,7 +131,8 @@ def plan_text(sweep: Sweep) -> str:
     width = len(str(len(packs)))
     for index, pack in enumerate(packs[:LISTED_PACKS], 1):
         model = pack[0].model
-        shared = " ".join([pack[0].data.dataset, *(f"{n}={getattr(model, n)}" for n in SHOWN_SHARED)])
+        shared = " ".join([pack[0].data.dataset, *(f"{n}={getattr(model, n)}" for n in SHOWN_SHARED),
+                           *_model_details(pack)])
         shared += f", {_steps(pack)}"
         members = f"varying: {_varying(pack)}" if len(pack) > 1 else f"trial {pack[0].dirname}"
         plural = "s" if len(pack) > 1 else " "

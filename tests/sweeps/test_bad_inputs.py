@@ -62,7 +62,7 @@ ROWS = [
     (PREPARE, ["simple", *OUT, "--n-images", "abc"], 2, "--n-images"),
     (PREPARE, ["simple", *OUT, "--n-images", "1e12"], 2, "--n-images"),
     (PREPARE, ["simple", *OUT, "--n-images", "2.5"], 2, "--n-images"),
-    (PREPARE, ["simple", *OUT, "--n-images", "5000"], 2, "3,072"),  # more than the grid
+    (PREPARE, ["simple", *OUT, "--n-images", "5000"], 2, "2,048"),  # more than the grid
     (PREPARE, ["simple", *OUT, "--rows-per-block", "0"], 2, "--rows-per-block"),
     (PREPARE, ["simple", *OUT, "--rows-per-block", "nan"], 2, "--rows-per-block"),
     (PREPARE, ["labelled", *OUT], 2, "--from-file"),

@@ -29,7 +29,8 @@ def test_the_paper_grids_plan_into_wide_packs_without_ray(tmp_path):
     assert not (tmp_path / "results").exists()  # nothing written
     plans = out.split("Plan of ")[1:]
     assert [p.split(" ", 1)[0] for p in plans] == ["montero2021", "montero2022"]
-    for plan, trials, most in zip(plans, (144, 288), (16, 37)):
+    # montero2022: M22's 32 runs (sweeps.presets.M22_RUNS) × 3 seeds
+    for plan, trials, most in zip(plans, (144, 96), (16, 37)):
         total, packs = map(int, re.search(r"^(\d+) trials in (\d+) packs$", plan, re.M).groups())
         assert total == trials and packs <= most
         sizes = [int(n) for n in re.findall(r"^    pack +\d+: +(\d+) trials? ", plan, re.M)]
@@ -41,12 +42,13 @@ def test_the_paper_grids_plan_into_wide_packs_without_ray(tmp_path):
         assert re.search(r"pack size:   \d+ \(auto: \d+ members of .* fit in 80% of 1 GPU \(24.0 GiB free, "
                          r"assumed: a 24 GiB GPU\)", plan)
         # each pack says how long its members train: one figure, or a range over their splits
-        lengths = re.findall(r"^    pack .*batch_size=\d+, [\d,]+( to [\d,]+)? steps; ", plan, re.M)
+        lengths = re.findall(r"^    pack .*batch_size=\d+ .*lr[= ][^,]*, [\d,]+( to [\d,]+)? steps; ", plan,
+                             re.M)
         assert len(lengths) == packs
     # M21's ground-truth decoder: 1,000 epochs of 10 steps (M21's code's epoch) on every split, not
     # 1,000 passes over each split's training images
     decoders = re.findall(r"^    pack +\d+: +(\d+) trials? +(\w+) .*task=ground_truth_decoder "
-                          r".*batch_size=64, ([\d,]+(?: to [\d,]+)?) steps; ", plans[0], re.M)
+                          r".*batch_size=64 lr=0.001, ([\d,]+(?: to [\d,]+)?) steps; ", plans[0], re.M)
     assert decoders == [("9", "dsprites", "10,000"), ("9", "shapes3d", "10,000")], decoders
 
 
