@@ -337,11 +337,14 @@ class ResultsWriter(tune.Callback):
 def _remove_training_checkpoints(trial, members) -> None:
     """Delete a trial's in-training checkpoints once its final one (the trained models) is on
     storage and Tune's; one that cannot be deleted now stays, costing only its storage."""
-    from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints
+    from sweeps.checkpoints import checkpoint_folder, legacy_checkpoint_folder, remove_training_checkpoints
 
     try:
-        remove_training_checkpoints(trial.storage.storage_filesystem,
-                                    checkpoint_folder(trial.storage, members))
+        filesystem = trial.storage.storage_filesystem
+        remove_training_checkpoints(filesystem, checkpoint_folder(trial.storage, members), members,
+                                    unsealed=True)
+        # an experiment from before the layout: only this trial's (by their seals) in the shared folder
+        remove_training_checkpoints(filesystem, legacy_checkpoint_folder(trial.storage, members), members)
     except OSError as error:
         print(f"warning: the in-training checkpoints of trial {trial.trial_id} stay on storage "
               f"({error})", flush=True)
