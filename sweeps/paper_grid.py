@@ -321,12 +321,15 @@ def execute(options: SweepOptions, given=None) -> tuple[Sweep, dict]:
     Ctrl-C raises ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted``
     after."""
     sweep = plan(options, given)
-    lock = ExperimentLock(sweep.experiment_dir)
+    from sweeps.console import StopSignal  # imports Ray: only once the input is known to be good
+
+    stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
+    lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
     try:
-        from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
+        from sweeps.tuner import run_sweep
 
-        summary = run_sweep(sweep)
+        summary = run_sweep(sweep, stop)
     except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
         raise SweepInterrupted(sweep.experiment_dir, sweep.planned, None, signum=stop_signal(stop)) from None
     finally:

@@ -70,8 +70,10 @@ def read_record(experiment_dir: str) -> dict | None:
 
 
 def stored_state_files(experiment_dir: str) -> list[str]:
-    """The files of Tune's state a resume would read, relative to the experiment folder: the
-    top-level ``*.pkl`` and ``*.json`` (disgen's own JSON aside) and every trial's ``error.pkl``."""
+    """The files of Tune's state a resume would unpickle, relative to the experiment folder: the
+    top-level ``*.pkl`` and ``*.json`` (disgen's own JSON aside) and every trial's ``error.pkl``
+    (Tune's ``params.pkl`` beside it is never read back; the worker policy denies workers every
+    ``*.pkl`` all the same)."""
     from pyarrow import fs
 
     filesystem, inner = storage.resolve(experiment_dir)
@@ -82,7 +84,7 @@ def stored_state_files(experiment_dir: str) -> list[str]:
         name = os.path.relpath(info.path.lstrip("/"), inner.lstrip("/")).replace(os.sep, "/")
         top = "/" not in name
         if ((top and name.endswith(STATE_SUFFIXES) and name not in OWN_FILES)
-                or (not top and name.endswith(".pkl"))):
+                or (not top and name.rsplit("/", 1)[-1] == ERROR_PICKLE)):
             names.append(name)
     return sorted(names)
 

@@ -384,8 +384,10 @@ def _to_run(sweep: Sweep, covered: set[str]) -> tuple:
     return tuple(t for t in sweep.trials if t.trial_key not in covered and t.trial_key not in finished)
 
 
-def run_sweep(sweep: Sweep) -> dict:
+def run_sweep(sweep: Sweep, stop: StopSignal | None = None) -> dict:
     """Run, resume or extend the planned sweep on Ray; returns the finished rows and the failure count.
+    ``stop``: the sweep's stop signal (a Ctrl-C, or ``request`` from the driver lock's lease, which
+    another driver took), else a new one.
 
     Resume: Tune's own restore continues the experiment's trials from their checkpoints. Then the
     planned trials that no Tune run holds (an extension's new ones) run as a new Tune run in the
@@ -397,7 +399,7 @@ def run_sweep(sweep: Sweep) -> dict:
                          "start a new experiment with --name NEW")
     started_ray = _connect(options)
     started = time.perf_counter()
-    failed, covered, stop = 0, set(), StopSignal()
+    failed, covered, stop = 0, set(), stop or StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     DeferredEvaluations.of(experiment_dir, fresh=True)
     try:
