@@ -283,8 +283,15 @@ def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(c
     assert s3.get_bucket_versioning(Bucket="my-lab-disgen")["Status"] == "Enabled"
     block = s3.get_public_access_block(Bucket="my-lab-disgen")["PublicAccessBlockConfiguration"]
     assert all(block.values()) and len(block) == 4
-    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
-    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+    everything, checkpoints = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
+    assert everything["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+    assert everything["Filter"] == {"Prefix": ""}
+    # the in-training checkpoints, rotated every few minutes: their earlier versions go after a day
+    from sweeps.checkpoints import CHECKPOINTS
+
+    assert checkpoints["Filter"] == {"Prefix": f"{CHECKPOINTS}/"}
+    assert checkpoints["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
+    assert all(r["Expiration"] == {"ExpiredObjectDeleteMarker": True} for r in (everything, checkpoints))
     # what versioning is for: a results part that a driver deleted comes back
     key = "disgen/default/results-parts/a.trials.parquet"
     s3.put_object(Bucket="my-lab-disgen", Key=key, Body=b"rows")
@@ -297,9 +304,13 @@ def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(c
     s3.put_bucket_lifecycle_configuration(Bucket="my-lab-disgen", LifecycleConfiguration={"Rules": [
         {"ID": "mine", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}, "Expiration": {"Days": 1}}]})
     assert create_bucket.main(["--bucket", "my-lab-disgen"]) == 0
-    assert "exists in us-west-2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "exists in us-west-2" in out and "put in place" in out
     rules = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
-    assert [r["ID"] for r in rules] == ["mine"]
+    assert [r["ID"] for r in rules] == ["mine", create_bucket.RULE_ID, create_bucket.CHECKPOINT_RULE_ID]
+    assert create_bucket.main(["--bucket", "my-lab-disgen"]) == 0  # a third time: nothing to change
+    assert "already up to date" in capsys.readouterr().out
+    assert s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"] == rules
 
 
 def test_create_bucket_in_us_east_1_and_refusals(mocked_aws, monkeypatch, capsys):
