@@ -17,6 +17,10 @@ _spec = importlib.util.spec_from_file_location("create_profiles",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_profiles.py")
 create_profiles = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(create_profiles)
+_group_spec = importlib.util.spec_from_file_location(
+    "create_security_group", CLUSTER_YAML.parent / "cluster" / "iam" / "create_security_group.py")
+create_security_group = importlib.util.module_from_spec(_group_spec)
+_group_spec.loader.exec_module(create_security_group)
 _spec = importlib.util.spec_from_file_location("create_bucket",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_bucket.py")
 create_bucket = importlib.util.module_from_spec(_spec)
@@ -144,12 +148,16 @@ def test_the_dashboard_listens_on_the_heads_loopback_only(cluster):
         assert not re.search(r"--(node-ip-address|ray-client-server-host)[= ]0", command)
 
 
-def test_the_security_group_admits_only_the_cluster(cluster):
+def test_the_security_group_admits_only_the_cluster_and_ssh_from_the_users_address(cluster):
     group = cluster["provider"]["security_group"]
     assert group["GroupName"]
-    # Ray's own rules for the group: the group itself, and SSH for ray up/attach/dashboard;
-    # nothing may be opened on top of them, to addresses or otherwise.
-    assert not group.get("IpPermissions")
+    # beside the group's own members: SSH (for ray up/attach/dashboard) from one address the user
+    # sets, nothing else; left as the placeholder, the group is not made
+    (rule,) = group["IpPermissions"]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
+    assert rule["IpRanges"] == [{"CidrIp": "YOUR.ADDRESS/32"}] and "Ipv6Ranges" not in rule
+    with pytest.raises(ValueError, match="YOUR.ADDRESS/32.*replace it with the address"):
+        create_security_group.cluster_settings()
     for node_type in cluster["available_node_types"].values():  # no other group replaces it
         assert "SecurityGroupIds" not in node_type["node_config"]
         assert "NetworkInterfaces" not in node_type["node_config"]
@@ -472,3 +480,36 @@ def test_the_documented_shared_folder_is_mounted_on_the_host_and_seen_in_the_con
     started = [i for i, (where, c) in enumerate(rendered) if c.startswith("docker run")]
     assert mount and rendered[mount[0]][0] == "host" and mount[0] < started[0]  # mounted before the container
     assert rendered[-1] == (name, "ls /mnt/shared/disgen")
+
+
+# --- the security group: made before `ray up`, SSH from the user's address only -----------------
+
+def test_create_security_group_opens_ssh_to_the_users_address_only(mocked_aws, tmp_path):
+    import boto3
+
+    text = CLUSTER_YAML.read_text()
+    mine = tmp_path / "cluster.yaml"
+    mine.write_text(text.replace("YOUR.ADDRESS/32", "203.0.113.7/32"))
+    region, name, rules = create_security_group.cluster_settings(mine)
+    done = create_security_group.create_security_group(region, name, rules)
+    ec2 = boto3.client("ec2", region_name=region)
+
+    def inbound():
+        (group,) = ec2.describe_security_groups(GroupIds=[done["group_id"]])["SecurityGroups"]
+        return group["IpPermissions"]
+
+    def cidrs():
+        return sorted(r["CidrIp"] for rule in inbound() for r in rule.get("IpRanges", []))
+
+    assert done["created"] and cidrs() == ["203.0.113.7/32"]
+    members = [p["GroupId"] for rule in inbound() for p in rule.get("UserIdGroupPairs", [])]
+    assert members == [done["group_id"]]  # and all traffic from the cluster's own nodes
+    # Ray's own rule, SSH from everywhere (a group Ray made itself): removed by a second run
+    ec2.authorize_security_group_ingress(GroupId=done["group_id"], IpPermissions=[
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+    again = create_security_group.create_security_group(region, name, rules)
+    assert not again["created"] and again["removed"] == 1 and cidrs() == ["203.0.113.7/32"]
+    # an address open to everyone is refused, as is the placeholder
+    mine.write_text(text.replace("YOUR.ADDRESS/32", "0.0.0.0/0"))
+    with pytest.raises(ValueError, match="every address"):
+        create_security_group.cluster_settings(mine)
