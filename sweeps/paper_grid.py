@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from analysis import storage
-from analysis.loading import ERRORS_FILE
+from analysis.loading import ERRORS_PARTS
 from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
 from sweeps import plan_record
@@ -410,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {sweep.experiment_dir}")
     if summary["failed"]:
-        print(f"{summary['failed']} trials failed; see {sweep.experiment_dir}/{ERRORS_FILE} "
-              "and rerun with --resume")
+        print(f"{summary['failed']} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
+              "(analysis.load_errors) and rerun with --resume")
     if summary["trials"] is not None and len(summary["trials"]):
         print()
         print(trials_text(summary["trials"]))

@@ -78,7 +78,7 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
         run_to_the_end([*argv, "--resume"])
     out = capsys.readouterr().out
     # the trial never failed
-    assert "could not be restored" not in out and not (experiment / "errors.jsonl").exists(), out[-3000:]
+    assert "could not be restored" not in out and not (experiment / "errors-parts").exists(), out[-3000:]
     trials, history = resumed = results(experiment)
     assert len(trials) == 1 and (trials["status"] == "finished").all()
     assert history["step"].tolist() == list(range(5, 41, 5))  # each report once, none lost

@@ -18,12 +18,12 @@ from ray.air.constants import EXPR_ERROR_PICKLE_FILE, EXPR_PARAM_PICKLE_FILE
 from ray.tune.execution.tune_controller import TuneController
 from ray.tune.impl.tuner_internal import _TUNER_PKL
 
+from analysis.loading import ERRORS_FILE, ERRORS_PARTS
 from analysis.storage import COMPACTED, HISTORY_FILE, PARTS_DIR, TRIALS_FILE
 from sweeps import tune_state
 from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE
 from sweeps.plan_record import PLAN_FILE
-from sweeps.results import ERRORS_FILE
 
 IAM = Path(__file__).resolve().parents[2] / "cluster" / "iam"
 BUCKET = "my-lab-disgen"
@@ -69,6 +69,7 @@ DRIVERS_KEYS = [
     TRIALS_FILE,
     HISTORY_FILE,
     ERRORS_FILE,
+    f"{ERRORS_PARTS}/20261127T215524000000Z-0a1b2c3d.jsonl",
     f"{PARTS_DIR}/20261127T215524000000Z-0a1b2c3d.{TRIALS_FILE}",
     f"{PARTS_DIR}/{COMPACTED}20261127T215524000000Z-0a1b2c3d.{HISTORY_FILE}",
 ]
