@@ -130,3 +130,32 @@ def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, ca
     assert "Stopped: another driver took over the driver lock" in out
     assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
     assert json.loads((tmp_path / "exp" / LOCK_FILE).read_text()) == OLD_HEAD  # the other's, untouched
+
+
+def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
+    import signal
+
+    from ray.tune.tune import _setup_signal_catching
+
+    from sweeps.console import StopSignal
+
+    before = signal.getsignal(signal.SIGINT)
+    tune_stopped = _setup_signal_catching()  # Tune's own handler, as a run installs it
+    stop = StopSignal()
+    try:
+        stop.setup()
+        errors = []
+
+        def lease_thread():
+            try:
+                stop.request("another driver took over the driver lock")
+            except Exception as error:  # what the thread would die of
+                errors.append(error)
+
+        thread = threading.Thread(target=lease_thread)
+        thread.start()
+        thread.join(10)
+        assert not errors and tune_stopped.is_set() and stop.received.is_set()
+        assert stop.reason == "another driver took over the driver lock"
+    finally:
+        signal.signal(signal.SIGINT, before)
