@@ -17,9 +17,20 @@ import pyarrow.fs as pafs
 
 from analysis.schema import HISTORY_FILE, SCHEMAS, TRIALS_FILE
 from analysis.schema import to_pandas as schema_to_pandas
-from analysis.storage import experiment_name, join, read_bytes, read_table
+from analysis.storage import experiment_name, join, read_bytes, read_table, resolve
 
-ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (sweeps/results.py)
+ERRORS_FILE = "errors.jsonl"  # failed trials, one JSON object a line (written before errors-parts/)
+# the failed trials as the driver writes them now: one new file a record, never a file rewritten
+# (sweeps/results.py), so no read-modify-write on an object store can lose a line
+ERRORS_PARTS = "errors-parts"
+
+
+def _error_files(experiment, filesystem) -> list[str]:
+    """``errors.jsonl`` (an experiment from before the parts), then the parts, oldest first."""
+    fs, inner = resolve(join(experiment, ERRORS_PARTS), filesystem)
+    parts = sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+                   if info.type == pafs.FileType.File and info.base_name.endswith(".jsonl"))
+    return [join(experiment, ERRORS_FILE), *(join(experiment, ERRORS_PARTS, name) for name in parts)]
 
 
 def load_trials(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.DataFrame:
@@ -36,12 +47,13 @@ def load_history(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.
 
 
 def load_errors(*experiments, filesystem: pafs.FileSystem | None = None) -> pd.DataFrame:
-    """The failed trials (``errors.jsonl``) of the experiments: trial_key, trial_id, error and
-    experiment; empty where nothing failed."""
+    """The failed trials (``errors-parts/``, and ``errors.jsonl`` of an older experiment) of the
+    experiments: trial_key, trial_id, error and experiment; empty where nothing failed."""
     rows = []
     for experiment in experiments:
-        data = read_bytes(join(experiment, ERRORS_FILE), filesystem)
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
+        data = b"\n".join(read_bytes(path, filesystem) or b""
+                          for path in _error_files(experiment, filesystem))
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:

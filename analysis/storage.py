@@ -273,13 +273,66 @@ def _listing(fs: pafs.FileSystem, inner: str) -> tuple[_Pair, list[_Pair], list[
             [p for p in ordered if not p.name.startswith(COMPACTED)])
 
 
+class TornRead(OSError):
+    """A results file that did not read whole as one version (replaced while it was read): the
+    read is made again (``_retrying``)."""
+
+
+_S3_CLIENTS: dict = {}
+
+
+def _s3_client():
+    """A boto3 S3 client for this process's ``AWS_*`` environment (None without boto3)."""
+    try:
+        import boto3
+    except ImportError:
+        return None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    if endpoint not in _S3_CLIENTS:
+        _S3_CLIENTS[endpoint] = boto3.session.Session().client("s3", endpoint_url=endpoint)
+    return _S3_CLIENTS[endpoint]
+
+
+def _whole(fs: pafs.FileSystem, path: str) -> bytes:
+    """A remote file's bytes, all of one version. On S3 (with boto3): one ``GetObject`` of the
+    whole object, whose answer is one version of it whatever replaces it meanwhile, checked against
+    the length it announces. pyarrow's reads ask the size first, then read in ranges, each of
+    which can come from another version where compaction replaces the file meanwhile: elsewhere
+    the file's size and modification time are read before and after, and a read across a change
+    is a ``TornRead``."""
+    client = _s3_client() if fs.type_name == "s3" else None
+    if client is None:
+        before = fs.get_file_info(path)
+        if before.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        with fs.open_input_stream(path) as stream:
+            data = stream.read()
+        after = fs.get_file_info(path)
+        if (before.size, before.mtime) != (after.size, after.mtime) or len(data) != before.size:
+            raise TornRead(f"{path} changed while it was read")
+        return data
+    bucket, key = path.split("/", 1)
+    try:
+        answer = client.get_object(Bucket=bucket, Key=key)
+    except client.exceptions.NoSuchKey:
+        raise FileNotFoundError(path) from None
+    body = answer["Body"].read()
+    if len(body) != answer["ContentLength"]:
+        raise TornRead(f"{path}: {len(body)} of {answer['ContentLength']} bytes read")
+    return body
+
+
 def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
-    """One results file cast to ``schema``, with its metadata."""
+    """One results file cast to ``schema``, with its metadata. A remote file is read whole, as one
+    version (``_whole``); one that does not parse is a ``TornRead`` (read again)."""
     if isinstance(fs, pafs.LocalFileSystem):
         table = pq.ParquetFile(path).read()
     else:
-        with fs.open_input_stream(path) as stream:
-            table = pq.ParquetFile(pa.BufferReader(stream.read())).read()
+        data = _whole(fs, path)
+        try:
+            table = pq.ParquetFile(pa.BufferReader(data)).read()
+        except (pa.ArrowInvalid, OSError) as error:
+            raise TornRead(f"{path} did not read whole ({error}); reading it again") from error
     return conform(table, schema, path).replace_schema_metadata(table.schema.metadata)
 
 
@@ -358,11 +411,12 @@ def _history(fs: pafs.FileSystem, pairs: list[_Pair], missing_ok=False) -> pa.Ta
 
 
 def _retrying(read):
-    """Run ``read`` again where a file it listed was compacted away meanwhile."""
+    """Run ``read`` again where a file it listed was compacted away meanwhile, or did not read
+    whole as one version (``TornRead``)."""
     for attempt in range(_READ_ATTEMPTS):
         try:
             return read()
-        except FileNotFoundError:
+        except (FileNotFoundError, TornRead):
             if attempt == _READ_ATTEMPTS - 1:
                 raise
 

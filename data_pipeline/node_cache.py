@@ -21,21 +21,25 @@ reader sees a whole entry or none, and processes that start together wait for th
 builds it. Each build appends one line to ``materialisations.jsonl`` in the cache folder (and
 prints one), so a test or an operator can count them.
 
-**The cache is bounded.** Its entries (and the builds in progress, by the size they will reach)
-may take at most ``$DISGEN_CACHE_LIMIT`` of the disk: a size (``200G``, ``500M``, ``1.5T``, ``0``;
-units of 1024 bytes) or a share of the file system the cache is on (``80%``); :data:`DEFAULT_LIMIT`
-(half the disk) without it, and never more than the disk has free. A build that would pass the
-limit first evicts whole entries that no process holds, the least recently used first (each use
-stamps its entry's modification time), each renamed out of sight (``.evicted-…``) before it is
-deleted, so a reader sees a whole entry or none; each eviction appends one line to
-``evictions.jsonl``. A process **holds** an entry from :func:`materialise` until it lets it go: a
-lease file ``.holders/<entry>/<host>.<pid>`` (with the process's start time, so a reused pid is no
-holder) that :func:`open_reference` removes when the dataset's memory maps are freed, and that a
-process which died leaves stale (ignored, and cleared). Leases, reservations and evictions happen
-under one short cache-wide lock (``.cache.lock``). A dataset that cannot fit even once every
-unheld entry is gone, or a disk that fills up while an entry is built (``ENOSPC``; the partial
-build is deleted), raises :class:`NodeCacheFull`, which names the size needed, the limit, the
-entries held and how to raise the limit; a trial reports it as its models' error rather than
+**The cache is bounded.** Its entries (and the builds in progress, by the size they will reach) may
+take at most ``$DISGEN_CACHE_LIMIT`` of the disk: a size (``200G``, ``500M``, ``1.5T``, ``0``; units
+of 1024 bytes) or a share of the file system the cache is on (``80%``); :data:`DEFAULT_LIMIT` (half
+the disk) without it, and never more than the disk has free. A build that would pass the limit first
+evicts whole entries that no process holds, the least recently used first (each use stamps its
+entry's modification time), each renamed out of sight (``.evicted-…``) before it is deleted, so a
+reader sees a whole entry or none; each eviction appends one line to ``evictions.jsonl``. A process
+**holds** an entry from :func:`materialise` until it lets it go: a lease file
+``.holders/<entry>/<host>.<pid>`` (with the process's start time, so a reused pid is no holder) that
+:func:`open_reference` removes when the dataset's memory maps are freed, and that a process which
+died leaves stale (ignored, and cleared). On a cache folder shared between machines another host's
+process cannot be checked, so a lease has a time to live: its process renews it (touches the file)
+every :data:`LEASE_TTL_S` / 3 seconds from a thread of its own while it holds it, and another host's
+lease not renewed for :data:`LEASE_TTL_S` seconds, by the cache file system's own clock (a file
+written beside it now), is stale: a dead host's datasets can be evicted. Leases, reservations and
+evictions happen under one short cache-wide lock (``.cache.lock``). A dataset that cannot fit even
+once every unheld entry is gone, or a disk that fills up while an entry is built (``ENOSPC``; the
+partial build is deleted), raises :class:`NodeCacheFull`, which names the size needed, the limit,
+the entries held and how to raise the limit; a trial reports it as its models' error rather than
 crashing (``sweeps/trainable.py``), so Tune does not retry it. Plain Python and numpy; no Ray.
 """
 
@@ -75,6 +79,7 @@ KINDS = ("procedural", "prepared", "file")
 LIMIT_ENV = "DISGEN_CACHE_LIMIT"
 DEFAULT_LIMIT = "50%"  # of the file system the cache is on
 INDEX_LOCK, HOLDERS = ".cache.lock", ".holders"
+LEASE_TTL_S = 600.0  # another host's lease not renewed for this long holds nothing
 MANIFEST_SLACK = 1 << 16  # the manifest and .npy headers, beyond the images' and classes' bytes
 
 
@@ -282,11 +287,12 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _lease_alive(lease: dict) -> bool:
-    """Whether the process a lease names still runs: a lease from another host (a cache folder
-    shared between machines) always counts."""
+def _lease_alive(lease: dict, age: float | None = None) -> bool:
+    """Whether the process a lease names still runs: on this host, by its pid and start time; from
+    another host (a cache folder shared between machines), while it was renewed less than
+    :data:`LEASE_TTL_S` seconds ago (``age``, by the cache file system's clock; None: unknown)."""
     if lease.get("host") != socket.gethostname():
-        return True
+        return age is None or age <= LEASE_TTL_S
     pid = int(lease.get("pid", 0))
     if pid <= 0:
         return False
@@ -304,17 +310,34 @@ def _lease_path(root: Path, entry: str, pid: int | None = None) -> Path:
     return root / HOLDERS / entry / f"{socket.gethostname()}.{pid or os.getpid()}"
 
 
+def _file_system_now(folder: Path) -> float:
+    """The clock of the file system ``folder`` is on: the modification time of a file written now."""
+    probe = folder / f".clock-{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}"
+    probe.write_bytes(b"")
+    try:
+        return probe.stat().st_mtime
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def holders(root, entry: str) -> list[dict]:
     """The live leases on ``entry`` (``pid``, ``host``, ``started``, ``at``); stale ones are removed."""
-    folder, live = Path(root) / HOLDERS / entry, []
+    folder, live, now = Path(root) / HOLDERS / entry, [], None
     if not folder.is_dir():
         return live
     for path in folder.iterdir():
+        if path.name.startswith(".clock-"):
+            continue
         try:
             lease = json.loads(path.read_text())
         except (OSError, ValueError):
             lease = {}
-        if _lease_alive(lease):
+        age = None
+        if lease.get("host") != socket.gethostname():
+            now = _file_system_now(folder) if now is None else now
+            with contextlib.suppress(OSError):
+                age = now - path.stat().st_mtime
+        if _lease_alive(lease, age):
             live.append(lease)
         else:
             with contextlib.suppress(OSError):
@@ -332,7 +355,38 @@ def _hold(root: Path, entry: str) -> None:
         lease = {"pid": os.getpid(), "host": socket.gethostname(), "started": _process_start(os.getpid()),
                  "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         path.write_text(json.dumps(lease))
+        _start_renewing()
     os.utime(root / entry)  # the least recently used entry is evicted first
+
+
+_RENEWER: dict[int, threading.Thread] = {}  # pid → the thread that renews its leases
+
+
+def renew_leases() -> int:
+    """Touch every lease this process holds (its time to live starts again); how many."""
+    with _HOLDS_LOCK:
+        held = [(Path(root), entry) for (pid, root, entry) in _HOLDS if pid == os.getpid()]
+    renewed = 0
+    for root, entry in held:
+        with contextlib.suppress(OSError):
+            os.utime(_lease_path(root, entry))
+            renewed += 1
+    return renewed
+
+
+def _start_renewing() -> None:
+    """This process's lease renewer, started once (a forked child starts its own). Under _HOLDS_LOCK."""
+    if os.getpid() in _RENEWER:
+        return
+
+    def renewing():
+        while True:
+            time.sleep(LEASE_TTL_S / 3)
+            renew_leases()
+
+    thread = threading.Thread(target=renewing, name="disgen-cache-leases", daemon=True)
+    _RENEWER[os.getpid()] = thread
+    thread.start()
 
 
 def release(root, entry: str, pid: int | None = None) -> None:

@@ -14,15 +14,28 @@ evaluation task reads its own member's file) is reported to Tune as before; once
 A trial that starts again (a failed worker, a lost node, a resumed driver) goes on from the
 newest complete checkpoint in its folder on storage (``newest_checkpoint``), whatever checkpoint
 Tune's record names, if any. The in-training checkpoints live in the folder disgen names for the
-trial (``checkpoint_folder``), not necessarily Tune's: a trial that runs again as a new Tune trial
-(its driver died before Tune saved its state) gets a Tune folder with a suffix, but finds them.
+trial by its whole key, or its pack's whole id (``checkpoint_folder``), under the ``checkpoints``
+prefix of its storage, not in Tune's trial folder: a trial that runs again as a new Tune trial (its
+driver died before Tune saved its state) gets a Tune folder with a suffix, but finds them; no two
+trials share the folder. Experiments from before this layout kept them in the trial's Tune folder
+(named by 6 characters of the key, which two trials could share); they are read there too
+(``legacy_checkpoint_folder``), and only the checkpoints whose seal names this trial's keys count,
+or are deleted.
+
+A checkpoint's seal names its trial's keys and each file's size and SHA-256: a checkpoint counts
+only where its seal is this trial's, every file has its size, and, once read, its hash
+(``check_files``, also for the one member a deferred evaluation reads). Tune's own checkpoint (what
+``tune.get_checkpoint`` gives) is taken unsealed only where it has no seal at all (Tune's from
+before seals); one whose seal is another trial's or does not match its files is refused.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +49,8 @@ from sweeps.trials import TrialConfig
 
 # In-training checkpoints, written by ``CheckpointWriter``; Tune's own are ``checkpoint_<index>``.
 TRAINING_PREFIX = "training_checkpoint_"
+# The prefix that holds the trials' in-training checkpoint folders (``checkpoint_folder``).
+CHECKPOINTS = "checkpoints"
 # How many in-training checkpoints a trial keeps: the newest, and the one before it in case the
 # newest cannot be read back.
 KEEP = 2
@@ -54,18 +69,64 @@ def _reach(histories: list[list[dict]]) -> int:
     return max((history[-1]["step"] for history in histories if history), default=0)
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint's files are not those its seal names (a torn copy, or files changed since)."""
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of the file at ``path``, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def seal(folder: str, members: Sequence[TrialConfig], histories: list[list[dict]], final: bool) -> None:
-    """Write the checkpoint's seal (``SEAL``) into ``folder``, once its other files are written."""
-    files = {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
-             if name != SEAL}
+    """Write the checkpoint's seal (``SEAL``) into ``folder``, once its other files are written:
+    the trial's keys, how far it goes, and each file's size and SHA-256."""
+    names = [name for name in sorted(os.listdir(folder)) if name != SEAL]
+    files = {name: os.path.getsize(os.path.join(folder, name)) for name in names}
+    hashes = {name: file_sha256(os.path.join(folder, name)) for name in names}
     with open(os.path.join(folder, SEAL), "w") as file:
         json.dump({"trial_keys": [m.trial_key for m in members], "step": _reach(histories),
-                   "final": final, "files": files}, file)
+                   "final": final, "files": files, "sha256": hashes}, file)
 
 
-def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | None:
-    """The seal of the checkpoint folder at ``path`` if it is this trial's and every file it names
-    is there at its size; else None (another trial's, half written, or from before seals)."""
+def check_files(folder: str, sealed: dict, names: Sequence[str] | None = None) -> None:
+    """Raise ``CheckpointMismatch`` unless each file of the local checkpoint ``folder`` that its
+    seal ``sealed`` names (or only ``names``) is there with the seal's SHA-256 (a seal written
+    before hashes were: its size)."""
+    hashes = sealed.get("sha256")
+    for name in sealed["files"] if names is None else names:
+        path = os.path.join(folder, name)
+        if name not in sealed["files"] or not os.path.isfile(path):
+            raise CheckpointMismatch(f"{path}: not in the checkpoint its seal describes")
+        if hashes is None:
+            if os.path.getsize(path) != sealed["files"][name]:
+                raise CheckpointMismatch(f"{path}: not the size its seal names")
+        elif file_sha256(path) != hashes.get(name):
+            raise CheckpointMismatch(f"{path}: its SHA-256 is not the one its seal names")
+
+
+def read_local_seal(folder: str) -> dict | None:
+    """The seal of the local checkpoint ``folder``; None where it has none (from before seals)."""
+    path = os.path.join(folder, SEAL)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as file:
+            sealed = json.load(file)
+    except ValueError:
+        raise CheckpointMismatch(f"{path}: not a seal this code wrote") from None
+    if not isinstance(sealed, dict) or not isinstance(sealed.get("files"), dict):
+        raise CheckpointMismatch(f"{path}: not a seal this code wrote")
+    return sealed
+
+
+def _read_seal(filesystem, path: str) -> dict | None:
+    """The seal of the checkpoint folder at ``path``: None where it has none; ``{}`` where one is
+    there but cannot be read as a seal this code wrote (torn, or another's)."""
     from pyarrow import fs
 
     if filesystem.get_file_info(f"{path}/{SEAL}").type != fs.FileType.File:
@@ -73,10 +134,24 @@ def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | Non
     try:
         with filesystem.open_input_stream(f"{path}/{SEAL}") as stream:
             sealed = json.loads(stream.read())
+    except FileNotFoundError:
+        return None  # gone meanwhile
+    except ValueError:
+        return {}
+    return sealed if isinstance(sealed, dict) and isinstance(sealed.get("files"), dict) else {}
+
+
+def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | None:
+    """The seal of the checkpoint folder at ``path`` if it is this trial's and every file it names
+    is there at its size; else None (another trial's, half written, or from before seals)."""
+    from pyarrow import fs
+
+    sealed = _read_seal(filesystem, path)
+    if not sealed or sealed.get("trial_keys") != [m.trial_key for m in members]:
+        return None
+    try:
         infos = filesystem.get_file_info([f"{path}/{name}" for name in sealed["files"]])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None  # gone meanwhile, or not a seal this code wrote
-    if sealed.get("trial_keys") != [m.trial_key for m in members]:
+    except FileNotFoundError:
         return None
     sizes = [info.size if info.type == fs.FileType.File else None for info in infos]
     return sealed if sizes == list(sealed["files"].values()) else None
@@ -109,19 +184,33 @@ def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str, g
     died after a newer checkpoint registered and before Tune saved its state, or a resume that
     restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
     not read back whole, or goes less far than its seal says, is passed over for the next; one that
-    cannot be read for another reason (storage that does not answer) fails the trial."""
+    cannot be read for another reason (storage that does not answer) fails the trial. Each file of
+    a sealed checkpoint must have the SHA-256 its seal names (``check_files``). Tune's ``given``
+    checkpoint is taken unsealed only where it has no seal at all; one whose seal is another
+    trial's, or does not match its files, is refused."""
     candidates = [found for place in dict.fromkeys([folder, *others])
                   for found in _stored_checkpoints(members, filesystem, place)]
     if given is not None and not any(c.path == given.path for _, c in candidates):
-        # Tune's own, from before seals (or unsealed): tried after every sealed one that goes further
-        candidates.append(({"step": -1, "final": False}, given))
+        given_fs = getattr(given, "filesystem", None) or filesystem
+        if _read_seal(given_fs, given.path) is None:
+            # Tune's own, from before seals: tried after every sealed one that goes further
+            candidates.append(({"step": -1, "final": False}, given))
+        else:
+            sealed = _sealed(given_fs, given.path, members)
+            if sealed is None:
+                print(f"disgen: Tune's checkpoint {given.path} is refused: its seal is another trial's "
+                      "or does not match its files", file=sys.stderr, flush=True)
+            else:
+                candidates.append((sealed, given))
     candidates.sort(key=lambda c: (bool(c[0].get("final")), c[0]["step"]), reverse=True)
     for sealed, checkpoint in candidates:
         try:
             with checkpoint.as_directory() as folder:
+                if "files" in sealed:
+                    check_files(folder, sealed)
                 state = trainer_file.load(folder)
-        except (FileNotFoundError, trainer_file.CheckpointError):
-            continue  # gone or torn meanwhile: the next one back
+        except (FileNotFoundError, trainer_file.CheckpointError, CheckpointMismatch):
+            continue  # gone, torn or changed meanwhile: the next one back
         # any other error (storage that does not answer) fails the trial, which Tune retries: never
         # a silent start from an older checkpoint, or from step 0
         if sealed["step"] in (-1, _reach(state["histories"])):
@@ -142,8 +231,24 @@ def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds:
 
 def checkpoint_folder(storage, members: Sequence[TrialConfig]) -> str:
     """The folder of a trial's in-training checkpoints, on the pyarrow file system of ``storage``
-    (a trial's or a worker's Tune ``StorageContext``): ``<experiment>/<disgen's name of the trial>``,
-    the same whichever Tune trial runs it."""
+    (a trial's or a worker's Tune ``StorageContext``), named by the trial's whole key (a pack's
+    whole id), the same whichever Tune trial runs it: ``<experiment>/checkpoints/<name>`` on a file
+    system; on an object store under the bucket's own ``checkpoints/`` prefix,
+    ``<bucket>/checkpoints/<experiment's path in the bucket>/<name>``, which the bucket's lifecycle
+    rule for rotated checkpoints covers (cluster/iam/create_bucket.py)."""
+    from pyarrow import fs
+
+    experiment, name = storage.experiment_fs_path.rstrip("/"), dirname(members, full=True)
+    if isinstance(storage.storage_filesystem, fs.LocalFileSystem):
+        return f"{experiment}/{CHECKPOINTS}/{name}"
+    bucket, _, inner = experiment.partition("/")
+    return f"{bucket}/{CHECKPOINTS}/{inner}/{name}"
+
+
+def legacy_checkpoint_folder(storage, members: Sequence[TrialConfig]) -> str:
+    """Where experiments from before ``checkpoint_folder``'s layout kept a trial's in-training
+    checkpoints: ``<experiment>/<the trial's name with 6 characters of its key>`` (a folder two
+    trials could share); read on a resume, never written."""
     return f"{storage.experiment_fs_path.rstrip('/')}/{dirname(members)}"
 
 
@@ -170,8 +275,9 @@ class CheckpointWriter:
                  resumed_from: str | None = None, keep: int = KEEP):
         self.filesystem, self.folder, self.members = filesystem, folder.rstrip("/"), list(members)
         self.kept = collections.deque(maxlen=keep)
-        if resumed_from and os.path.basename(resumed_from.rstrip("/")).startswith(TRAINING_PREFIX):
-            self.kept.append(os.path.basename(resumed_from.rstrip("/")))
+        parent, name = os.path.split((resumed_from or "").rstrip("/"))
+        if parent.rstrip("/") == self.folder and name.startswith(TRAINING_PREFIX):
+            self.kept.append(name)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="disgen-checkpoint")
         self._pending = None
 
@@ -225,15 +331,22 @@ class CheckpointWriter:
         self._prune()
 
     def _prune(self) -> None:
-        remove_training_checkpoints(self.filesystem, self.folder, keep=self.kept)
+        # the trial's own folder (by its whole key): one there without a seal is its own, half written
+        remove_training_checkpoints(self.filesystem, self.folder, self.members, keep=self.kept, unsealed=True)
 
 
-def remove_training_checkpoints(filesystem, folder: str, keep=()) -> None:
-    """Delete every in-training checkpoint in the trial folder ``folder`` of the pyarrow
-    ``filesystem`` but those named in ``keep``."""
+def remove_training_checkpoints(filesystem, folder: str, members: Sequence[TrialConfig], keep=(),
+                                unsealed: bool = False) -> None:
+    """Delete the in-training checkpoints of the trial ``members`` in the folder ``folder`` of the
+    pyarrow ``filesystem``, but those named in ``keep``: those whose seal names the trial's keys,
+    never another trial's; ``unsealed``: also those without a seal that can be read (half written;
+    for the trial's own folder, ``checkpoint_folder``, which no other trial writes)."""
     from pyarrow import fs
 
+    keys = [m.trial_key for m in members]
     for entry in filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True)):
         if (entry.type == fs.FileType.Directory and entry.base_name.startswith(TRAINING_PREFIX)
                 and entry.base_name not in keep):
-            filesystem.delete_dir(entry.path)
+            sealed = _read_seal(filesystem, entry.path)
+            if (sealed.get("trial_keys") == keys) if sealed else unsealed:
+                filesystem.delete_dir(entry.path)

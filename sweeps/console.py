@@ -460,7 +460,12 @@ class StopSignal(tune.Callback):
             self.reason = reason
         self.received.set()
         if self._tune_handler is not None:
-            self._tune_handler(signal.SIGINT, None)
+            try:
+                self._tune_handler(signal.SIGINT, None)
+            except ValueError:
+                # asked off the main thread (the driver lock's lease, sweeps/lock.py): Tune's handler
+                # has set its stop event, and only its putting back of a signal handler failed
+                pass
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

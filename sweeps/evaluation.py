@@ -140,15 +140,21 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
     """(weights, loss history, step) of member ``position`` of the final checkpoint in the folder
     ``location`` (a path or URI), read as data: its index and that member's file only, never the
-    other members' (``models.checkpoint.load_member``)."""
+    other members' (``models.checkpoint.load_member``), each checked against the SHA-256 the
+    checkpoint's seal names (``sweeps.checkpoints.check_files``)."""
     from models import checkpoint as trainer_file
+    from sweeps.checkpoints import SEAL, check_files, read_local_seal
 
+    names = (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position))
     with tempfile.TemporaryDirectory() as local:
         path = location
         if storage.is_remote(location):
             path = local
-            for name in (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position)):
+            for name in (*names, SEAL):
                 storage.download_if_exists(storage.join(location, name), os.path.join(local, name))
+        sealed = read_local_seal(path)
+        if sealed is not None:  # each file read is the one its seal hashed (from before seals: as it is)
+            check_files(path, sealed, names)
         member = trainer_file.load_member(path, position, mmap=True)
         weights = {name: tensor.clone() for name, tensor in member["weights"].items()}
         return weights, member["history"], int(member["step"])

@@ -1,52 +1,86 @@
-"""One driver per experiment folder: ``driver.lock`` holds the running driver's host and pid.
+"""One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews.
 
-A second driver on the same folder (a second ``--resume``, or the same command run twice) is
-refused with the holder's host and pid. A lock whose process is gone (same host, pid not running,
-or running but started after the lock was taken: a reused pid) is stale and taken over. A lock from
-another host cannot be checked from here: the message says how to remove it.
+The lock names its holder by the machine's boot id, its host name, pid and the process's start
+time, and a token of its own. Its driver renews it every ``RENEW_S`` seconds (a conditional write
+that succeeds only while the lock is still the one it wrote) from a thread of its own. A lock is
+stale, and the next driver takes it over with no manual step, where
+
+- its holder ran on this very machine (the same boot id) and its process is gone (its pid not
+  running, or running but started later: a reused pid); or
+- it was last renewed more than ``LEASE_S`` seconds ago, judged by the store's own clock: on S3 the
+  lock's ``LastModified`` against the ``Date`` of the store's answer, on a file system the lock's
+  modification time against that of a file written beside it now. No client clock is compared, so a
+  head machine that `ray up` replaced (a new host name, or another machine of the same name) is
+  taken over once its lease runs out.
+
+A driver whose renewal is refused (another driver took the lock over: its lease had run out, say,
+while the store did not answer) stops as a Ctrl-C stops it (``on_lost``, which the command line
+points at its stop signal: exit 1 and the resume command), and never deletes the other's lock.
 
 Taking the lock is one atomic create, so of two drivers started at the same moment exactly one
 gets it. On a local folder: the lock is written whole beside its place and hard-linked there
 (``os.link`` fails where a lock exists, as an ``O_EXCL`` create does, and no driver reads a lock
-half written). On S3: a conditional ``PutObject`` with
-``If-None-Match: *`` (through boto3, the ``cloud`` extra: pyarrow's file systems cannot make a
-conditional write), and a stale lock is taken over with ``If-Match`` on its ETag, so only one
-driver replaces it. Other object stores (``gs://``…) have no such operation in pyarrow: there the
-lock is written and read back, which catches all but two drivers started within the same second.
-A stale local lock is removed under an ``flock`` (a guard file in the temporary folder), only while it is
-still the stale holder's; then each driver tries the atomic create again.
+half written); a renewal touches its modification time while it is still this driver's. On S3: a
+conditional ``PutObject`` with ``If-None-Match: *`` (through boto3, the ``cloud`` extra: pyarrow's
+file systems cannot make a conditional write), renewed and taken over with ``If-Match`` on its
+ETag, so only one driver replaces it. Other object stores (``gs://``…) have no such operation in
+pyarrow: there the lock is written and read back, which catches all but two drivers started within
+the same second. A stale local lock is removed under an ``flock`` (a guard file in the temporary
+folder), only while it is still the stale holder's; then each driver tries the atomic create again.
 """
 
 from __future__ import annotations
 
+import email.utils
 import fcntl
 import hashlib
 import json
 import os
 import socket
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from analysis import storage
 from sweeps.errors import UsageError
 
 LOCK_FILE = "driver.lock"
+LEASE_S = 120.0  # a lock not renewed for this long (by the store's clock) is stale
+RENEW_S = 30.0  # how often the driver renews it
+
+
+def boot_id() -> str:
+    """This machine's boot id: another for every boot, and for every machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            return file.read().strip()
+    except OSError:
+        import psutil
+
+        return f"{socket.gethostname()}@{psutil.boot_time():.0f}"
 
 
 def _me() -> dict:
     import psutil
 
-    return {"host": socket.gethostname(), "pid": os.getpid(),
+    return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
             "started": psutil.Process().create_time(), "token": uuid.uuid4().hex}
 
 
-def is_stale(holder: dict) -> bool:
-    """True where the holder is known to be gone: same host, and its pid is not running (or is a
-    newer process that reuses it)."""
+def _same_machine(holder: dict) -> bool:
+    if "boot_id" in holder:
+        return holder["boot_id"] == boot_id()
+    return holder.get("host") == socket.gethostname()  # a lock from before boot ids
+
+
+def process_gone(holder: dict) -> bool:
+    """True where the holder ran on this machine and its process is gone (its pid not running, or
+    a newer process that reuses it); False where it runs, or ran on another machine."""
     import psutil
 
-    if holder.get("host") != socket.gethostname():
+    if not _same_machine(holder):
         return False
     try:
         process = psutil.Process(int(holder["pid"]))
@@ -61,32 +95,69 @@ def holder_text(holder: dict, path: str) -> str:
 
 
 class ExperimentLock:
-    """``with ExperimentLock(experiment_dir):`` holds the folder for this process."""
+    """``with ExperimentLock(experiment_dir):`` holds the folder for this process, renewing its lease
+    every ``renew_s`` seconds until released; ``on_lost(reason)`` is called (from the renewing
+    thread) if a renewal is refused, and ``lost`` then says why."""
 
-    def __init__(self, experiment_dir: str):
+    def __init__(self, experiment_dir: str, lease_s: float | None = None, renew_s: float | None = None,
+                 on_lost: Callable[[str], None] | None = None):
         self.experiment_dir = experiment_dir
         self.path = storage.join(experiment_dir, LOCK_FILE)
+        self.lease_s = LEASE_S if lease_s is None else lease_s
+        self.renew_s = RENEW_S if renew_s is None else renew_s
+        self.on_lost = on_lost
         self.record: dict | None = None
+        self.lost: str | None = None
+        self._etag: str | None = None
+        self._renewals = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     # -- the file ----------------------------------------------------------------------------------
 
     def read(self) -> dict | None:
+        return self._read()[0]
+
+    def _read(self) -> tuple[dict | None, float | None]:
+        """(the lock's record, seconds since it was last written by the store's clock), or (None,
+        None) where there is none. A lock that cannot be read as JSON is ``{}``: held by nobody
+        this driver can check, so stale once its lease runs out."""
         if self._is_s3():
-            return self._read_s3()[0]
+            record, _, age = self._read_s3()
+            return record, age
         fs, inner = storage.resolve(self.path)
         try:
             with fs.open_input_stream(inner) as stream:
-                return json.loads(stream.read() or b"{}")
+                content = stream.read()
+            modified = fs.get_file_info(inner).mtime
         except FileNotFoundError:
-            return None
+            return None, None
+        try:
+            record = json.loads(content or b"{}")
         except ValueError:  # torn or foreign content: treat as held by nobody we can check
-            return {}
+            record = {}
+        if _same_machine(record) or not modified:  # judged by its process, not its lease
+            return record, None
+        return record, self._store_now(fs, inner) - modified.timestamp()
+
+    @staticmethod
+    def _store_now(fs, inner: str) -> float:
+        """The store's clock now: the modification time of a file written beside ``inner``."""
+        folder = inner.rsplit("/", 1)[0]
+        probe = f"{folder}/.{LOCK_FILE}.{uuid.uuid4().hex}.clock"
+        with fs.open_output_stream(probe) as stream:
+            stream.write(b"")
+        try:
+            return fs.get_file_info(probe).mtime.timestamp()
+        finally:
+            fs.delete_file(probe)
 
     def _create(self, record: dict) -> bool:
         """Write the lock if there is none; False if another holds it."""
         text = json.dumps(record).encode()
         if self._is_s3():
-            return self._put_s3(text, IfNoneMatch="*")
+            self._etag = self._put_s3(text, IfNoneMatch="*")
+            return bool(self._etag)
         fs, inner = storage.resolve(self.path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         if not storage.is_remote(self.path):
@@ -107,31 +178,41 @@ class ExperimentLock:
         storage.write_whole(fs, inner, text)
         return (self.read() or {}).get("token") == record["token"]
 
+    def _is_stale(self, holder: dict, age: float | None) -> bool:
+        """A holder on this machine: stale once its process is gone. On another machine (or one
+        this driver cannot tell): once its lease has run out by the store's clock."""
+        if _same_machine(holder):
+            return process_gone(holder)
+        return age is not None and age > self.lease_s
+
     def _take_over(self, holder: dict, record: dict) -> bool:
         """Replace the stale lock of ``holder`` by ``record``, if it is still ``holder``'s (not one a
-        faster driver just took); True if this driver now holds the lock. Locally the stale lock
-        is moved aside and removed, and the caller creates its own."""
+        faster driver just took, or the holder renewed); True if this driver now holds the lock.
+        Locally the stale lock is removed, and the caller creates its own."""
         if self._is_s3():
-            current, etag = self._read_s3()
-            return current == holder and self._put_s3(json.dumps(record).encode(), IfMatch=etag)
+            current, etag, age = self._read_s3()
+            if current != holder or not self._is_stale(current, age):
+                return False
+            self._etag = self._put_s3(json.dumps(record).encode(), IfMatch=etag)
+            return bool(self._etag)
         fs, inner = storage.resolve(self.path)
         if storage.is_remote(self.path):
-            if self.read() == holder:
+            current, age = self._read()
+            if current == holder and self._is_stale(current, age):
                 fs.delete_file(inner)
             return False
-        # One driver at a time reads and removes (an flock, released by the kernel if its holder
-        # dies): the lock is removed only while it is still the stale holder's, never a lock a
-        # faster driver has just created (that one cannot be replaced meanwhile: creating is a
-        # link, which fails where a lock exists). Moving the lock aside without this guard let a
-        # driver move a newer lock and put it back after a third had created its own.
-        # (only this host's drivers judge a lock of this host stale, so the guard can live outside
-        # the experiment folder, which it leaves as it was)
+        # One driver of this machine at a time reads and removes (an flock, released by the kernel
+        # if its holder dies): the lock is removed only while it is still the stale holder's, never a
+        # lock a faster driver has just created (that one cannot be replaced meanwhile: creating is
+        # a link, which fails where a lock exists). Drivers on two machines that share the folder
+        # are not serialised by it: each removes only a lock it read as stale, and the link decides.
         guard_path = os.path.join(tempfile.gettempdir(),
                                   f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
         with open(guard_path, "a") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
-                if self.read() == holder:
+                current, age = self._read()
+                if current == holder and self._is_stale(current, age):
                     os.remove(inner)
             except FileNotFoundError:
                 pass
@@ -155,69 +236,128 @@ class ExperimentLock:
         client = boto3.session.Session().client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
         return client, bucket, key
 
-    def _read_s3(self) -> tuple[dict | None, str | None]:
-        """(the lock's record, its ETag), or (None, None) where there is none."""
+    def _read_s3(self) -> tuple[dict | None, str | None, float | None]:
+        """(the lock's record, its ETag, seconds since its LastModified by the ``Date`` of the
+        store's answer), or (None, None, None) where there is none."""
         client, bucket, key = self._s3()
         try:
             answer = client.get_object(Bucket=bucket, Key=key)
         except client.exceptions.NoSuchKey:
-            return None, None
+            return None, None, None
         try:
             record = json.loads(answer["Body"].read() or b"{}")
         except ValueError:  # foreign content: held by nobody we can check
             record = {}
-        return record, answer["ETag"]
+        date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        age = None
+        if date and answer.get("LastModified"):
+            age = (email.utils.parsedate_to_datetime(date) - answer["LastModified"]).total_seconds()
+        return record, answer["ETag"], age
 
-    def _put_s3(self, text: bytes, **condition) -> bool:
-        """A conditional PutObject of the lock; False if the condition failed (another driver's lock
-        is there, or it changed), or another conditional write of it is in flight."""
+    def _put_s3(self, text: bytes, **condition) -> str | None:
+        """A conditional PutObject of the lock: its new ETag; None if the condition failed (another
+        driver's lock is there, or it changed), or another conditional write of it is in flight."""
         client, bucket, key = self._s3()
         try:
-            client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json", **condition)
+            answer = client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json",
+                                       **condition)
         except client.exceptions.ClientError as error:
             answer = error.response.get("Error", {}).get("Code"), error.response.get(
                 "ResponseMetadata", {}).get("HTTPStatusCode")
             if answer[0] in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") \
                     or answer[1] in (409, 412):
-                return False
+                return None
             raise
+        return answer["ETag"]
+
+    # -- the lease -----------------------------------------------------------------------------------
+
+    def renew(self) -> bool:
+        """Renew the lease: True if this driver still holds the lock (now renewed), False if the
+        lock is another's or gone. A store that does not answer raises (the next renewal retries)."""
+        if self.record is None:
+            return False
+        self._renewals += 1
+        if self._is_s3():
+            text = json.dumps({**self.record, "renewals": self._renewals}).encode()
+            etag = self._put_s3(text, IfMatch=self._etag)
+            if etag:
+                self._etag = etag
+            return bool(etag)
+        current = self.read()
+        if (current or {}).get("token") != self.record["token"]:
+            return False
+        fs, inner = storage.resolve(self.path)
+        if not storage.is_remote(self.path):
+            os.utime(inner)  # the store's clock: its modification time now
+        else:
+            storage.write_whole(fs, inner, json.dumps({**self.record, "renewals": self._renewals}).encode())
         return True
+
+    def _renewing(self) -> None:
+        while not self._stop.wait(self.renew_s):
+            try:
+                held = self.renew()
+            except Exception as error:  # the store does not answer: the next renewal tries again
+                print(f"warning: could not renew the driver lock {self.path} ({error}); trying again in "
+                      f"{self.renew_s:.0f} s", flush=True)
+                continue
+            if not held:
+                self.lost = (f"another driver took over the driver lock {self.path} (this driver's lease "
+                             "was not renewed in time, or the lock was removed)")
+                if self.on_lost is not None:
+                    self.on_lost(self.lost)
+                return
 
     # -- taking and giving back ----------------------------------------------------------------------
 
     def check_free(self) -> None:
         """A UsageError if a live driver holds the folder (nothing is taken)."""
-        holder = self.read()
-        if holder is not None and not is_stale(holder):
-            raise UsageError(self._refusal(holder))
+        holder, age = self._read()
+        if holder is not None and not self._is_stale(holder, age):
+            raise UsageError(self._refusal(holder, age))
 
-    def _refusal(self, holder: dict) -> str:
+    def _refusal(self, holder: dict, age: float | None) -> str:
         text = holder_text(holder, self.experiment_dir)
-        if holder.get("host") != socket.gethostname():
-            return (f"{text}; wait for it to finish, or, if that driver is surely gone, delete "
-                    f"{self.path} and run again")
+        if not _same_machine(holder):
+            left = self.lease_s - (age or 0.0)
+            return (f"{text}; its lease was renewed {max(0.0, age or 0.0):.0f} s ago: wait for it to finish, "
+                    f"or, if that driver is gone, its lease runs out in {max(1.0, left):.0f} s and the "
+                    "same command then takes the folder over")
         return f"{text}; wait for it to finish (or stop it), then run again"
 
     def acquire(self) -> None:
         record = _me()
         for _ in range(3):
             if self._create(record):
-                self.record = record
+                self._hold(record)
                 return
-            holder = self.read()
+            holder, age = self._read()
             if holder is None:
                 continue  # released meanwhile: try again
-            if not is_stale(holder):
-                raise UsageError(self._refusal(holder))
+            if not self._is_stale(holder, age):
+                raise UsageError(self._refusal(holder, age))
+            why = ("is no longer running" if _same_machine(holder)
+                   else f"has not renewed its lease for {age:.0f} s")
             print(f"note: taking over a stale lock on {self.experiment_dir} (host {holder.get('host')}, "
-                  f"pid {holder.get('pid')} is no longer running)", flush=True)
+                  f"pid {holder.get('pid')} {why})", flush=True)
             if self._take_over(holder, record):
-                self.record = record
+                self._hold(record)
                 return
         raise UsageError(f"{self.experiment_dir}: could not take the driver lock {self.path} (other drivers "
                          "keep taking it); run again")
 
+    def _hold(self, record: dict) -> None:
+        self.record, self.lost = record, None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renewing, name="disgen-driver-lease", daemon=True)
+        self._thread.start()
+
     def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         if self.record is None:
             return
         if (self.read() or {}).get("token") == self.record["token"]:

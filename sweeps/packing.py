@@ -162,14 +162,16 @@ def pack_id(members: Sequence[TrialConfig]) -> str:
     return hashlib.sha1(",".join(keys).encode()).hexdigest()[:10]
 
 
-def dirname(members: Sequence[TrialConfig]) -> str:
+def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
     """The Tune trial's folder: the trial's own name, or the pack's (named by its split, or by its
-    dataset when its members' splits differ)."""
+    dataset when its members' splits differ), ending in 6 characters of the key or pack id;
+    ``full``: the whole key or pack id (the name no other trial shares)."""
     if len(members) == 1:
-        return members[0].dirname
+        return members[0].full_name if full else members[0].dirname
     splits = {m.data.split for m in members}
     where = members[0].data.split if len(splits) == 1 else members[0].data.dataset
-    return f"pack{len(members)}-{where}-{pack_id(members)[:6]}"
+    ident = pack_id(members)
+    return f"pack{len(members)}-{where}-{ident if full else ident[:6]}"
 
 
 def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote: bool) -> str:

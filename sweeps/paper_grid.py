@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from analysis import storage
-from analysis.loading import ERRORS_FILE
+from analysis.loading import ERRORS_PARTS
 from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
 from sweeps import plan_record
@@ -321,12 +321,15 @@ def execute(options: SweepOptions, given=None) -> tuple[Sweep, dict]:
     Ctrl-C raises ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted``
     after."""
     sweep = plan(options, given)
-    lock = ExperimentLock(sweep.experiment_dir)
+    from sweeps.console import StopSignal  # imports Ray: only once the input is known to be good
+
+    stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
+    lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
     try:
-        from sweeps.tuner import run_sweep  # imports Ray: only once the input is known to be good
+        from sweeps.tuner import run_sweep
 
-        summary = run_sweep(sweep)
+        summary = run_sweep(sweep, stop)
     except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
         raise SweepInterrupted(sweep.experiment_dir, sweep.planned, None, signum=stop_signal(stop)) from None
     finally:
@@ -407,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{summary['finished']} of {planned} trials finished "
           f"in {summary['seconds']:.0f} s; results in {sweep.experiment_dir}")
     if summary["failed"]:
-        print(f"{summary['failed']} trials failed; see {sweep.experiment_dir}/{ERRORS_FILE} "
-              "and rerun with --resume")
+        print(f"{summary['failed']} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
+              "(analysis.load_errors) and rerun with --resume")
     if summary["trials"] is not None and len(summary["trials"]):
         print()
         print(trials_text(summary["trials"]))

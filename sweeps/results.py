@@ -33,13 +33,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import tempfile
 import time
 
 from ray import tune
 
 from analysis import storage
-from analysis.loading import ERRORS_FILE
+from analysis.loading import ERRORS_PARTS
 from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
@@ -249,18 +248,6 @@ class ResultsWriter(tune.Callback):
             self.stop.request(f"the results could not be written to {self.experiment_dir} ({error})")
             return False
 
-    def _edit(self, filename: str, change) -> None:
-        """Apply ``change(local_folder)`` to the experiment's ``filename``, wherever it lives."""
-        if not storage.is_remote(self.experiment_dir):
-            change(self.experiment_dir)
-            return
-        with tempfile.TemporaryDirectory() as local:
-            remote, copy = storage.join(self.experiment_dir, filename), os.path.join(local, filename)
-            storage.download_if_exists(remote, copy)
-            change(local)
-            with open(copy, "rb") as f:
-                storage.write_whole(*storage.resolve(remote), f.read())
-
     def on_trial_complete(self, iteration, trials, trial, **info):
         """Store the trial's models: one row each, finished or failed (a pack member that diverged,
         also in errors.jsonl); a trial that ASHA stopped early, ``stopped``; or, if it trained them
@@ -325,23 +312,33 @@ class ResultsWriter(tune.Callback):
                          "error_file": getattr(trial, "error_file", None)})
 
     def _error(self, record: dict) -> None:
+        """Record a failed trial as a new part of ``errors-parts/`` (one JSON line, written whole):
+        never a file read, changed and written back, which two writers, or a retried write, could
+        tear or lose a line of (``analysis.load_errors`` reads them)."""
         record["at"] = dt.datetime.now(dt.timezone.utc).isoformat()
+        path = storage.join(self.experiment_dir, ERRORS_PARTS, f"{storage.new_part()}.jsonl")
+        text = (json.dumps(record) + "\n").encode()
+        self._write(f"recording an error in {ERRORS_PARTS}/", lambda: self._put(path, text))
 
-        def add_line(folder):
-            with open(os.path.join(folder, ERRORS_FILE), "a") as f:
-                f.write(json.dumps(record) + "\n")
-
-        self._write(f"recording an error in {ERRORS_FILE}", lambda: self._edit(ERRORS_FILE, add_line))
+    @staticmethod
+    def _put(path: str, content: bytes) -> None:
+        """Write the new file ``path`` whole (its folder made if need be)."""
+        fs, inner = storage.resolve(path)
+        fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+        storage.write_whole(fs, inner, content)
 
 
 def _remove_training_checkpoints(trial, members) -> None:
     """Delete a trial's in-training checkpoints once its final one (the trained models) is on
     storage and Tune's; one that cannot be deleted now stays, costing only its storage."""
-    from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints
+    from sweeps.checkpoints import checkpoint_folder, legacy_checkpoint_folder, remove_training_checkpoints
 
     try:
-        remove_training_checkpoints(trial.storage.storage_filesystem,
-                                    checkpoint_folder(trial.storage, members))
+        filesystem = trial.storage.storage_filesystem
+        remove_training_checkpoints(filesystem, checkpoint_folder(trial.storage, members), members,
+                                    unsealed=True)
+        # an experiment from before the layout: only this trial's (by their seals) in the shared folder
+        remove_training_checkpoints(filesystem, legacy_checkpoint_folder(trial.storage, members), members)
     except OSError as error:
         print(f"warning: the in-training checkpoints of trial {trial.trial_id} stay on storage "
               f"({error})", flush=True)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -191,6 +192,34 @@ def wandb_run_id(experiment: str, trial_key: str) -> str:
     return f"{trial_key}-{hashlib.sha1(experiment.encode()).hexdigest()[:8]}"
 
 
+API_KEY, KEY_FILE = "WANDB_API_KEY", "DISGEN_WANDB_KEY_FILE"
+
+
+def actor_environment(environment: dict, key_folder: str) -> dict:
+    """The environment variables the W&B logging actor gets in its runtime_env: the driver's
+    ``WANDB_*`` settings less the API key, which goes as the project's other secrets do, as a file
+    (the Ray token's ``~/.ray/auth_token``): written here, mode 0600, in the private folder
+    ``key_folder`` on the driver's node, where the actor runs (``_force_on_current_node``); only
+    its path (``DISGEN_WANDB_KEY_FILE``) is in the runtime_env, which Ray's dashboard shows."""
+    env = {k: v for k, v in environment.items() if k.startswith("WANDB_") and k != API_KEY}
+    if environment.get(API_KEY):
+        path = os.path.join(key_folder, "wandb_api_key")
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(environment[API_KEY])
+        env[KEY_FILE] = path
+    return env
+
+
+def take_api_key() -> None:
+    """In the logging actor: the W&B API key from the file ``actor_environment`` wrote, into this
+    process's environment (where wandb reads it)."""
+    path = os.environ.pop(KEY_FILE, None)
+    if path:
+        with open(path) as file:
+            os.environ[API_KEY] = file.read()
+
+
 class _ModelRunsActor:
     """A Tune trial's W&B runs, one per model, in one process on the driver's node, as Tune's
     ``_WandbLoggingActor`` holds a trial's one run (W&B wants a run's records from a process of its
@@ -201,6 +230,7 @@ class _ModelRunsActor:
     def __init__(self, logdir: str, runs: list[dict]):
         import wandb
 
+        take_api_key()
         os.makedirs(logdir, exist_ok=True)  # the Tune trial's folder on the driver: W&B's default place
         os.chdir(logdir)
         os.environ["WANDB_START_METHOD"] = "thread"
@@ -256,11 +286,13 @@ class WandbRuns(WandbLoggerCallback):
         return self
 
     def _actor_class(self):
-        # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_API_KEY, WANDB_BASE_URL…) go with
-        # the actor, as a Ray worker may have been started before they were set. Not restarted: an
-        # actor that dies costs its trial's W&B records, never the sweep
+        # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_BASE_URL…) go with the actor, as
+        # a Ray worker may have been started before they were set; the API key does not (a
+        # runtime_env is shown on Ray's dashboard): ``actor_environment``. Not restarted: an actor
+        # that dies costs its trial's W&B records, never the sweep
         if not self._remote_logger_class:
-            env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+            self._key_folder = tempfile.TemporaryDirectory(prefix="disgen-wandb-")  # removed at exit
+            env = actor_environment(dict(os.environ), self._key_folder.name)
             self._remote_logger_class = ray.remote(
                 num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env})(_ModelRunsActor)
         return self._remote_logger_class

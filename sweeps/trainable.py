@@ -52,7 +52,14 @@ from data_pipeline.node_cache import NodeCacheFull, open_reference
 from models import GPUSettings, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
-from sweeps.checkpoints import CheckpointWriter, checkpoint_due, checkpoint_folder, newest_checkpoint, seal
+from sweeps.checkpoints import (
+    CheckpointWriter,
+    checkpoint_due,
+    checkpoint_folder,
+    legacy_checkpoint_folder,
+    newest_checkpoint,
+    seal,
+)
 from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.options import TrialRun
@@ -127,7 +134,8 @@ def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[Tri
     the models' trained weights are loaded and the training's record is returned (its timings,
     where saved)."""
     found = newest_checkpoint(members, storage_context.storage_filesystem, folder, tune.get_checkpoint(),
-                              others=[storage_context.trial_fs_path])
+                              others=[legacy_checkpoint_folder(storage_context, members),
+                                      storage_context.trial_fs_path])
     if found is None:
         return None, None
     state = found[1]
@@ -245,7 +253,7 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
     node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
     began, started = time.time(), time.perf_counter()
     storage_context = tune.get_context().get_storage()
-    checkpoints = checkpoint_folder(storage_context, members)  # <experiment>/<trial's name>
+    checkpoints = checkpoint_folder(storage_context, members)  # …/checkpoints/<trial's name by its whole key>
     training, resumed_from = _resume_from_checkpoint(trainer, logs, members, storage_context, checkpoints)
     writer = CheckpointWriter(storage_context.storage_filesystem, checkpoints, members, resumed_from)
     try:

@@ -194,6 +194,16 @@ class TrialConfig(Mapping):
 
     @property
     def dirname(self) -> str:
-        """A short, readable folder name for the trial, unique by its key."""
+        """A short, readable folder name for the trial (its Tune and TensorBoard folder), ending in
+        the first 6 characters of its key: two trials' names can collide (Tune then suffixes one)."""
+        return self._name(self.trial_key[:6])
+
+    @property
+    def full_name(self) -> str:
+        """The trial's name with its whole key: the folder of its in-training checkpoints, which
+        no other trial shares (``sweeps.checkpoints.checkpoint_folder``)."""
+        return self._name(self.trial_key)
+
+    def _name(self, key: str) -> str:
         beta = f"{self._settings['beta']:g}" if "beta" in self._settings else "na"
-        return f"{self.data.split}-b{beta}-s{self.model.seed}-{self.trial_key[:6]}"
+        return f"{self.data.split}-b{beta}-s{self.model.seed}-{key}"

@@ -19,7 +19,7 @@ from ray import tune  # noqa: E402
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback  # noqa: E402
 
 from analysis import storage  # noqa: E402
-from sweeps import plan_record  # noqa: E402
+from sweeps import plan_record, tune_state  # noqa: E402
 from sweeps.console import Console, LiveView, StopSignal, TuneOutput  # noqa: E402
 from sweeps.data import share_procedural  # noqa: E402
 from sweeps.errors import UsageError  # noqa: E402
@@ -203,7 +203,17 @@ def _callbacks(sweep: Sweep, console: Console | None, stop: StopSignal) -> list:
         experiment_dir = sweep.experiment_dir  # W&B writes its files there (offline: its runs)
         callbacks.append(WandbRuns(options.wandb.strip(), sweep.name, base,
                                    None if storage.is_remote(experiment_dir) else experiment_dir).check())
-    return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback()]
+    # last: the driver's record of the hashes of Tune's state files, once Tune has written them
+    return [*callbacks, JsonLoggerCallback(), CSVLoggerCallback(),
+            tune_state.StateRecord(sweep.experiment_dir)]
+
+
+def _record_tuner_state(tuner: tune.Tuner) -> tune.Tuner:
+    """The tuner, once its ``tuner.pkl`` (which it writes to storage itself) is in the driver's record."""
+    for callback in tuner._local_tuner.get_run_config().callbacks or ():
+        if isinstance(callback, tune_state.StateRecord):
+            callback.record_stored("tuner.pkl")
+    return tuner
 
 
 def _tune_verbosity(options: SweepOptions) -> int:
@@ -224,7 +234,7 @@ def _new_tuner(sweep: Sweep, trainable, gpus: float, remote: bool, console: Cons
                                                   reduction_factor=3)
     base = sweep.base_trials
     name = lambda trial: dirname(members_of(trial.config, base))  # disgen's model or pack name
-    return tune.Tuner(
+    return _record_tuner_state(tune.Tuner(
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
@@ -245,7 +255,7 @@ def _new_tuner(sweep: Sweep, trainable, gpus: float, remote: bool, console: Cons
             sync_config=tune.SyncConfig(sync_artifacts=remote),
             verbose=_tune_verbosity(sweep.options),
         ),
-    )
+    ))
 
 
 def _trainable(sweep: Sweep, gpus: float, remote: bool):
@@ -296,12 +306,15 @@ def _resumed_tuner(sweep: Sweep, trainable, console: Console | None, stop: StopS
     """Tune's restore of the experiment's run, with this command line's callbacks and verbosity.
     Tune keeps the first run's RunConfig in its saved state; a restore would use those (a live view
     with no console, the first run's --mlflow and --verbose). ``get_run_config`` is Tune's own
-    accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60)."""
+    accessor of the restored RunConfig (Ray 2.60's TunerInternal; ray is pinned to 2.60). Before
+    Tune unpickles anything, its state files are checked against the driver's record
+    (``sweeps.tune_state.check``): a resume whose state something else wrote is refused."""
+    tune_state.check(sweep.experiment_dir)
     tuner = tune.Tuner.restore(sweep.experiment_dir, trainable=trainable, resume_errored=True)
     run_config = tuner._local_tuner.get_run_config()
     run_config.callbacks = _callbacks(sweep, console, stop)
     run_config.verbose = _tune_verbosity(sweep.options)
-    return tuner
+    return _record_tuner_state(tuner)
 
 
 def _resume_tune_run(sweep: Sweep, trainable, console: Console | None,
@@ -371,8 +384,10 @@ def _to_run(sweep: Sweep, covered: set[str]) -> tuple:
     return tuple(t for t in sweep.trials if t.trial_key not in covered and t.trial_key not in finished)
 
 
-def run_sweep(sweep: Sweep) -> dict:
+def run_sweep(sweep: Sweep, stop: StopSignal | None = None) -> dict:
     """Run, resume or extend the planned sweep on Ray; returns the finished rows and the failure count.
+    ``stop``: the sweep's stop signal (a Ctrl-C, or ``request`` from the driver lock's lease, which
+    another driver took), else a new one.
 
     Resume: Tune's own restore continues the experiment's trials from their checkpoints. Then the
     planned trials that no Tune run holds (an extension's new ones) run as a new Tune run in the
@@ -384,7 +399,7 @@ def run_sweep(sweep: Sweep) -> dict:
                          "start a new experiment with --name NEW")
     started_ray = _connect(options)
     started = time.perf_counter()
-    failed, covered, stop = 0, set(), StopSignal()
+    failed, covered, stop = 0, set(), stop or StopSignal()
     store = results_store(experiment_dir, fresh=True)  # the stored trial keys, read once
     DeferredEvaluations.of(experiment_dir, fresh=True)
     try:

@@ -4,7 +4,8 @@
 ``FaultyS3(endpoint).fail(rule, times)`` answers the next ``times`` requests that ``rule(method,
 path, headers)`` matches with a 503 SlowDown (S3's answer to a burst) instead of forwarding them;
 ``times=None`` fails every one from then on, until ``heal()``. ``requests`` lists what came in
-(method, path, status). Point ``AWS_ENDPOINT_URL`` at ``url`` to put the proxy in the way.
+(method, path, status), and ``ranged`` the paths of those that asked for a byte range. Point
+``AWS_ENDPOINT_URL`` at ``url`` to put the proxy in the way.
 
 ``FaultyS3(endpoint, atomic_conditions=True)`` also forwards conditional writes (a PUT with
 ``If-None-Match`` or ``If-Match``) one at a time, as S3 applies them atomically: moto 5.2.5 checks
@@ -39,6 +40,7 @@ class FaultyS3:
         self.upstream = (parsed.hostname, parsed.port)
         self.rules: list[list] = []  # [rule, times left or None]
         self.requests: list[tuple[str, str, int]] = []
+        self.ranged: list[str] = []  # the paths of requests that asked for a byte range
         self.lock = threading.Lock()
         self.conditional = threading.Lock() if atomic_conditions else contextlib.nullcontext()
         proxy = self
@@ -71,6 +73,8 @@ class FaultyS3:
                 finally:
                     connection.close()
                 proxy.requests.append((self.command, self.path, response.status))
+                if "range" in {k.lower() for k in headers}:
+                    proxy.ranged.append(self.path)
                 self.send_response(response.status)
                 for name, value in response.getheaders():
                     if name.lower() not in ("content-length", "transfer-encoding", "connection", "server",

@@ -49,6 +49,7 @@ PARSERS = {
     "analysis.report": "parser",
     "cluster/iam/create_profiles.py": "build_parser",
     "cluster/iam/create_bucket.py": "build_parser",
+    "cluster/iam/create_security_group.py": "build_parser",
 }
 
 
@@ -240,6 +241,10 @@ def _token_written(workspace: Path) -> None:
     assert (workspace / "home" / ".ray" / "auth_token").read_text().strip()
 
 
+def _token_private(workspace: Path) -> bool:
+    return (workspace / "home" / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+
+
 # command as printed → (setup before it, extra arguments that make it fast, check after it, cwd)
 RUNS = {
     # the README's command 1, a real sweep of 3-4 minutes: its plan only (the sweep's own tests run it)
@@ -256,6 +261,7 @@ RUNS = {
     'python -c "from sweeps.options import write_options_table; write_options_table()"':
         (_sweeps_page, [], _sweeps_page_unchanged, None),
     "ray get-auth-token --generate": (None, [], _token_written, None),
+    "chmod 600 ~/.ray/auth_token": (None, [], _token_private, None),
     "ruff check .": (None, [], None, ROOT),
 }
 

@@ -5,10 +5,14 @@
 
 The bucket is made in cluster.yaml's region (``--region`` to choose another), with versioning on,
 so that a results part, checkpoint or table that is deleted or overwritten can be recovered
-(``aws s3api list-object-versions``), and a lifecycle rule that removes such earlier versions
-after ``--keep-days`` days (and unfinished multipart uploads after 7), so that they do not pile
-up; public access is blocked. Running it again on a bucket you own changes nothing but turns
-versioning and the public access block on; a lifecycle configuration already there is kept.
+(``aws s3api list-object-versions``), and two lifecycle rules so that such earlier versions do not
+pile up: one removes them after ``--keep-days`` days (and unfinished multipart uploads after 7);
+the other, for the ``checkpoints/`` prefix that holds the trials' in-training checkpoints (written
+every few minutes, the newest two kept: sweeps/checkpoints.py), after 1 day. Both also remove a
+delete marker left with no versions behind it (``ExpiredObjectDeleteMarker``), so that deleted
+checkpoints leave nothing to list. Where two rules cover an object S3 applies the shorter expiry.
+Public access is blocked. Running it again on a bucket you own turns versioning and the public
+access block on and brings disgen's two rules up to date; other lifecycle rules are kept.
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CLUSTER_YAML = HERE.parents[1] / "cluster.yaml"
 RULE_ID = "disgen: expire earlier versions"
+CHECKPOINT_RULE_ID = "disgen: expire rotated checkpoints"
+CHECKPOINTS_PREFIX = "checkpoints/"  # sweeps.checkpoints.CHECKPOINTS, at the bucket's top
+CHECKPOINT_KEEP_DAYS = 1
+
+
+def lifecycle_rules(keep_days: int) -> list[dict]:
+    """disgen's lifecycle rules for the bucket."""
+    return [
+        {"ID": RULE_ID, "Status": "Enabled", "Filter": {"Prefix": ""},
+         "Expiration": {"ExpiredObjectDeleteMarker": True},
+         "NoncurrentVersionExpiration": {"NoncurrentDays": keep_days},
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}},
+        {"ID": CHECKPOINT_RULE_ID, "Status": "Enabled", "Filter": {"Prefix": CHECKPOINTS_PREFIX},
+         "Expiration": {"ExpiredObjectDeleteMarker": True},
+         "NoncurrentVersionExpiration": {"NoncurrentDays": CHECKPOINT_KEEP_DAYS}},
+    ]
 
 
 def _check_bucket(bucket: str | None) -> str:
@@ -41,7 +61,8 @@ def cluster_region() -> str:
 
 def create_bucket(bucket: str, region: str, keep_days: int = 30, session=None) -> dict:
     """Create ``bucket`` in ``region`` (or take it as it is, if this account owns it), turn on
-    versioning and the public access block, and add the lifecycle rule if it has none; what it did."""
+    versioning and the public access block, and put disgen's lifecycle rules beside any others
+    (``lifecycle_rules``); what it did."""
     import boto3
 
     session = session or boto3.session.Session()
@@ -62,14 +83,16 @@ def create_bucket(bucket: str, region: str, keep_days: int = 30, session=None) -
         "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
         "RestrictPublicBuckets": True})
     try:
-        s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+        existing = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     except s3.exceptions.ClientError as error:
         if error.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
             raise
-        s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [{
-            "ID": RULE_ID, "Status": "Enabled", "Filter": {"Prefix": ""},
-            "NoncurrentVersionExpiration": {"NoncurrentDays": keep_days},
-            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}}]})
+        existing = []
+    ours = lifecycle_rules(keep_days)
+    ids = {rule["ID"] for rule in ours}
+    if [rule for rule in existing if rule.get("ID") in ids] != ours:
+        others = [rule for rule in existing if rule.get("ID") not in ids]
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": others + ours})
         done["lifecycle"] = True
     return done
 
@@ -99,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if done["region"] != region:
         print(f"note: bucket {bucket} is in {done['region']}, the cluster in {region}: traffic between "
               "regions is slower and billed", file=sys.stderr)
-    kept = ("" if done["lifecycle"] else " (its lifecycle configuration is kept as it was)")
+    kept = (" (lifecycle rules for earlier versions and rotated checkpoints put in place)"
+            if done["lifecycle"] else " (its lifecycle rules were already up to date)")
     print(f"bucket {bucket} {'created' if done['created'] else 'exists'} in {done['region']}: versioning "
           f"on{kept}, public access blocked; now: python cluster/iam/create_profiles.py")
     return 0

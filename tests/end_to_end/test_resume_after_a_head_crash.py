@@ -2,11 +2,11 @@
 trial goes on from that checkpoint on storage, not from an older one and not from step 0.
 
 In-training checkpoints are disgen's own (``sweeps/checkpoints.py``): written straight to the
-trial's folder on storage and never registered with Tune, so Tune's saved state, whatever it names
-or whenever it was last saved, cannot point at a checkpoint already deleted. The driver is killed
-(SIGKILL, no clean-up, as a lost head) while the trial's worker waits at its second checkpoint's
-signal (tests/checkpoint_signals.py), so it trains no further before Ray ends it with the driver's
-job."""
+trial's checkpoint folder on storage (named by its whole key) and never registered with Tune, so
+Tune's saved state, whatever it names or whenever it was last saved, cannot point at a checkpoint
+already deleted. The driver is killed (SIGKILL, no clean-up, as a lost head) while the trial's
+worker waits at its second checkpoint's signal (tests/checkpoint_signals.py), so it trains no
+further before Ray ends it with the driver's job."""
 
 import json
 import subprocess
@@ -63,9 +63,12 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     argv = sweep_argv(grid, tmp_path, "exp", *options)
     crash_at_second_checkpoint(ray_session, tmp_path, checkpoint_signals, argv)
     experiment = tmp_path / "exp"
-    (trial_dir,) = [p for p in experiment.iterdir() if p.is_dir() and list(p.glob(TRAINING_PREFIX + "*"))]
+    # the in-training checkpoints: in the trial's folder named by its whole key, under checkpoints/
+    (checkpoints,) = [p for p in (experiment / "checkpoints").iterdir()
+                      if list(p.glob(TRAINING_PREFIX + "*"))]
+    trial_dir = experiment / checkpoints.name[:-4]  # Tune's and TensorBoard's: 6 characters of the key
     # both in-training checkpoints on storage (the newest two are kept), none of them Tune's
-    assert sorted(p.name for p in trial_dir.glob(TRAINING_PREFIX + "*")) == [
+    assert sorted(p.name for p in checkpoints.glob(TRAINING_PREFIX + "*")) == [
         f"{TRAINING_PREFIX}{step:010d}" for step in (10, 20)]
     assert not list(trial_dir.glob("checkpoint_*"))
     assert all(TRAINING_PREFIX not in p.read_text() for p in experiment.glob("experiment_state-*.json"))
@@ -75,7 +78,7 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
         run_to_the_end([*argv, "--resume"])
     out = capsys.readouterr().out
     # the trial never failed
-    assert "could not be restored" not in out and not (experiment / "errors.jsonl").exists(), out[-3000:]
+    assert "could not be restored" not in out and not (experiment / "errors-parts").exists(), out[-3000:]
     trials, history = resumed = results(experiment)
     assert len(trials) == 1 and (trials["status"] == "finished").all()
     assert history["step"].tolist() == list(range(5, 41, 5))  # each report once, none lost
@@ -90,4 +93,4 @@ def test_a_head_crash_after_a_checkpoint_registers_loses_no_training(ray_session
     keys = trials["trial_key"].tolist()
     assert [(s["trial_keys"], s["step"], s["final"]) for s in seals] == [(keys, 40, True)]
     # and the in-training checkpoints are gone once the final one is on storage
-    assert not list(trial_dir.glob(TRAINING_PREFIX + "*"))
+    assert not list(checkpoints.glob(TRAINING_PREFIX + "*"))

@@ -15,6 +15,7 @@ import pytest
 from sweep_runs import wait_for
 
 from analysis.storage import read_results
+from sweeps.checkpoints import CHECKPOINTS
 
 # Columns of trials.parquet that differ between two runs of the same trials, and why. Every other
 # column must be equal.
@@ -264,7 +265,8 @@ def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
     experiment = tmp_path / "exp"
     assert pack_dir.startswith("pack2-")
     # each member's TensorBoard folder: the restarted worker's file starts right after the checkpoint
-    member_dirs = [p for p in experiment.iterdir() if p.is_dir() and not p.name.startswith("pack")]
+    member_dirs = [p for p in experiment.iterdir()
+                   if p.is_dir() and not p.name.startswith("pack") and p.name != CHECKPOINTS]
     assert len(member_dirs) == 2
     for member_dir in member_dirs:
         assert first_loss_steps(member_dir) == [5, 45]

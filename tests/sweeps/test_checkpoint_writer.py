@@ -103,7 +103,7 @@ def test_the_newest_two_are_kept_the_one_resumed_from_until_two_newer(tmp_path):
     writer.save(pack_state(30, 2), histories(30, 2))
     writer.close()
     assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (20, 30)]
-    checkpoints.remove_training_checkpoints(LOCAL, str(tmp_path))
+    checkpoints.remove_training_checkpoints(LOCAL, str(tmp_path), members)
     assert folders(tmp_path) == []
 
 

@@ -17,6 +17,10 @@ _spec = importlib.util.spec_from_file_location("create_profiles",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_profiles.py")
 create_profiles = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(create_profiles)
+_group_spec = importlib.util.spec_from_file_location(
+    "create_security_group", CLUSTER_YAML.parent / "cluster" / "iam" / "create_security_group.py")
+create_security_group = importlib.util.module_from_spec(_group_spec)
+_group_spec.loader.exec_module(create_security_group)
 _spec = importlib.util.spec_from_file_location("create_bucket",
                                                CLUSTER_YAML.parent / "cluster" / "iam" / "create_bucket.py")
 create_bucket = importlib.util.module_from_spec(_spec)
@@ -144,12 +148,16 @@ def test_the_dashboard_listens_on_the_heads_loopback_only(cluster):
         assert not re.search(r"--(node-ip-address|ray-client-server-host)[= ]0", command)
 
 
-def test_the_security_group_admits_only_the_cluster(cluster):
+def test_the_security_group_admits_only_the_cluster_and_ssh_from_the_users_address(cluster):
     group = cluster["provider"]["security_group"]
     assert group["GroupName"]
-    # Ray's own rules for the group: the group itself, and SSH for ray up/attach/dashboard;
-    # nothing may be opened on top of them, to addresses or otherwise.
-    assert not group.get("IpPermissions")
+    # beside the group's own members: SSH (for ray up/attach/dashboard) from one address the user
+    # sets, nothing else; left as the placeholder, the group is not made
+    (rule,) = group["IpPermissions"]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
+    assert rule["IpRanges"] == [{"CidrIp": "YOUR.ADDRESS/32"}] and "Ipv6Ranges" not in rule
+    with pytest.raises(ValueError, match="YOUR.ADDRESS/32.*replace it with the address"):
+        create_security_group.cluster_settings()
     for node_type in cluster["available_node_types"].values():  # no other group replaces it
         assert "SecurityGroupIds" not in node_type["node_config"]
         assert "NetworkInterfaces" not in node_type["node_config"]
@@ -190,9 +198,13 @@ def test_nodes_get_instance_profiles_from_cluster_iam(cluster):
 
 def test_workers_may_use_the_results_bucket_and_nothing_else():
     statements = _statements("worker-policy.json")
-    assert statements and all(s["Effect"] == "Allow" and "Condition" not in s for s in statements)
-    assert {r for s in statements for r in s["Resource"]} == BUCKET_ARNS
-    actions = {a for s in statements for a in s["Action"]}
+    assert statements and all("Condition" not in s for s in statements)
+    # what it may do: the bucket (the Deny statements only narrow it, to keep the driver's keys the
+    # driver's: tests/sweeps/test_nothing_unpickled_that_a_worker_can_write.py)
+    allows = [s for s in statements if s["Effect"] == "Allow"]
+    assert {s["Effect"] for s in statements} == {"Allow", "Deny"}
+    assert {r for s in allows for r in s["Resource"]} == BUCKET_ARNS
+    actions = {a for s in allows for a in s["Action"]}
     assert all(a.startswith("s3:") and "*" not in a for a in actions)
     assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket"} <= actions
 
@@ -279,8 +291,15 @@ def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(c
     assert s3.get_bucket_versioning(Bucket="my-lab-disgen")["Status"] == "Enabled"
     block = s3.get_public_access_block(Bucket="my-lab-disgen")["PublicAccessBlockConfiguration"]
     assert all(block.values()) and len(block) == 4
-    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
-    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+    everything, checkpoints = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
+    assert everything["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+    assert everything["Filter"] == {"Prefix": ""}
+    # the in-training checkpoints, rotated every few minutes: their earlier versions go after a day
+    from sweeps.checkpoints import CHECKPOINTS
+
+    assert checkpoints["Filter"] == {"Prefix": f"{CHECKPOINTS}/"}
+    assert checkpoints["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
+    assert all(r["Expiration"] == {"ExpiredObjectDeleteMarker": True} for r in (everything, checkpoints))
     # what versioning is for: a results part that a driver deleted comes back
     key = "disgen/default/results-parts/a.trials.parquet"
     s3.put_object(Bucket="my-lab-disgen", Key=key, Body=b"rows")
@@ -293,9 +312,13 @@ def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(c
     s3.put_bucket_lifecycle_configuration(Bucket="my-lab-disgen", LifecycleConfiguration={"Rules": [
         {"ID": "mine", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}, "Expiration": {"Days": 1}}]})
     assert create_bucket.main(["--bucket", "my-lab-disgen"]) == 0
-    assert "exists in us-west-2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "exists in us-west-2" in out and "put in place" in out
     rules = s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"]
-    assert [r["ID"] for r in rules] == ["mine"]
+    assert [r["ID"] for r in rules] == ["mine", create_bucket.RULE_ID, create_bucket.CHECKPOINT_RULE_ID]
+    assert create_bucket.main(["--bucket", "my-lab-disgen"]) == 0  # a third time: nothing to change
+    assert "already up to date" in capsys.readouterr().out
+    assert s3.get_bucket_lifecycle_configuration(Bucket="my-lab-disgen")["Rules"] == rules
 
 
 def test_create_bucket_in_us_east_1_and_refusals(mocked_aws, monkeypatch, capsys):
@@ -457,3 +480,36 @@ def test_the_documented_shared_folder_is_mounted_on_the_host_and_seen_in_the_con
     started = [i for i, (where, c) in enumerate(rendered) if c.startswith("docker run")]
     assert mount and rendered[mount[0]][0] == "host" and mount[0] < started[0]  # mounted before the container
     assert rendered[-1] == (name, "ls /mnt/shared/disgen")
+
+
+# --- the security group: made before `ray up`, SSH from the user's address only -----------------
+
+def test_create_security_group_opens_ssh_to_the_users_address_only(mocked_aws, tmp_path):
+    import boto3
+
+    text = CLUSTER_YAML.read_text()
+    mine = tmp_path / "cluster.yaml"
+    mine.write_text(text.replace("YOUR.ADDRESS/32", "203.0.113.7/32"))
+    region, name, rules = create_security_group.cluster_settings(mine)
+    done = create_security_group.create_security_group(region, name, rules)
+    ec2 = boto3.client("ec2", region_name=region)
+
+    def inbound():
+        (group,) = ec2.describe_security_groups(GroupIds=[done["group_id"]])["SecurityGroups"]
+        return group["IpPermissions"]
+
+    def cidrs():
+        return sorted(r["CidrIp"] for rule in inbound() for r in rule.get("IpRanges", []))
+
+    assert done["created"] and cidrs() == ["203.0.113.7/32"]
+    members = [p["GroupId"] for rule in inbound() for p in rule.get("UserIdGroupPairs", [])]
+    assert members == [done["group_id"]]  # and all traffic from the cluster's own nodes
+    # Ray's own rule, SSH from everywhere (a group Ray made itself): removed by a second run
+    ec2.authorize_security_group_ingress(GroupId=done["group_id"], IpPermissions=[
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+    again = create_security_group.create_security_group(region, name, rules)
+    assert not again["created"] and again["removed"] == 1 and cidrs() == ["203.0.113.7/32"]
+    # an address open to everyone is refused, as is the placeholder
+    mine.write_text(text.replace("YOUR.ADDRESS/32", "0.0.0.0/0"))
+    with pytest.raises(ValueError, match="every address"):
+        create_security_group.cluster_settings(mine)

@@ -3,7 +3,6 @@ backoff (a burst of 503s on S3: stored once, the sweep goes on); one that keeps 
 callback, stops the sweep as a Ctrl-C does, raises nothing into Tune, and writes nothing more. The
 trials are Ray Tune's own ``Trial`` objects (stubs: no trainable behind them)."""
 
-import json
 import random
 
 import pytest
@@ -11,7 +10,7 @@ from ray.tune.experiment import Trial
 from s3_faults import is_put
 
 from analysis import storage
-from analysis.loading import ERRORS_FILE
+from analysis.loading import load_errors
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
 from analysis.storage import ResultsStore, read_results
 from sweeps import results
@@ -58,12 +57,12 @@ def trial(experiment, seed, outcome="finished"):
 
 
 class Faults:
-    """Every results file the driver writes (trials parts, errors.jsonl) fails, ``times`` times
+    """Every results file the driver writes (trials parts, error parts) fails, ``times`` times
     (None: always), as S3 fails a burst of requests."""
 
     def __init__(self, monkeypatch, times=None):
         self.times, self.raised = times, 0
-        write_part, edit = storage._write_part, ResultsWriter._edit
+        write_part, put = storage._write_part, ResultsWriter._put
 
         def failing(real):
             def write(*args, **kwargs):
@@ -74,7 +73,7 @@ class Faults:
             return write
 
         monkeypatch.setattr(storage, "_write_part", failing(write_part))
-        monkeypatch.setattr(ResultsWriter, "_edit", failing(edit))
+        monkeypatch.setattr(ResultsWriter, "_put", staticmethod(failing(put)))
 
 
 @pytest.fixture
@@ -169,5 +168,4 @@ def test_on_s3_a_burst_of_503s_longer_than_pyarrows_own_retries_is_retried(fault
     assert sorted(trials["status"]) == ["failed", "finished"]
     history = read_results(experiment, HISTORY_FILE)
     assert len(history) == 4 and not history.duplicated(["trial_key", "step"]).any()
-    errors = storage.read_bytes(storage.join(experiment, ERRORS_FILE)).decode().splitlines()
-    assert [json.loads(line)["error"] for line in errors] == ["diverged"]
+    assert load_errors(experiment)["error"].tolist() == ["diverged"]

@@ -1,0 +1,161 @@
+"""The driver lock is a lease (``sweeps.lock``): renewed by its driver, judged stale by the store's
+own clock once it is not, so a driver on a new head machine takes over the folder of one that died
+with no manual step, and a live driver's renewed lease is never taken; a driver whose renewal is
+refused (another took the lock) stops as a Ctrl-C stops it, with exit 1 and its resume command.
+Locally and on S3 (moto on loopback, behind the proxy that applies conditional writes atomically)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from s3_faults import FaultyS3
+
+from analysis import storage
+from sweeps import lock as lock_module
+from sweeps.errors import UsageError
+from sweeps.lock import LOCK_FILE, ExperimentLock
+
+pytestmark = pytest.mark.slow  # each waits for a lease of 2 s to run out, or a renewal
+
+OLD_HEAD = {"host": "old-head", "boot_id": "the-old-head-machine", "pid": 4242, "started": 1.0,
+            "token": "old"}
+
+
+@pytest.fixture(params=["local", "s3"])
+def experiment_url(request, tmp_path, monkeypatch):
+    if request.param == "s3":
+        proxy = FaultyS3(request.getfixturevalue("s3_server")["AWS_ENDPOINT_URL"], atomic_conditions=True)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        request.addfinalizer(proxy.close)
+        return "s3://disgen-test/runs/exp"
+    return str(tmp_path / "exp")
+
+
+def write_lock(url, record):
+    fs, inner = storage.resolve(storage.join(url, LOCK_FILE))
+    fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+    storage.write_whole(fs, inner, json.dumps(record).encode())
+
+
+def on_the_old_head(monkeypatch):
+    """Locks taken from now on name another machine (until the returned function is called)."""
+    me = lock_module._me
+    monkeypatch.setattr(lock_module, "_me",
+                        lambda: {**me(), "host": "old-head", "boot_id": "the-old-head-machine"})
+    return lambda: monkeypatch.setattr(lock_module, "_me", me)
+
+
+def test_an_expired_lease_from_another_host_is_taken_over(experiment_url, capsys):
+    write_lock(experiment_url, OLD_HEAD)
+    lock = ExperimentLock(experiment_url, lease_s=2)
+    with pytest.raises(UsageError, match="host old-head, pid 4242.*its lease runs out in [12] s"):
+        lock.acquire()  # fresh: its driver may be alive
+    time.sleep(3.2)
+    lock.acquire()
+    try:
+        assert "taking over a stale lock" in capsys.readouterr().out
+        assert lock.read()["token"] == lock.record["token"] != "old"
+    finally:
+        lock.release()
+    assert ExperimentLock(experiment_url).read() is None
+
+
+def test_a_renewed_lease_is_refused_however_long_ago_it_was_taken(experiment_url, monkeypatch):
+    back = on_the_old_head(monkeypatch)
+    holder = ExperimentLock(experiment_url, lease_s=2, renew_s=0.4)
+    holder.acquire()
+    back()
+    try:
+        time.sleep(4.5)  # more than twice the lease since it was taken
+        with pytest.raises(UsageError, match="host old-head.*its lease was renewed [01] s ago"):
+            ExperimentLock(experiment_url, lease_s=2).acquire()
+        assert holder.lost is None and holder.read()["token"] == holder.record["token"]
+    finally:
+        holder.release()
+
+
+def test_a_resume_from_a_new_host_after_the_old_driver_died_needs_no_manual_step(experiment_url,
+                                                                                   monkeypatch):
+    back = on_the_old_head(monkeypatch)
+    old = ExperimentLock(experiment_url, lease_s=2, renew_s=0.3)
+    old.acquire()
+    back()
+    time.sleep(1)
+    old._stop.set()  # the old head dies: no more renewals, no release
+    old._thread.join()
+    new = ExperimentLock(experiment_url, lease_s=2)
+    deadline = time.monotonic() + 10
+    while True:  # the same command, run again until the lease has run out
+        try:
+            new.acquire()
+            break
+        except UsageError as refusal:
+            assert "the same command then takes the folder over" in str(refusal)
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    assert new.read()["host"] != "old-head"
+    new.release()
+
+
+def test_a_driver_whose_renewal_is_refused_learns_it_and_leaves_the_other_drivers_lock(experiment_url):
+    lost = threading.Event()
+    lock = ExperimentLock(experiment_url, renew_s=0.2, on_lost=lambda reason: lost.set())
+    lock.acquire()
+    write_lock(experiment_url, OLD_HEAD)  # another driver took it over
+    assert lost.wait(10)
+    assert "another driver took over the driver lock" in lock.lost
+    lock.release()
+    assert ExperimentLock(experiment_url).read() == OLD_HEAD
+
+
+def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, capsys, monkeypatch):
+    import sweeps.tuner
+    from sweeps.paper_grid import main
+
+    monkeypatch.setattr(lock_module, "RENEW_S", 0.2)
+
+    def running(sweep, stop):  # a sweep that runs until it is stopped
+        write_lock(sweep.experiment_dir, OLD_HEAD)  # meanwhile another driver took the folder over
+        assert stop.received.wait(10)
+        return {"finished": 0, "failed": 0, "trials": None, "interrupted": True, "stopped_by": stop.reason,
+                "signal": None, "seconds": 1.0}
+
+    monkeypatch.setattr(sweeps.tuner, "run_sweep", running)
+    argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "Stopped: another driver took over the driver lock" in out
+    assert f"Resume with:  python -m sweeps.paper_grid {' '.join(argv)} --resume\n" in out
+    assert json.loads((tmp_path / "exp" / LOCK_FILE).read_text()) == OLD_HEAD  # the other's, untouched
+
+
+def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
+    import signal
+
+    from ray.tune.tune import _setup_signal_catching
+
+    from sweeps.console import StopSignal
+
+    before = signal.getsignal(signal.SIGINT)
+    tune_stopped = _setup_signal_catching()  # Tune's own handler, as a run installs it
+    stop = StopSignal()
+    try:
+        stop.setup()
+        errors = []
+
+        def lease_thread():
+            try:
+                stop.request("another driver took over the driver lock")
+            except Exception as error:  # what the thread would die of
+                errors.append(error)
+
+        thread = threading.Thread(target=lease_thread)
+        thread.start()
+        thread.join(10)
+        assert not errors and tune_stopped.is_set() and stop.received.is_set()
+        assert stop.reason == "another driver took over the driver lock"
+    finally:
+        signal.signal(signal.SIGINT, before)
