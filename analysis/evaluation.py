@@ -59,6 +59,7 @@ decoder has no encoder
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -409,7 +410,21 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
 
     out.update(_judge(config, dataset, split, seed, data_seed, render, decode_true))
     out.update(no_readout(dataset.factor_space))
+    # Its codes as M22's analysis reads them: the encoder and decoder as an autoencoder, scored as a
+    # VAE (the disentanglement metrics, the factor readout, the encoder-versus-decoder diagnosis and
+    # its snap counts); the task's own NLLs and rendering judge above stay the row's.
+    codes = _evaluate_vae(net.autoencoder(), dataset, split, dataclasses.replace(
+        config, metrics=tuple(m for m in config.chosen_metrics if m != "rendering_judge")), seed, n_jobs,
+        data_seed)
+    out.update({k: v for k, v in codes.items() if k not in _COMPOSITION_OWN and not k.startswith("judge_")
+                and k != "rendering_judge"})
     return out
+
+
+# The composition network's row keeps these from its own task, not from its autoencoder's scoring
+_COMPOSITION_OWN = {"n_train_images", "n_test_images", "nll_likelihood", "train_nll", "test_nll",
+                    "test_nll_images", "in_distribution_nll", "in_distribution_nll_images",
+                    "in_distribution_source"}
 
 
 # Each model's evaluation, by its class (a subclass takes its nearest ancestor's); every other model
