@@ -161,3 +161,19 @@ def test_montero2021_ground_truth_decoder_trains_the_steps_of_m21s_code():
     assert (code.task, code.epochs, code.epoch_length, code.batch_size, code.lr) == (
         "ground_truth_decoder", 500, 10, 64, 1e-3)
     assert {code.total_steps(n) for n in (480_000, 737_280)} == {5_000}
+
+
+def test_the_montero_presets_ask_for_the_controls_their_findings_read():
+    """Every montero trial, at every scale, computes the rendering judge beside the metrics computed by
+    default (the reconstruction findings read it; the in-distribution NLL is in every row), and the
+    list does not drift from the registry's defaults."""
+    from analysis.metrics.registry import METRICS
+    from sweeps.presets import MONTERO_METRICS
+
+    defaults = [name for name, metric in METRICS.items() if metric.by_default]
+    assert MONTERO_METRICS == defaults + ["rendering_judge"]
+    for preset in ("montero2021", "montero2022"):
+        for scale in ("tiny", "smoke", "demo", "small", "full"):
+            configs = trial_configs(get_spec(preset), preset, scale, [0])
+            judged = all("rendering_judge" in config["metrics"] for config in configs)
+            assert configs and judged, (preset, scale)
