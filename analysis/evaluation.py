@@ -416,8 +416,9 @@ def _evaluate_composition(net: CompositionNet, dataset, split, config: Evaluatio
     codes = _evaluate_vae(net.autoencoder(), dataset, split, dataclasses.replace(
         config, metrics=tuple(m for m in config.chosen_metrics if m != "rendering_judge")), seed, n_jobs,
         data_seed)
-    out.update({k: v for k, v in codes.items() if k not in _COMPOSITION_OWN and not k.startswith("judge_")
-                and k != "rendering_judge"})
+    # (only the columns every task's row has: the rows of a results table share their keys)
+    out.update({k: v for k, v in codes.items() if k in out and k not in _COMPOSITION_OWN
+                and not k.startswith("judge_") and k != "rendering_judge"})
     return out
 
 

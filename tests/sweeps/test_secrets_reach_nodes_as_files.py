@@ -21,7 +21,10 @@ def test_the_wandb_key_goes_as_a_private_file_not_in_the_runtime_env(tmp_path, m
     assert env["WANDB_MODE"] == "online" and "HOME" not in env
     path = env[tracking.KEY_FILE]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    # set, then removed: monkeypatch records the variable either way, so that the key take_api_key
+    # sets is removed after the test (a delenv of an absent variable records nothing to undo)
+    monkeypatch.setenv("WANDB_API_KEY", "")
+    monkeypatch.delenv("WANDB_API_KEY")
     for name, value in env.items():  # the actor's process
         monkeypatch.setenv(name, value)
     tracking.take_api_key()
