@@ -1,7 +1,9 @@
-"""What .ci/gpu_smoke rests on: the import blocker really makes Ray and Optuna unimportable (in
-the process and in its children), and benchmarks/check_gpu_figures.py fails a part whose JSON
-lacks a figure, holds an error or a deadline cut, or holds a CPU-only reason in a GPU run."""
+"""What .ci/gpu_smoke rests on: the import blocker really makes every package the GPU machine
+lacks unimportable (in the process and in its children), a part that imports one fails, and
+benchmarks/check_gpu_figures.py fails a part whose JSON lacks a figure, holds an error, a deadline
+cut or a failed check, or holds a CPU-only reason in a GPU run."""
 
+import ast
 import copy
 import importlib.util
 import json
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCKER = REPO / ".ci" / "block_ray_optuna"
+BLOCKER = REPO / ".ci" / "block_missing_packages"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import check_gpu_figures  # noqa: E402
@@ -27,7 +29,7 @@ def _python(code: str, blocked: bool) -> subprocess.CompletedProcess:
 
 TRY_IMPORTS = """
 import importlib, subprocess, sys
-for name in ("ray", "optuna", "ray.tune", "optuna.samplers"):
+for name in ("ray", "optuna", "ray.tune", "optuna.samplers", "boto3", "moto", "mlflow", "wandb"):
     try:
         importlib.import_module(name)
         print("imported", name)
@@ -43,8 +45,47 @@ print("child", "blocked" if child.returncode else "imported")
 def test_the_import_blocker_makes_ray_and_optuna_unimportable_in_the_process_and_its_children():
     done = _python(TRY_IMPORTS, blocked=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:5] == ["blocked ray ray", "blocked optuna optuna", "blocked ray.tune ray",
-                                           "blocked optuna.samplers optuna", "child blocked"]
+    assert done.stdout.split("\n")[:9] == [
+        "blocked ray ray", "blocked optuna optuna", "blocked ray.tune ray", "blocked optuna.samplers optuna",
+        "blocked boto3 boto3", "blocked moto moto", "blocked mlflow mlflow", "blocked wandb wandb",
+        "child blocked"]
+
+
+def test_the_blocker_blocks_what_the_figures_call_missing_on_the_gpu_machine():
+    tree = ast.parse((BLOCKER / "sitecustomize.py").read_text())
+    default = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                   and getattr(node.targets[0], "id", "") == "DEFAULT")
+    assert tuple(default.split(",")) == gpu_figures.MISSING_ON_THE_GPU_MACHINE
+
+
+PART_THAT_IMPORTS = """
+import sys
+sys.path.insert(0, {benchmarks!r})
+import gpu_figures
+def measure_part(run, part, *rest):  # part 1, made to import a package the GPU machine lacks
+    run.measure("matmul.bf16", lambda: __import__({name!r}) and 1.0)
+gpu_figures.measure_part = measure_part
+sys.exit(gpu_figures.main([{out!r}, "--part", "1", "--cpu-smoke"]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", [True, False])
+def test_a_part_that_imports_a_package_the_gpu_machine_lacks_fails(tmp_path, blocked):
+    """Under the blocker (as in .ci/gpu_smoke) the import fails the measurement; without it (here,
+    where boto3 is installed) the part records the import, and the checker fails it either way."""
+    name = "wandb" if blocked else "boto3"
+    if not blocked and importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed here")
+    code = PART_THAT_IMPORTS.format(benchmarks=str(REPO / "benchmarks"), name=name, out=str(tmp_path))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{BLOCKER}:{REPO}" if blocked else str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    problems = "\n".join(check_gpu_figures.check(tmp_path, [1]))
+    assert done.returncode == 1, done.stderr  # (its other figures are missing too)
+    if blocked:
+        assert f"part 1: matmul.bf16: error: ModuleNotFoundError: No module named '{name}'" in problems
+    else:
+        assert f"part 1: imported {name}" in problems
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None or importlib.util.find_spec("optuna") is None,
@@ -61,7 +102,7 @@ def test_without_the_blocker_ray_and_optuna_import_here():
 def _complete(part: int, mode: str) -> dict:
     """A part's JSON with every expected figure measured (a number), as the part writes it."""
     figures = {"part": part, "mode": mode, "errors": {}, "not_run": [], "missing": [],
-               "imported_ray_or_optuna": [], "seconds": {"total": 1.0}}
+               "imported_missing_packages": [], "seconds": {"total": 1.0}}
     for key in gpu_figures.expected_keys(part, gpu_figures.SIZES[mode]):
         node = figures
         *parents, last = key.split(".")
@@ -117,8 +158,8 @@ def test_the_checker_fails_errors_deadline_cuts_and_reasons_out_of_place():
     assert check(_set(_complete(4, "gpu"), "default_study", gpu_figures.NO_RAY), 4) == []
     assert check(_set(copy.deepcopy(smoke), key, gpu_figures.NO_RAY), 1) \
         == [f"part 1: {key}: {gpu_figures.NO_RAY}"]
-    imported = dict(copy.deepcopy(smoke), imported_ray_or_optuna=["ray"])
-    assert check(imported, 1) == ["part 1: imported ray"]
+    imported = dict(copy.deepcopy(smoke), imported_missing_packages=["ray"])
+    assert check(imported, 1) == ["part 1: imported ray, which the GPU machine lacks"]
     assert check(dict(copy.deepcopy(smoke), errors={"x": "boom"}), 1) == ["part 1: x: error recorded"]
     assert check(dict(copy.deepcopy(smoke), part=2), 1) == ["part 1: the file is part 2's"]
 
