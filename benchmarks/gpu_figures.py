@@ -623,8 +623,20 @@ def graph_against_eager(device, sizes, data: Data) -> dict | str:
     agree. A tensor passes when the norm of its difference is within ``GRAPH_TOLERANCE`` of the norm
     of its change over the steps (rounding and cuDNN's choice of algorithms differ; a replay that
     read stale inputs or skipped the update differs by about the change itself)."""
-    if device.type != "cuda":
-        return NOT_ON_CPU
+    return NOT_ON_CPU if device.type != "cuda" else compare_graph_and_eager(device, sizes, data)
+
+
+def difference_over_change(start: torch.Tensor, expected: torch.Tensor, got: torch.Tensor) -> float:
+    """norm(got - expected) / norm(expected - start): 0 when ``got`` is ``expected``, 1 when it
+    never moved from ``start`` (an update that did not happen)."""
+    change = (expected.double() - start.double()).norm().item()
+    difference = (got.double() - expected.double()).norm().item()
+    return difference / change if change > 0 else (0.0 if difference == 0 else math.inf)
+
+
+def compare_graph_and_eager(device, sizes, data: Data) -> dict:
+    """``graph_against_eager``'s comparison, on any device (on a CPU nothing is captured, so it
+    fails there: the test runs it with the captured step made eager)."""
     from models.packed import _CapturedStep
 
     configs = pack_configs(sizes["check_k"], batch_size=sizes["batch"], steps=RUN_LENGTH, bf16=False)
@@ -646,11 +658,8 @@ def graph_against_eager(device, sizes, data: Data) -> dict | str:
     (start, eager), (_, graphed) = states["eager"], states["graph"]
     worst: dict[str, dict] = {}
     for kind in eager:
-        ratios = {}
-        for name, expected in eager[kind].items():
-            change = (expected.double() - start[kind][name].double()).norm().item()
-            difference = (graphed[kind][name].double() - expected.double()).norm().item()
-            ratios[name] = difference / change if change > 0 else (0.0 if difference == 0 else math.inf)
+        ratios = {name: difference_over_change(start[kind][name], expected, graphed[kind][name])
+                  for name, expected in eager[kind].items()}
         name = max(ratios, key=ratios.get)
         worst[kind] = {"tensor": name, "difference_over_change": ratios[name]}
     gap = (losses["graph"] - losses["eager"]).abs() / losses["eager"].abs().clamp_min(1e-12)

@@ -205,3 +205,74 @@ def test_the_gpu_run_expects_the_issues_figures():
         assert key in keys
     for name in gpu_figures.WANTED_SWITCHES:
         assert f"switches.{name}" in keys or {f"switches.{name}.on", f"switches.{name}.off"} <= set(keys)
+
+
+class ReplayingGraph:
+    """A stand-in for a captured CUDA graph on the CPU: capturing runs nothing (as a capture runs no
+    kernel); each replay runs the captured step again into the same output dict."""
+
+    def __init__(self, function):
+        self.function, self.outputs = function, {}
+
+    def replay(self):
+        self.outputs.update({name: value.detach() for name, value in self.function().items()})
+
+
+def graph_on_the_cpu(monkeypatch):
+    import models.packed as packed
+
+    original = packed._VmapGroup.__init__
+
+    def init(self, members):
+        original(self, members)
+        self.graph_wanted = members[0].settings.cuda_graph
+
+    def capture(function, device):
+        graph = ReplayingGraph(function)
+        return graph, graph.outputs
+
+    monkeypatch.setattr(packed._VmapGroup, "__init__", init)
+    monkeypatch.setattr(packed, "capture_graph", capture)
+    return packed
+
+
+@pytest.mark.slow
+def test_the_graph_check_compares_parameters_and_moments_and_catches_a_stale_replay(monkeypatch):
+    """Part 1's check (checks.graph_against_eager), run on the CPU with a stand-in graph: the graph's
+    steps are the eager steps, so it passes; a replay that reads stale inputs (the buffers never
+    reloaded after the capture) fails it."""
+    import torch
+
+    packed = graph_on_the_cpu(monkeypatch)
+    sizes = dict(gpu_figures.SIZES["cpu-smoke"], check_steps=3)
+    data = gpu_figures.Data(64)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = gpu_figures.compare_graph_and_eager(torch.device("cpu"), sizes, data)
+        assert result["passed"], result
+        assert result["cuda_graph"] == {"members 0-1": "captured"}
+        assert set(result["worst"]) == {"parameters", "exp_avg", "exp_avg_sq"}
+        assert all(w["difference_over_change"] < 1e-4 for w in result["worst"].values())
+        loaded = packed._CapturedStep.load
+
+        def stale(self, *arguments):
+            if self.outcome is None:  # up to the capture; replays then read the captured step's inputs
+                loaded(self, *arguments)
+
+        monkeypatch.setattr(packed._CapturedStep, "load", stale)
+        broken = gpu_figures.compare_graph_and_eager(torch.device("cpu"), sizes, data)
+    finally:
+        torch.set_num_threads(threads)
+    assert not broken["passed"]
+    assert broken["worst"]["parameters"]["difference_over_change"] > gpu_figures.GRAPH_TOLERANCE
+
+
+def test_difference_over_change_is_0_for_the_same_tensor_and_1_for_no_update():
+    import torch
+
+    start, end = torch.zeros(4), torch.tensor([3.0, 4.0, 0.0, 0.0])
+    assert gpu_figures.difference_over_change(start, end, end) == 0.0
+    assert gpu_figures.difference_over_change(start, end, start) == 1.0
+    assert gpu_figures.difference_over_change(start, end, end + torch.tensor([0.05, 0, 0, 0])) == \
+        pytest.approx(0.01)

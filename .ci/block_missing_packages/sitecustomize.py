@@ -9,7 +9,8 @@ workers, joblib's) are blocked too.
 .ci/gpu_smoke runs every part of benchmarks/gpu.sh --cpu-smoke under it (part 2's ``pytest -m gpu``,
 its collection included); tests/test_gpu_harness.py checks that it blocks, and that its list is
 benchmarks/gpu_figures.py's ``MISSING_ON_THE_GPU_MACHINE``. ``DISGEN_BLOCKED_IMPORTS``
-(comma-separated top-level names) replaces the blocked set. A ``sitecustomize`` this one shadows (later on sys.path) is still run.
+(comma-separated top-level names) replaces the blocked set. A ``sitecustomize`` this one shadows
+(later on sys.path) is still run.
 """
 
 import importlib.abc
