@@ -80,7 +80,8 @@ from models.objectives import Schedule
 from models.registry import build_objective, objective_class
 from models.tasks import build_trainer
 
-__all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
+__all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "loops_in_a_pack", "max_pack_size",
+           "member_memory_bytes",
            "pack_memory_bytes", "resident_images", "step_memory", "vmap_group_key", "vmap_groups"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
@@ -224,17 +225,44 @@ def _count_step(config: ModelConfig, device: str, vmapped: bool) -> StepMemory:
                       inputs=inputs)
 
 
-def member_memory_bytes(config: ModelConfig) -> int:
-    """An estimate of one member's peak training memory in float32 (bf16 autocast saves less):
-    ``KEPT_PARAMETER_COPIES`` copies of its parameters, plus the larger of the update's
-    ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the forward saved
-    for it, all the gradients, two activation-sized gradients in flight), plus its inputs and
-    ``SMALL_TENSOR_BYTES`` (``step_memory``). Checked against a real step's peak on CPU for every
-    architecture (tests/models/test_pack_memory_estimate.py)."""
+# Copies of a looped member's parameters (a pack whose members step one after another: a task
+# other than the VAE's, or an objective that cannot vmap) that it keeps between its steps: its
+# parameters, its Adam's two moments, and its gradients (freed at its next step's zero_grad).
+LOOPED_PARAMETER_COPIES = 4
+# ... and the one step that runs at a time, counted twice: a looped member's step holds more than
+# ``_step_bytes`` counts of it (the forward's temporaries beside what it saves): a one-member pack of
+# CascadeVAE burgess at batch 32 peaked at 1.33x it on CPU (tests/models/test_pack_memory_estimate.py)
+LOOPED_STEP_COPIES = 2
+
+
+def loops_in_a_pack(config: ModelConfig) -> bool:
+    """Whether ``config``'s members step one after another in a pack (``PackedTrainer`` vmaps the
+    VAE task's vmappable objectives only)."""
+    return config.task != "vae" or not getattr(objective_class(config.objective), "vmappable", True)
+
+
+def _step_bytes(config: ModelConfig) -> int:
+    """What one member's step holds while it runs, besides the parameter copies kept: the larger of
+    the update's ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the
+    forward saved for it, all the gradients, two activation-sized gradients in flight), plus its
+    inputs and ``SMALL_TENSOR_BYTES``."""
     step = step_memory(config)
     backward = step.saved + step.parameters + 2 * step.largest
-    return (KEPT_PARAMETER_COPIES * step.parameters + max(backward, UPDATE_PARAMETER_COPIES * step.parameters)
-            + step.inputs + SMALL_TENSOR_BYTES)
+    return max(backward, UPDATE_PARAMETER_COPIES * step.parameters) + step.inputs + SMALL_TENSOR_BYTES
+
+
+def member_memory_bytes(config: ModelConfig) -> int:
+    """An estimate of what one more member of ``config`` adds to a pack's peak training memory in
+    float32 (bf16 autocast saves less). A vmapped member: ``KEPT_PARAMETER_COPIES`` copies of its
+    parameters plus its share of the step (``_step_bytes``: every member's step runs at once). A
+    looped member (``loops_in_a_pack``): ``LOOPED_PARAMETER_COPIES`` copies, the step being one
+    member's at a time (``pack_memory_bytes`` counts it once per pack, ``LOOPED_STEP_COPIES``
+    times). Checked against a real pack's peak on CPU for every architecture
+    (tests/models/test_pack_memory_estimate.py)."""
+    step = step_memory(config)
+    if loops_in_a_pack(config):
+        return LOOPED_PARAMETER_COPIES * step.parameters
+    return KEPT_PARAMETER_COPIES * step.parameters + _step_bytes(config)
 
 
 def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
@@ -245,10 +273,12 @@ def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
 def pack_memory_bytes(config: ModelConfig, members: int, device: str | torch.device = "cuda",
                       dataset: int = 0, budget_bytes: int | None = None) -> int:
     """An estimate of the memory a process training ``members`` models of ``config``'s shape needs
-    on ``device``: the members, plus on a GPU the process's own (``CUDA_PROCESS_BYTES``) and the
-    ``dataset`` bytes when it is uploaded (when it fits in half of ``budget_bytes``, the
-    process's share; always when None)."""
+    on ``device``: the members (and a looped pack's one step at a time), plus on a GPU the
+    process's own (``CUDA_PROCESS_BYTES``) and the ``dataset`` bytes when it is uploaded (when it
+    fits in half of ``budget_bytes``, the process's share; always when None)."""
     need = members * member_memory_bytes(config)
+    if members and loops_in_a_pack(config):  # one member's step at a time
+        need += LOOPED_STEP_COPIES * _step_bytes(config)
     if select_device(device).type == "cuda":
         resident = budget_bytes is None or fits_resident(dataset, budget_bytes)
         need += CUDA_PROCESS_BYTES + (dataset if resident else 0)
@@ -259,11 +289,13 @@ def max_pack_size(config: ModelConfig, device: str | torch.device | None = None,
                   free_bytes: int | None = None, headroom: float = 0.8, dataset: int = 0) -> int:
     """The largest number of members of ``config``'s shape that fit in ``headroom`` of the memory
     a process has on ``device`` (``free_bytes``, by default the device's free memory), at least 1.
-    On a GPU the process's own memory and the uploaded ``dataset`` (bytes) come off first."""
+    On a GPU the process's own memory and the uploaded ``dataset`` (bytes) come off first, and a
+    looped pack's one step at a time."""
     device = select_device(device)
     free_bytes = free_memory_bytes(device) if free_bytes is None else free_bytes
-    fixed = pack_memory_bytes(config, 0, device, dataset, free_bytes)
-    return max(1, int((headroom * free_bytes - fixed) // member_memory_bytes(config)))
+    each = member_memory_bytes(config)
+    fixed = pack_memory_bytes(config, 1, device, dataset, free_bytes) - each
+    return max(1, int((headroom * free_bytes - fixed) // each))
 
 
 # ----------------------------------------------------------------------------------------------
