@@ -276,3 +276,28 @@ def test_difference_over_change_is_0_for_the_same_tensor_and_1_for_no_update():
     assert gpu_figures.difference_over_change(start, end, start) == 1.0
     assert gpu_figures.difference_over_change(start, end, end + torch.tensor([0.05, 0, 0, 0])) == \
         pytest.approx(0.01)
+
+
+def test_the_headline_divides_the_gpu_steps_rate_by_one_models_and_says_why_where_it_cannot(tmp_path):
+    import torch
+
+    sizes = gpu_figures.SIZES["gpu"]
+    run = gpu_figures.Run(tmp_path / "part1.json", {}, 1e12, [], torch.device("cpu"))
+    rates = {"k1_plain": 1000.0, "kN_default": 2500.0, "kN_device_sampling": 4000.0,
+             "kN_device_sampling_graph": 12000.0}
+    for name, rate in rates.items():
+        run.set(gpu_figures.gpu_step_key(name, sizes), {"images_per_second": rate, "mfu": 0.05,
+                                                        "fraction_of_measured_matmul": 0.06})
+    run.get("gpu_step.k32_device_sampling_graph")["cuda_graph"] = {"members 0-31": "captured"}
+    headline = gpu_figures.gpu_step_headline(run, sizes)
+    assert headline["gpu_step_over_plain"] == 12.0 and headline["default_over_plain"] == 2.5
+    assert headline["device_sampling_over_plain"] == 4.0 and headline["pack_k"] == 32
+    assert headline["mfu"] == 0.05 and headline["mfu_of_measured_matmul"] == 0.06
+    assert headline["cuda_graph"] == {"members 0-31": "captured"}
+    run.set("gpu_step.k32_device_sampling_graph", {"error": "RuntimeError: boom"})
+    failed = gpu_figures.gpu_step_headline(run, sizes)
+    assert failed["gpu_step_over_plain"] == {
+        "error": "gpu_step.k32_device_sampling_graph failed (its error is under errors)"}
+    assert check_gpu_figures._cut_inside(failed, "headline", ()) != []  # the checker fails it
+    run.set("gpu_step.k1_plain", gpu_figures.DEADLINE)
+    assert gpu_figures.gpu_step_headline(run, sizes)["default_over_plain"] == gpu_figures.DEADLINE
