@@ -358,15 +358,21 @@ def one_line(error: BaseException) -> str:
 
 
 def error_record(error: BaseException) -> str:
-    """A failed measurement's record: its error's line, then its whole traceback, the chain of
-    exceptions included (the first of the chain at its head: where a CUDA-graph capture's real
-    error is, under the generic one ``capture_end`` raises), cut in the middle to its first
-    ``ERROR_HEAD`` and last ``ERROR_TAIL`` characters."""
+    """A failed measurement's record: its error's line, each exception of its chain in one line
+    (the first first: where a CUDA-graph capture's real error is, under the generic one
+    ``capture_end`` raises), then the whole traceback, the chain included, cut in the middle to
+    its first ``ERROR_HEAD`` and last ``ERROR_TAIL`` characters."""
+    chain, seen, link = [], set(), error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(one_line(link))
+        link = link.__cause__ or link.__context__
     text = "".join(traceback.format_exception(error))
     if len(text) > ERROR_HEAD + ERROR_TAIL:
         cut = len(text) - ERROR_HEAD - ERROR_TAIL
         text = f"{text[:ERROR_HEAD]}\n[… {cut} characters of the traceback left out …]\n{text[-ERROR_TAIL:]}"
-    return f"{one_line(error)}\n{text}"
+    lines = "".join(f"  {i}. {line}\n" for i, line in enumerate(reversed(chain), 1)) if len(chain) > 1 else ""
+    return f"{one_line(error)}\n" + (f"the chain, first to last:\n{lines}" if lines else "") + text
 
 
 # The project's dependencies (optional and test ones too) that the lent GPU machine's image lacks

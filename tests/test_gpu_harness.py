@@ -301,3 +301,37 @@ def test_the_headline_divides_the_gpu_steps_rate_by_one_models_and_says_why_wher
     assert check_gpu_figures._cut_inside(failed, "headline", ()) != []  # the checker fails it
     run.set("gpu_step.k1_plain", gpu_figures.DEADLINE)
     assert gpu_figures.gpu_step_headline(run, sizes)["default_over_plain"] == gpu_figures.DEADLINE
+
+
+def test_a_failed_measurement_keeps_the_head_and_the_tail_of_the_whole_chain(tmp_path):
+    """A capture's real error is the first of the chain, under the generic one capture_end raises:
+    the record keeps the traceback's head (where the first is) and tail, and names the first."""
+    import torch
+
+    def deep(n):  # two functions in turn: a traceback prints each frame (it folds only repeats)
+        if n == 0:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        deeper(n - 1)
+
+    def deeper(n):
+        deep(n)
+
+    def measurement():
+        try:
+            deep(200)  # a traceback far longer than the record keeps
+        finally:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    run = gpu_figures.Run(tmp_path / "part1.json", {}, 1e12, [], torch.device("cpu"))
+    value = run.measure("matmul.bf16", measurement)
+    assert value == {
+        "error": "RuntimeError: CUDA error: operation failed due to a previous error during capture",
+        "first": "RuntimeError: operation not permitted when stream is capturing"}
+    record = run.figures["errors"]["matmul.bf16"]
+    assert record.splitlines()[1:4] == [
+        "the chain, first to last:", "  1. RuntimeError: operation not permitted when stream is capturing",
+        "  2. RuntimeError: CUDA error: operation failed due to a previous error during capture"]
+    assert 'line 321, in measurement\n    deep(200)' in record[:gpu_figures.ERROR_HEAD + 400]  # the head
+    assert record.rstrip().endswith("previous error during capture")
+    assert "characters of the traceback left out" in record
+    assert len(record) < gpu_figures.ERROR_HEAD + gpu_figures.ERROR_TAIL + 500  # of over 30,000
