@@ -561,15 +561,15 @@ def step_gpu_step(run: Run, device, sizes, peak, matmul, data: Data) -> None:
         run.measure(key, lambda k=k, settings=settings: throughput(
             device, sizes, burgess, k or sizes["pack_k"], "bf16", data, peak, matmul,
             GPUSettings(**settings)), need=run.need("throughput"))
+    run.set("headline", gpu_step_headline(run, sizes))
+    run.measure("checks.graph_against_eager", lambda: graph_against_eager(device, sizes, data),
+                need=run.need("check"))
+    run.measure("checks.no_host_sync", lambda: no_host_sync(device, sizes, data), need=run.need("check"))
     # the same runs are part 1's burgess K = 1 and K = pack_k in bf16: not measured twice
     for name, target in (("k1_plain", "k1"), ("kN_default", f"k{sizes['pack_k']}")):
         value = run.get(gpu_step_key(name, sizes))
         if isinstance(value, dict):
             run.set(f"throughput.burgess.{target}_bf16", dict(value, measured_as=gpu_step_key(name, sizes)))
-    run.set("headline", gpu_step_headline(run, sizes))
-    run.measure("checks.graph_against_eager", lambda: graph_against_eager(device, sizes, data),
-                need=run.need("check"))
-    run.measure("checks.no_host_sync", lambda: no_host_sync(device, sizes, data), need=run.need("check"))
 
 
 def _rate(value) -> float | None:
