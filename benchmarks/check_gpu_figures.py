@@ -14,7 +14,9 @@ CPU smoke's), fails (exit 1, each problem printed) when:
   smoke's own reasons count as present only in the CPU smoke, "not available in this checkout"
   (a wanted ``GPUSettings`` switch this checkout lacks) in both, "skipped: Ray is not installed"
   for part 4's ``default_study`` only;
-- parts 1-3 imported Ray or Optuna.
+- a part imported a package the GPU machine lacks (``gpu_figures.MISSING_ON_THE_GPU_MACHINE``:
+  Ray, Optuna, boto3, moto, MLflow, W&B; part 4 asks a child process whether Ray imports);
+- a check of part 1 (``checks.graph_against_eager``, ``checks.no_host_sync``) failed.
 
 .ci/gpu_smoke runs it after the CPU smoke of every part; on the GPU machine it says which figures
 a run still lacks.
@@ -90,8 +92,12 @@ def check_figures(figures: dict, part: int) -> list[str]:
         problems.append(f"part {part}: stopped: {figures['stopped']}")
     if "seconds" not in figures or "total" not in figures["seconds"]:
         problems.append(f"part {part}: the part did not finish (no seconds.total)")
-    if part != 4 and figures.get("imported_ray_or_optuna"):
-        problems.append(f"part {part}: imported {', '.join(figures['imported_ray_or_optuna'])}")
+    if figures.get("imported_missing_packages"):
+        problems.append(f"part {part}: imported {', '.join(figures['imported_missing_packages'])}, which the "
+                        "GPU machine lacks")
+    for name, check in (figures.get("checks") or {}).items():
+        if isinstance(check, dict) and check.get("passed") is False:
+            problems.append(f"part {part}: checks.{name}: failed")
     return list(dict.fromkeys(problems))
 
 

@@ -25,7 +25,8 @@ writes ``OUT_DIR/gpu_figures_part1.json``. The parts:
    CPU those that act on CUDA only as "not measured: needs CUDA".
 4. ``default_study`` (Ray): only where ``import ray`` works, else "skipped: Ray is not installed".
 
-Parts 1-3 import neither Ray nor Optuna (CI runs them with both made unimportable: .ci/gpu_smoke).
+Parts 1-3 import no package the lent machine lacks (``MISSING_ON_THE_GPU_MACHINE``: Ray, Optuna,
+boto3, moto, MLflow, W&B; CI runs them with those made unimportable: .ci/gpu_smoke).
 
 Each figure is written to the JSON as soon as it is measured (the file is replaced whole each time,
 so a run killed at any moment leaves a valid file with everything measured so far). Each part has a
@@ -51,6 +52,7 @@ STARTED = time.time()  # the part's clock starts before its imports (torch's tak
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -84,7 +86,13 @@ from packed_throughput import (  # noqa: E402
 )
 
 from models import GPUSettings  # noqa: E402
-from models.packed import PackedTrainer, dataset_bytes, max_pack_size, member_memory_bytes  # noqa: E402
+from models.packed import (  # noqa: E402
+    PackedTrainer,
+    dataset_bytes,
+    first_exception,
+    max_pack_size,
+    member_memory_bytes,
+)
 
 PARTS = (1, 2, 3, 4)
 # What a figure holds when it was not measured, and why (check_gpu_figures.py reads these)
@@ -125,6 +133,12 @@ EXTRA_NETWORKS = {
 WANTED_SWITCHES = ("device_sampling", "cuda_graph", "compile")
 # the step built for the GPU: these on together (``switches.gpu_step``)
 GPU_STEP_SWITCHES = ("device_sampling", "cuda_graph")
+# switches that do nothing without another: measured off and on with that one on in both
+SWITCH_NEEDS = {"cuda_graph": {"device_sampling": True}}
+# switches that a pack's step ignores: measured where they act, on the plain path (K = 1)
+PLAIN_PATH_ONLY = {"fused_adam": "K = 1, the plain path: a pack's stacked Adam (models.packed._StackedAdam) "
+                                 "is torch._foreach_* ops whatever this switch says: it does not apply to "
+                                 "packs"}
 # the switches that act on a CPU too (models/device.py: the others are ignored there)
 ANY_DEVICE_SWITCHES = frozenset({"compile", "device_sampling"})
 SMOKE_COMPILE = "not run in the cpu smoke: torch.compile compiles for minutes on a CPU"
@@ -133,16 +147,18 @@ SMOKE_COMPILE = "not run in the cpu smoke: torch.compile compiles for minutes on
 # the seconds a measurement of each kind is given at least (else "not run: deadline"), and
 # ``pytest_limit`` the most that ``pytest -m gpu`` may take.
 SIZES = {
-    "gpu": dict(batch=64, images=20_000, steps=50, rounds=3, warmup=10, timing_repeats=5,
+    "gpu": dict(batch=64, images=20_000, steps=50, rounds=3, warmup=10, timing_repeats=5, timing_steps=10,
+                check_k=4, check_steps=8, sync_steps=10,
                 ks=(1, 8, 32, 64), precisions=("bf16", "tf32"), pack_k=32, memory_ks=(8, 16, 32, 64),
                 memory_steps=3, dittadi_size=128, dittadi_batch=64, dittadi_images=2_000, dittadi_steps=10,
                 dittadi_pack_most=32, dittadi_warmup=2, d21_size=64, d21_ks=(1, 8, 16),
                 eval_models=4, eval_images=60_000, n_metric=10_000, n_nll=10_000, eval_train_steps=200,
                 dci_estimator="gbt", study_scale="smoke", deadline_seconds=510,
-                need=dict(matmul=10, throughput=15, memory=10, resident=20, dittadi=30, projection=3,
-                          evaluation=150, pytest=60, pytest_limit=150, switch=20, compile=150,
+                need=dict(matmul=10, throughput=15, check=20, memory=10, resident=20, dittadi=30,
+                          projection=3, evaluation=150, pytest=60, pytest_limit=150, switch=20, compile=150,
                           default_study=240)),
-    "cpu-smoke": dict(batch=8, images=256, steps=2, rounds=1, warmup=1, timing_repeats=2,
+    "cpu-smoke": dict(batch=8, images=256, steps=2, rounds=1, warmup=1, timing_repeats=2, timing_steps=2,
+                      check_k=2, check_steps=2, sync_steps=2,
                       ks=(1, 2), precisions=("bf16", "tf32"), pack_k=2, memory_ks=(2, 3),
                       memory_steps=1, dittadi_size=64, dittadi_batch=2, dittadi_images=8, dittadi_steps=1,
                       dittadi_pack_most=2, dittadi_warmup=0, d21_size=64, d21_ks=(1, 2),
@@ -272,9 +288,12 @@ class Run:
         except Stopped as stopped:
             value = str(stopped) or f"{DEADLINE} (stopped after {time.perf_counter() - started:.0f} s)"
         except Exception as error:  # recorded, and the part goes on to the next measurement
-            message = f"{type(error).__name__}: {error}\n{traceback.format_exc()[-3000:]}"
+            message = error_record(error)
             print(message, file=sys.stderr, flush=True)
             value = {"error": message.splitlines()[0]}
+            first = first_exception(error)
+            if first is not error:
+                value["first"] = one_line(first)
             self.figures["errors"][key] = message
         finally:
             self.current = None
@@ -300,7 +319,7 @@ class Run:
                 if self.get(key) is None:
                     self._set_quietly(key, DEADLINE)
             self.figures["stopped"] = f"{why} at {time.time() - STARTED:.0f} s"
-            self.figures["imported_ray_or_optuna"] = ray_or_optuna_imported()
+            self.figures["imported_missing_packages"] = missing_packages_imported()
             self.figures["seconds"]["total"] = time.time() - STARTED
             self.write()
         finally:
@@ -330,9 +349,41 @@ class Run:
         return undo
 
 
-def ray_or_optuna_imported() -> list[str]:
-    """The Ray and Optuna modules this process imported (parts 1-3 must import none)."""
-    return sorted(name for name in sys.modules if name.split(".")[0] in ("ray", "optuna"))
+ERROR_HEAD = ERROR_TAIL = 3000  # characters of a traceback a failed measurement keeps at each end
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def error_record(error: BaseException) -> str:
+    """A failed measurement's record: its error's line, each exception of its chain in one line
+    (the first first: where a CUDA-graph capture's real error is, under the generic one
+    ``capture_end`` raises), then the whole traceback, the chain included, cut in the middle to
+    its first ``ERROR_HEAD`` and last ``ERROR_TAIL`` characters."""
+    chain, seen, link = [], set(), error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(one_line(link))
+        link = link.__cause__ or link.__context__
+    text = "".join(traceback.format_exception(error))
+    if len(text) > ERROR_HEAD + ERROR_TAIL:
+        cut = len(text) - ERROR_HEAD - ERROR_TAIL
+        text = f"{text[:ERROR_HEAD]}\n[… {cut} characters of the traceback left out …]\n{text[-ERROR_TAIL:]}"
+    lines = "".join(f"  {i}. {line}\n" for i, line in enumerate(reversed(chain), 1)) if len(chain) > 1 else ""
+    return f"{one_line(error)}\n" + (f"the chain, first to last:\n{lines}" if lines else "") + text
+
+
+# The project's dependencies (optional and test ones too) that the lent GPU machine's image lacks
+# (its package list: the device tool's KINDS.md); .ci/block_missing_packages blocks the same
+MISSING_ON_THE_GPU_MACHINE = ("ray", "optuna", "boto3", "moto", "mlflow", "wandb")
+
+
+def missing_packages_imported() -> list[str]:
+    """The modules of ``MISSING_ON_THE_GPU_MACHINE`` this process imported (parts 1-3 must import
+    none: there they would fail)."""
+    return sorted(name for name in sys.modules if name.split(".")[0] in MISSING_ON_THE_GPU_MACHINE)
 
 
 def imported_packages() -> list[str]:
@@ -466,15 +517,196 @@ def throughput(device, sizes, network: dict, k: int, precision: str, data: Data,
     settings = settings or default_settings
     if k == 1:
         result = measure_plain(configs[0], *arguments, settings=settings,
-                               timing_repeats=sizes["timing_repeats"], **extra)
+                               timing_repeats=sizes["timing_repeats"], timing_steps=sizes["timing_steps"],
+                               **extra)
     else:
         # a looped pack (the decoder) takes K plain steps a step: about 8 members' rounds of them
         result = measure_pack(configs, *arguments, settings=settings, timing_repeats=sizes["timing_repeats"],
+                              timing_steps=sizes["timing_steps"],
                               loop_member_steps=8 * (steps or sizes["steps"]), **extra)
         result["member_memory_estimate_bytes"] = member_memory_bytes(configs[0])
     used = precision if device.type == "cuda" else "fp32"
     result["batch_size"] = configs[0].batch_size
     return with_mfu(result, network_flops(network), used, peak, matmul)
+
+
+# -- part 1, first: the GPU step against one model ----------------------------------------------
+
+# part 1's first runs, burgess at batch 64 in bf16, each ``GPUSettings`` (the K = 1 run is the plain
+# path, whatever the settings): K = 1, then K = pack_k on the default path, with device sampling,
+# and with device sampling and the CUDA graph (the step built for the GPU)
+GPU_STEP_RUNS = {
+    "k1_plain": (1, {}),
+    "kN_default": (None, {}),
+    "kN_device_sampling": (None, {"device_sampling": True}),
+    "kN_device_sampling_graph": (None, {"device_sampling": True, "cuda_graph": True}),
+}
+GRAPH_TOLERANCE = 1e-2  # checks.graph_against_eager: a tensor's difference over its change in the steps
+
+
+def gpu_step_key(name: str, sizes: dict) -> str:
+    return f"gpu_step.{name.replace('kN', 'k' + str(sizes['pack_k']))}"
+
+
+def step_gpu_step(run: Run, device, sizes, peak, matmul, data: Data) -> None:
+    """What part 1 exists for, first: the K = pack_k burgess pack's aggregate images/s on each
+    path over one model's on the plain path (``headline``), then the checks that the graph's
+    steps are the eager steps and that a step does not wait on the host (``checks``)."""
+    burgess = NETWORKS["burgess"]
+    for name, (k, settings) in GPU_STEP_RUNS.items():
+        key = gpu_step_key(name, sizes)
+        if settings.get("cuda_graph") and device.type != "cuda":
+            run.set(key, NOT_ON_CPU)
+            continue
+        run.measure(key, lambda k=k, settings=settings: throughput(
+            device, sizes, burgess, k or sizes["pack_k"], "bf16", data, peak, matmul,
+            GPUSettings(**settings)), need=run.need("throughput"))
+    run.set("headline", gpu_step_headline(run, sizes))
+    run.measure("checks.graph_against_eager", lambda: graph_against_eager(device, sizes, data),
+                need=run.need("check"))
+    run.measure("checks.no_host_sync", lambda: no_host_sync(device, sizes, data), need=run.need("check"))
+    # the same runs are part 1's burgess K = 1 and K = pack_k in bf16: not measured twice
+    for name, target in (("k1_plain", "k1"), ("kN_default", f"k{sizes['pack_k']}")):
+        value = run.get(gpu_step_key(name, sizes))
+        if isinstance(value, dict):
+            run.set(f"throughput.burgess.{target}_bf16", dict(value, measured_as=gpu_step_key(name, sizes)))
+
+
+def _rate(value) -> float | None:
+    return value["images_per_second"] if isinstance(value, dict) and "images_per_second" in value else None
+
+
+def gpu_step_headline(run: Run, sizes: dict) -> dict:
+    """``gpu_step_over_plain``: the K = pack_k pack's aggregate images/s with device sampling and
+    the CUDA graph over one model's on the plain path (K = 1), the goal 10; beside it each other
+    path's ratio, the GPU step's MFU (against the datasheet's bf16 peak and against the measured
+    matmul rate) and its capture."""
+    k = sizes["pack_k"]
+    runs = {name: run.get(gpu_step_key(name, sizes)) for name in GPU_STEP_RUNS}
+    plain = _rate(runs["k1_plain"])
+    out = {"network": "burgess", "batch_size": sizes["batch"], "precision": "bf16", "pack_k": k,
+           "plain_images_per_second": plain if plain else runs["k1_plain"], "goal_gpu_step_over_plain": 10.0}
+    for name, label in (("kN_device_sampling_graph", "gpu_step_over_plain"),
+                        ("kN_default", "default_over_plain"),
+                        ("kN_device_sampling", "device_sampling_over_plain")):
+        rate = _rate(runs[name])
+        if rate and plain:
+            out[label] = rate / plain
+        elif isinstance(runs[name], str) or isinstance(runs["k1_plain"], str):  # not measured, and why
+            out[label] = runs[name] if isinstance(runs[name], str) else runs["k1_plain"]
+        else:
+            failed = gpu_step_key(name if plain else "k1_plain", sizes)
+            out[label] = {"error": f"{failed} failed (its error is under errors)"}
+    step = runs["kN_device_sampling_graph"]
+    if isinstance(step, dict):
+        out.update(gpu_step_images_per_second=step.get("images_per_second"), mfu=step.get("mfu"),
+                   mfu_of_measured_matmul=step.get("fraction_of_measured_matmul",
+                                                   "the matmul peak was not measured"),
+                   cuda_graph=step.get("cuda_graph", "no vmapped group"))
+    else:
+        out.update(mfu=step, mfu_of_measured_matmul=step, cuda_graph=step)
+    return out
+
+
+def member_tensors(pack: PackedTrainer) -> dict[str, dict[str, torch.Tensor]]:
+    """Every member's parameters and Adam moments, by kind, copied (``PackedTrainer.sync`` first)."""
+    pack.sync()
+    out: dict[str, dict[str, torch.Tensor]] = {"parameters": {}, "exp_avg": {}, "exp_avg_sq": {}}
+    for k, member in enumerate(pack.members):
+        for name, p in member.model.named_parameters():
+            out["parameters"][f"{k}.{name}"] = p.detach().clone()
+            state = member.optimizer.state.get(p, {})
+            for moment in ("exp_avg", "exp_avg_sq"):
+                value = state[moment] if moment in state else torch.zeros_like(p)
+                out[moment][f"{k}.{name}"] = value.clone()
+    return out
+
+
+def graph_against_eager(device, sizes, data: Data) -> dict | str:
+    """``check_steps`` steps of a K = check_k burgess pack in float32 (no TF32) with device sampling,
+    through the CUDA graph and eagerly, from the same state (the same seeds, and the graph's
+    ``WARM_UP`` eager steps taken by both first): every member's parameters and Adam moments must
+    agree. A tensor passes when the norm of its difference is within ``GRAPH_TOLERANCE`` of the norm
+    of its change over the steps (rounding and cuDNN's choice of algorithms differ; a replay that
+    read stale inputs or skipped the update differs by about the change itself)."""
+    return NOT_ON_CPU if device.type != "cuda" else compare_graph_and_eager(device, sizes, data)
+
+
+def difference_over_change(start: torch.Tensor, expected: torch.Tensor, got: torch.Tensor) -> float:
+    """norm(got - expected) / norm(expected - start): 0 when ``got`` is ``expected``, 1 when it
+    never moved from ``start`` (an update that did not happen)."""
+    change = (expected.double() - start.double()).norm().item()
+    difference = (got.double() - expected.double()).norm().item()
+    return difference / change if change > 0 else (0.0 if difference == 0 else math.inf)
+
+
+def compare_graph_and_eager(device, sizes, data: Data) -> dict:
+    """``graph_against_eager``'s comparison, on any device (on a CPU nothing is captured, so it
+    fails there: the test runs it with the captured step made eager)."""
+    from models.packed import _CapturedStep
+
+    configs = pack_configs(sizes["check_k"], batch_size=sizes["batch"], steps=RUN_LENGTH, bf16=False)
+    images = data.images(1)
+    steps, warm_up = sizes["check_steps"], _CapturedStep.WARM_UP
+    states, losses, outcomes = {}, {}, {}
+    for label, graph in (("eager", False), ("graph", True)):
+        settings = GPUSettings(tf32=False, device_sampling=True, cuda_graph=graph)
+        pack = PackedTrainer(configs, images, np.arange(len(images)), device=device, mode="vmap",
+                             settings=settings)
+        pack.advance(warm_up)
+        before = member_tensors(pack)
+        blocks = pack.advance(steps)
+        states[label] = (before, member_tensors(pack))
+        losses[label] = torch.stack([blocks[k].values for k in sorted(blocks)]).double().cpu()
+        outcomes[label] = pack.graph_outcomes()
+        del pack
+        release(device)
+    (start, eager), (_, graphed) = states["eager"], states["graph"]
+    worst: dict[str, dict] = {}
+    for kind in eager:
+        ratios = {name: difference_over_change(start[kind][name], expected, graphed[kind][name])
+                  for name, expected in eager[kind].items()}
+        name = max(ratios, key=ratios.get)
+        worst[kind] = {"tensor": name, "difference_over_change": ratios[name]}
+    gap = (losses["graph"] - losses["eager"]).abs() / losses["eager"].abs().clamp_min(1e-12)
+    captured = all(v == "captured" for v in outcomes["graph"].values()) and bool(outcomes["graph"])
+    passed = captured and all(w["difference_over_change"] <= GRAPH_TOLERANCE for w in worst.values())
+    return {"passed": passed, "members": sizes["check_k"], "steps_compared": steps,
+            "eager_steps_first": warm_up, "precision": "fp32 (TF32 off)", "tolerance": GRAPH_TOLERANCE,
+            "tolerance_means": "per tensor: norm(graph - eager) / norm(eager's change over the compared "
+                               "steps)",
+            "worst": worst, "loss_largest_relative_difference": gap.max().item(),
+            "cuda_graph": outcomes["graph"]}
+
+
+def no_host_sync(device, sizes, data: Data) -> dict | str:
+    """``sync_steps`` steps of a K = check_k burgess pack in bf16 with device sampling and the CUDA
+    graph (after its warm-up and capture) under ``torch.cuda.set_sync_debug_mode("error")``: any
+    operation that makes the host wait on the GPU raises, and where it happened is recorded."""
+    if device.type != "cuda":
+        return NOT_ON_CPU
+    from models.packed import _CapturedStep
+
+    configs = pack_configs(sizes["check_k"], batch_size=sizes["batch"], steps=RUN_LENGTH)
+    images = data.images(1)
+    pack = PackedTrainer(configs, images, np.arange(len(images)), device=device, mode="vmap",
+                         settings=GPUSettings(device_sampling=True, cuda_graph=True))
+    pack.advance(_CapturedStep.WARM_UP + 1)
+    torch.cuda.synchronize(device)
+    out = {"steps": sizes["sync_steps"], "how": 'torch.cuda.set_sync_debug_mode("error") around advance'}
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pack.advance(sizes["sync_steps"])
+    except RuntimeError as error:
+        frames = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}"
+                  for f in traceback.extract_tb(error.__traceback__)][-4:]
+        out.update(passed=False, synchronised=str(error).strip().splitlines()[0], where=frames)
+    else:
+        out["passed"] = True
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    out["cuda_graph"] = pack.graph_outcomes()
+    return out
 
 
 def step_throughput(run: Run, device, sizes, peak, matmul, data: Data) -> None:
@@ -492,9 +724,11 @@ def step_throughput(run: Run, device, sizes, peak, matmul, data: Data) -> None:
 
 
 def measure_throughput(run: Run, device, sizes, name, network, k, precision, data, peak, matmul) -> None:
-    result = run.measure(f"throughput.{name}.k{k}_{precision}",
-                         lambda: throughput(device, sizes, network, k, precision, data, peak, matmul),
-                         need=run.need("throughput"))
+    key = f"throughput.{name}.k{k}_{precision}"
+    result = run.get(key)  # the GPU step's runs measured burgess at K = 1 and K = pack_k in bf16 already
+    if not isinstance(result, dict):
+        result = run.measure(key, lambda: throughput(device, sizes, network, k, precision, data, peak,
+                                                     matmul), need=run.need("throughput"))
     one = run.get(f"throughput.{name}.k1_{precision}")
     if k > 1 and isinstance(result, dict) and "images_per_second" in result and isinstance(one, dict) \
             and "images_per_second" in one:
@@ -901,18 +1135,22 @@ def switch_names() -> list[str]:
 
 def step_switches(run: Run, device, sizes, mode: str, data: Data, peak) -> None:
     """K = pack_k burgess in bf16 (float32 for ``tf32``) with each switch on and off, the others
-    at their defaults; then the step built for the GPU (``device_sampling`` and ``cuda_graph`` on
-    together). A wanted switch this checkout lacks is recorded as not available; on a CPU a switch
-    that only acts on CUDA is recorded as "not measured: needs CUDA"."""
+    at their defaults, after the step built for the GPU (``device_sampling`` and ``cuda_graph`` on
+    together). ``cuda_graph`` is measured with ``device_sampling`` on, off and on (it needs it:
+    ``SWITCH_NEEDS``); ``fused_adam`` at K = 1, the plain path, the only one it acts on
+    (``PLAIN_PATH_ONLY``; a pack's Adam ignores it). A wanted switch this checkout lacks is recorded
+    as not available; on a CPU a switch that only acts on CUDA is recorded as "not measured: needs
+    CUDA"."""
     present = switch_names()
     k = sizes["pack_k"]
     for name in WANTED_SWITCHES:
         if name not in present:
             run.set(f"switches.{name}", NOT_AVAILABLE)
 
-    def measure(key: str, settings: dict, precision: str = "bf16", need: str = "switch"):
-        return run.measure(key, lambda: throughput(device, sizes, NETWORKS["burgess"], k, precision, data,
-                                                   peak, None, GPUSettings(**settings)), need=run.need(need))
+    def measure(key: str, settings: dict, precision: str = "bf16", need: str = "switch", members: int = k):
+        return run.measure(key, lambda: throughput(device, sizes, NETWORKS["burgess"], members, precision,
+                                                   data, peak, None, GPUSettings(**settings)),
+                           need=run.need(need))
 
     combined = [n for n in GPU_STEP_SWITCHES if n in present]
     key = "switches.gpu_step"
@@ -930,8 +1168,16 @@ def step_switches(run: Run, device, sizes, mode: str, data: Data, peak) -> None:
             elif name == "compile" and state == "on" and mode == "cpu-smoke":
                 run.set(key, SMOKE_COMPILE)
             else:
-                measure(key, {name: state == "on"}, "tf32" if name == "tf32" else "bf16",
-                        "compile" if name == "compile" and state == "on" else "switch")
+                # a switch that needs another on is measured with it on in both (SWITCH_NEEDS), one
+                # that a pack ignores on the plain path it acts on (PLAIN_PATH_ONLY)
+                measure(key, {**SWITCH_NEEDS.get(name, {}), name: state == "on"},
+                        "tf32" if name == "tf32" else "bf16",
+                        "compile" if name == "compile" and state == "on" else "switch",
+                        1 if name in PLAIN_PATH_ONLY else k)
+        if name in SWITCH_NEEDS:
+            run.set(f"switches.{name}.with", SWITCH_NEEDS[name])
+        if name in PLAIN_PATH_ONLY:
+            run.set(f"switches.{name}.measured_on", PLAIN_PATH_ONLY[name])
         on, off = run.get(f"switches.{name}.on"), run.get(f"switches.{name}.off")
         if all(isinstance(v, dict) and "images_per_second" in v for v in (on, off)):
             run.set(f"switches.{name}.on_over_off", on["images_per_second"] / off["images_per_second"])
@@ -976,10 +1222,13 @@ def expected_keys(part: int, sizes: dict) -> list[str]:
     check_gpu_figures.py requires, and what the watchdog marks as not run."""
     if part == 1:
         keys = [f"matmul.{p}" for p in ("bf16", "tf32")]
+        keys += [gpu_step_key(name, sizes) for name in GPU_STEP_RUNS]
+        keys += ["headline.gpu_step_over_plain", "headline.cuda_graph", "checks.graph_against_eager",
+                 "checks.no_host_sync"]
         keys += [f"throughput.{name}.k{k}_{p}"
                  for name in NETWORKS for p in sizes["precisions"] for k in sizes["ks"]]
         keys += [f"throughput.{name}.k{k}_bf16" for name in EXTRA_NETWORKS for k in (1, sizes["pack_k"])]
-        return keys + ["throughput.burgess.k1_fp32", "projection.montero2021", "headline"]
+        return keys + ["throughput.burgess.k1_fp32", "projection.montero2021"]
     if part == 2:
         keys = []
         for name in NETWORKS:
@@ -1065,7 +1314,7 @@ def main(argv=None) -> int:
     with run.lock:
         run.stopping = True  # a SIGTERM from here on leaves the record alone
         figures["missing"] = missing
-        figures["imported_ray_or_optuna"] = ray_or_optuna_imported()
+        figures["imported_missing_packages"] = missing_packages_imported()
         figures["imported_packages"] = imported_packages()
         figures["seconds"]["total"] = time.time() - began
         run.write()
@@ -1082,18 +1331,12 @@ def measure_part(run: Run, part: int, device, mode: str, sizes: dict, peak) -> N
     if part == 1:
         matmul = step_matmul(run, device)
         data = Data(sizes["images"])
+        step_gpu_step(run, device, sizes, peak, matmul, data)
         step_throughput(run, device, sizes, peak, matmul, data)
         networks = {**NETWORKS, **EXTRA_NETWORKS}
         run.measure("projection.montero2021",
                     lambda: project("montero2021", measured_rates(run, "throughput", networks)),
                     need=run.need("projection"))
-        k1 = run.get("throughput.burgess.k1_bf16")
-        pack = run.get(f"throughput.burgess.k{sizes['pack_k']}_bf16")
-        run.set("headline", {
-            "plain_bf16_images_per_second": k1.get("images_per_second") if isinstance(k1, dict) else k1,
-            f"packed_k{sizes['pack_k']}_bf16_over_plain":
-                pack.get("over_k1_same_precision") if isinstance(pack, dict) else pack,
-            "goal_k32_over_plain": 10.0})
     elif part == 2:
         data = Data(sizes["images"])
         step_memory(run, device, sizes, data)

@@ -127,24 +127,27 @@ def _sleep_cycles_per_second(device: torch.device) -> float:
     return cycles / (start.elapsed_time(end) / 1e3)
 
 
-def host_and_gpu_per_step(advance, device: torch.device, repeats: int) -> dict:
-    """The host's time to dispatch one step (``time.perf_counter`` around ``advance(1)``, which
-    does not wait for the GPU) against the GPU's time to run it (CUDA events around it), median of
-    ``repeats`` steps. On a GPU each step is queued behind a ``torch.cuda._sleep`` longer than its
-    dispatch, so its kernels run back to back and the events time the GPU's work, not the gaps the
-    host leaves (``gpu_may_have_idled`` says when a dispatch outlasted the sleep). A host time near
-    or above the GPU time means the step is bound by Python dispatch and kernel launches."""
+def host_and_gpu_per_step(advance, device: torch.device, repeats: int, steps: int = 10) -> dict:
+    """The host's time to dispatch a step against the GPU's time to run it, from ``advance(steps)``
+    (a report interval's worth of steps, as training takes them: one row draw and one upload for
+    all of them, not one per step): ``time.perf_counter`` around the call, which does not wait for
+    the GPU, and CUDA events around it, each divided by ``steps``; the median of ``repeats`` calls.
+    On a GPU each call is queued behind a ``torch.cuda._sleep`` longer than its dispatch, so its
+    kernels run back to back and the events time the GPU's work, not the gaps the host leaves
+    (``gpu_may_have_idled`` says when a dispatch outlasted the sleep, as it does when the host is
+    the bottleneck or when the launch queue filled and the host waited on it). A host time near or
+    above the GPU time means the step is bound by Python dispatch and kernel launches."""
     host, gpu, idled = [], [], False
     if device.type != "cuda":
         for _ in range(repeats):
             started = time.perf_counter()
-            advance(1)
-            host.append(time.perf_counter() - started)
+            advance(steps)
+            host.append((time.perf_counter() - started) / steps)
         return {"host_enqueue_ms_per_step": 1e3 * statistics.median(host),
-                "gpu_ms_per_step": NOT_ON_CPU, "steps_timed_one_by_one": repeats}
+                "gpu_ms_per_step": NOT_ON_CPU, "timed_calls": repeats, "steps_per_timed_call": steps}
     sleep_rate = _sleep_cycles_per_second(device) if hasattr(torch.cuda, "_sleep") else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    longest = 0.02
+    longest = 0.02 * steps
     for _ in range(repeats):
         synchronise(device)
         sleep = 2 * longest + 0.005
@@ -152,17 +155,17 @@ def host_and_gpu_per_step(advance, device: torch.device, repeats: int) -> dict:
             torch.cuda._sleep(int(sleep * sleep_rate))
         start.record()
         started = time.perf_counter()
-        advance(1)
+        advance(steps)
         seconds = time.perf_counter() - started
         end.record()
         end.synchronize()
-        host.append(seconds)
-        gpu.append(start.elapsed_time(end) / 1e3)
+        host.append(seconds / steps)
+        gpu.append(start.elapsed_time(end) / 1e3 / steps)
         idled |= not sleep_rate or seconds > sleep
         longest = max(longest, seconds)
     out = {"host_enqueue_ms_per_step": 1e3 * statistics.median(host),
-           "gpu_ms_per_step": 1e3 * statistics.median(gpu), "steps_timed_one_by_one": repeats,
-           "gpu_may_have_idled": idled}
+           "gpu_ms_per_step": 1e3 * statistics.median(gpu), "timed_calls": repeats,
+           "steps_per_timed_call": steps, "gpu_may_have_idled": idled}
     out["host_over_gpu"] = out["host_enqueue_ms_per_step"] / out["gpu_ms_per_step"]
     return out
 
@@ -179,9 +182,10 @@ def make_trainer(config: ModelConfig, images: np.ndarray, device: torch.device, 
 
 def measure_plain(config: ModelConfig, images: np.ndarray, device: torch.device, steps: int, rounds: int = 3,
                   warmup: int = 5, settings: GPUSettings | None = None, timing_repeats: int = 0,
-                  classes: np.ndarray | None = None, space=None) -> dict:
+                  classes: np.ndarray | None = None, space=None, timing_steps: int = 10) -> dict:
     """Images per second of one model on the plain path (median over rounds), its peak memory,
-    and with ``timing_repeats`` its host and GPU time per step (``host_and_gpu_per_step``)."""
+    and with ``timing_repeats`` its host and GPU time per step (``host_and_gpu_per_step``, from
+    ``advance(timing_steps)``)."""
     baseline = release(device)
     trainer = make_trainer(config, images, device, settings, classes, space)
     seconds = _timed(trainer.advance, device, steps, rounds, warmup)
@@ -191,7 +195,7 @@ def measure_plain(config: ModelConfig, images: np.ndarray, device: torch.device,
            "rounds_images_per_second": per_round, "bf16": trainer.bf16, "steps_timed": steps,
            **memory_since(device, baseline)}
     if timing_repeats:
-        out.update(host_and_gpu_per_step(trainer.advance, device, timing_repeats))
+        out.update(host_and_gpu_per_step(trainer.advance, device, timing_repeats, timing_steps))
     del trainer
     release(device)
     return out
@@ -200,10 +204,13 @@ def measure_plain(config: ModelConfig, images: np.ndarray, device: torch.device,
 def measure_pack(configs: list[ModelConfig], images: np.ndarray, device: torch.device, steps: int,
                  rounds: int = 3, warmup: int = 5, mode: str = "vmap",
                  settings: GPUSettings | None = None, timing_repeats: int = 0,
-                 classes: np.ndarray | None = None, space=None, loop_member_steps: int | None = None) -> dict:
+                 classes: np.ndarray | None = None, space=None, loop_member_steps: int | None = None,
+                 timing_steps: int = 10) -> dict:
     """Aggregate images per second of a pack (median over rounds), its peak memory against the
     sizing estimate, the vmapped groups it ran as (after any halving for memory; none: the members
-    looped), and with ``timing_repeats`` its host and GPU time per step. A pack whose members loop
+    looped), with ``GPUSettings.cuda_graph`` each group's capture (``cuda_graph``: "captured" or
+    "fell back: <why>"), and with ``timing_repeats`` its host and GPU time per step (from
+    ``advance(timing_steps)``). A pack whose members loop
     (a task or objective that ``PackedTrainer`` does not vmap) takes K plain steps a step: with
     ``loop_member_steps``, its steps and warm-up are cut so a round takes about that many."""
     baseline = release(device)
@@ -221,7 +228,9 @@ def measure_pack(configs: list[ModelConfig], images: np.ndarray, device: torch.d
            "vmapped_group_sizes": groups, "halvings": pack.halvings,
            "steps_timed": steps, **memory_since(device, baseline)}
     if timing_repeats:
-        out.update(host_and_gpu_per_step(pack.advance, device, timing_repeats))
+        out.update(host_and_gpu_per_step(pack.advance, device, timing_repeats, timing_steps))
+    if outcomes := pack.graph_outcomes():
+        out["cuda_graph"] = outcomes
     del pack
     release(device)
     if device.type == "cuda":

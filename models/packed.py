@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -79,7 +80,8 @@ from models.objectives import Schedule
 from models.registry import build_objective, objective_class
 from models.tasks import build_trainer
 
-__all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "max_pack_size", "member_memory_bytes",
+__all__ = ["PackedTrainer", "SCALAR_FIELDS", "free_memory_bytes", "loops_in_a_pack", "max_pack_size",
+           "member_memory_bytes",
            "pack_memory_bytes", "resident_images", "step_memory", "vmap_group_key", "vmap_groups"]
 
 # Fields that may differ between the members of one vmapped group: scalars that change no shape and
@@ -223,17 +225,44 @@ def _count_step(config: ModelConfig, device: str, vmapped: bool) -> StepMemory:
                       inputs=inputs)
 
 
-def member_memory_bytes(config: ModelConfig) -> int:
-    """An estimate of one member's peak training memory in float32 (bf16 autocast saves less):
-    ``KEPT_PARAMETER_COPIES`` copies of its parameters, plus the larger of the update's
-    ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the forward saved
-    for it, all the gradients, two activation-sized gradients in flight), plus its inputs and
-    ``SMALL_TENSOR_BYTES`` (``step_memory``). Checked against a real step's peak on CPU for every
-    architecture (tests/models/test_pack_memory_estimate.py)."""
+# Copies of a looped member's parameters (a pack whose members step one after another: a task
+# other than the VAE's, or an objective that cannot vmap) that it keeps between its steps: its
+# parameters, its Adam's two moments, and its gradients (freed at its next step's zero_grad).
+LOOPED_PARAMETER_COPIES = 4
+# ... and the one step that runs at a time, counted twice: a looped member's step holds more than
+# ``_step_bytes`` counts of it (the forward's temporaries beside what it saves): a one-member pack of
+# CascadeVAE burgess at batch 32 peaked at 1.33x it on CPU (tests/models/test_pack_memory_estimate.py)
+LOOPED_STEP_COPIES = 2
+
+
+def loops_in_a_pack(config: ModelConfig) -> bool:
+    """Whether ``config``'s members step one after another in a pack (``PackedTrainer`` vmaps the
+    VAE task's vmappable objectives only)."""
+    return config.task != "vae" or not getattr(objective_class(config.objective), "vmappable", True)
+
+
+def _step_bytes(config: ModelConfig) -> int:
+    """What one member's step holds while it runs, besides the parameter copies kept: the larger of
+    the update's ``UPDATE_PARAMETER_COPIES`` copies and the backward pass's peak (everything the
+    forward saved for it, all the gradients, two activation-sized gradients in flight), plus its
+    inputs and ``SMALL_TENSOR_BYTES``."""
     step = step_memory(config)
     backward = step.saved + step.parameters + 2 * step.largest
-    return (KEPT_PARAMETER_COPIES * step.parameters + max(backward, UPDATE_PARAMETER_COPIES * step.parameters)
-            + step.inputs + SMALL_TENSOR_BYTES)
+    return max(backward, UPDATE_PARAMETER_COPIES * step.parameters) + step.inputs + SMALL_TENSOR_BYTES
+
+
+def member_memory_bytes(config: ModelConfig) -> int:
+    """An estimate of what one more member of ``config`` adds to a pack's peak training memory in
+    float32 (bf16 autocast saves less). A vmapped member: ``KEPT_PARAMETER_COPIES`` copies of its
+    parameters plus its share of the step (``_step_bytes``: every member's step runs at once). A
+    looped member (``loops_in_a_pack``): ``LOOPED_PARAMETER_COPIES`` copies, the step being one
+    member's at a time (``pack_memory_bytes`` counts it once per pack, ``LOOPED_STEP_COPIES``
+    times). Checked against a real pack's peak on CPU for every architecture
+    (tests/models/test_pack_memory_estimate.py)."""
+    step = step_memory(config)
+    if loops_in_a_pack(config):
+        return LOOPED_PARAMETER_COPIES * step.parameters
+    return KEPT_PARAMETER_COPIES * step.parameters + _step_bytes(config)
 
 
 def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
@@ -244,10 +273,12 @@ def dataset_bytes(n_images: int, channels: int, image_size: int) -> int:
 def pack_memory_bytes(config: ModelConfig, members: int, device: str | torch.device = "cuda",
                       dataset: int = 0, budget_bytes: int | None = None) -> int:
     """An estimate of the memory a process training ``members`` models of ``config``'s shape needs
-    on ``device``: the members, plus on a GPU the process's own (``CUDA_PROCESS_BYTES``) and the
-    ``dataset`` bytes when it is uploaded (when it fits in half of ``budget_bytes``, the
-    process's share; always when None)."""
+    on ``device``: the members (and a looped pack's one step at a time), plus on a GPU the
+    process's own (``CUDA_PROCESS_BYTES``) and the ``dataset`` bytes when it is uploaded (when it
+    fits in half of ``budget_bytes``, the process's share; always when None)."""
     need = members * member_memory_bytes(config)
+    if members and loops_in_a_pack(config):  # one member's step at a time
+        need += LOOPED_STEP_COPIES * _step_bytes(config)
     if select_device(device).type == "cuda":
         resident = budget_bytes is None or fits_resident(dataset, budget_bytes)
         need += CUDA_PROCESS_BYTES + (dataset if resident else 0)
@@ -258,11 +289,13 @@ def max_pack_size(config: ModelConfig, device: str | torch.device | None = None,
                   free_bytes: int | None = None, headroom: float = 0.8, dataset: int = 0) -> int:
     """The largest number of members of ``config``'s shape that fit in ``headroom`` of the memory
     a process has on ``device`` (``free_bytes``, by default the device's free memory), at least 1.
-    On a GPU the process's own memory and the uploaded ``dataset`` (bytes) come off first."""
+    On a GPU the process's own memory and the uploaded ``dataset`` (bytes) come off first, and a
+    looped pack's one step at a time."""
     device = select_device(device)
     free_bytes = free_memory_bytes(device) if free_bytes is None else free_bytes
-    fixed = pack_memory_bytes(config, 0, device, dataset, free_bytes)
-    return max(1, int((headroom * free_bytes - fixed) // member_memory_bytes(config)))
+    each = member_memory_bytes(config)
+    fixed = pack_memory_bytes(config, 1, device, dataset, free_bytes) - each
+    return max(1, int((headroom * free_bytes - fixed) // each))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -433,14 +466,67 @@ class _DeviceSampler:
         return x_in
 
 
+def first_exception(error: BaseException) -> BaseException:
+    """The first exception of ``error``'s chain: the one its ``__cause__`` / ``__context__`` links
+    lead back to. A failed CUDA-graph capture raises at ``capture_end`` a generic error ("operation
+    failed due to a previous error during capture") whose context is the real one."""
+    seen = {id(error)}
+    while (earlier := error.__cause__ or error.__context__) is not None and id(earlier) not in seen:
+        seen.add(id(earlier))
+        error = earlier
+    return error
+
+
+def capture_graph(function, device: torch.device):
+    """``function()`` captured as a CUDA graph on a side stream of ``device``: (the graph, its
+    outputs, static tensors the replays overwrite). What ``torch.cuda.graph`` does, except that
+    the capture stream is left whatever happens (``torch.cuda.graph`` does not leave it when
+    ``capture_end`` raises, so everything after would run on it) and the device is synchronised
+    after a failure, before anything runs eagerly."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.Stream(device)
+    try:
+        with torch.cuda.stream(stream):
+            graph.capture_begin()
+            try:
+                outputs = {name: value.detach() for name, value in function().items()}
+            finally:
+                graph.capture_end()  # raising here, it keeps the body's error as its __context__
+    except BaseException:
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize(device)
+        # a capture_end that raised never ended the allocator's routing of the capture stream's
+        # allocations into the graph's pool (a later stream of PyTorch's pool may be that stream)
+        end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        if end_pool is not None:
+            with contextlib.suppress(Exception):
+                end_pool(device.index if device.index is not None else torch.cuda.current_device(),
+                         graph.pool())
+        raise
+    return graph, outputs
+
+
+def _one_line(error: BaseException, most: int = 300) -> str:
+    text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 class _CapturedStep:
     """A vmapped group's ``step_on`` over static buffers (``GPUSettings.cuda_graph``): each step's
     inputs are copied into the same tensors, the step number and Adam's count into device tensors,
     so the step reads no host number and can be captured once in a CUDA graph and replayed. Its
     first ``WARM_UP`` steps run eagerly on a side stream (cuDNN's autotuning, the allocator's
     pools, ``torch.compile``'s compilation), as PyTorch's CUDA-graph guide asks; the next is
-    captured and replayed, and so is every later one. The loss terms are copied out of the
-    graph's static outputs. ``run`` is the same step, eager, on any device: what is captured."""
+    captured (``capture_graph``) and replayed, and so is every later one. The loss terms are
+    copied out of the graph's static outputs. ``run`` is the same step, eager, on any device:
+    what is captured.
+
+    A capture that fails does not fail the run: the step it was capturing, and every later one,
+    runs eagerly (``run``, on the buffers: the same step, no kernel of the failed capture having
+    run), and ``outcome`` says so: "captured", or "fell back: <the first exception of the
+    chain>" (``first_exception``; ``error`` keeps the whole chain), also printed to stderr, which
+    is a Ray trial's log."""
 
     WARM_UP = 3
 
@@ -455,6 +541,8 @@ class _CapturedStep:
         self.steps_taken = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: dict[str, torch.Tensor] | None = None
+        self.outcome: str | None = None  # None until the capture is tried
+        self.error: BaseException | None = None  # a failed capture's error (its whole chain)
 
     def load(self, x, x_in, noise: dict, schedule: torch.Tensor, step: int) -> None:
         """Copy one step's inputs into the buffers (device copies; ``fill_`` of host numbers)."""
@@ -472,23 +560,45 @@ class _CapturedStep:
         return self.group.step_on(self.x, self.x_in, self.noise, self.schedule, self.step_number, self.count)
 
     def step(self) -> dict[str, torch.Tensor]:
-        """The step on the buffers: warm-up, capture or replay (CUDA only)."""
-        current = torch.cuda.current_stream(self.device)
+        """The step on the buffers: warm-up, capture (or its eager fallback) or replay."""
         if self.steps_taken < self.WARM_UP:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(current)
-            with torch.cuda.stream(side):
-                terms = self.run()
-            current.wait_stream(side)
-        else:
-            if self.graph is None:
-                self.graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(self.graph):
-                    self.outputs = {name: value.detach() for name, value in self.run().items()}
+            terms = self._warm_up_step()
+        elif self.outcome is None:
+            terms = self._capture()
+        elif self.graph is not None:
             self.graph.replay()
             terms = {name: value.clone() for name, value in self.outputs.items()}
+        else:
+            terms = self.run()
         self.steps_taken += 1
         return terms
+
+    def _warm_up_step(self) -> dict[str, torch.Tensor]:
+        if self.device.type != "cuda":
+            return self.run()
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            terms = self.run()
+        current.wait_stream(side)
+        return terms
+
+    def _capture(self) -> dict[str, torch.Tensor]:
+        """Capture the step and replay it once, or, if the capture fails, take it eagerly."""
+        try:
+            self.graph, self.outputs = capture_graph(self.run, self.device)
+        except Exception as error:  # noqa: BLE001 - any failure of the capture: go on eagerly
+            self.graph, self.outputs, self.error = None, None, error
+            self.outcome = f"fell back: {_one_line(first_exception(error))}"
+            print(f"models.packed: a pack of {len(self.group.members)}: the CUDA graph's capture failed; "
+                  f"its steps run eagerly ({self.outcome})", file=sys.stderr, flush=True)
+            return self.run()
+        self.outcome = "captured"
+        print(f"models.packed: a pack of {len(self.group.members)}: CUDA graph captured; its steps are "
+              "replayed", file=sys.stderr, flush=True)
+        self.graph.replay()
+        return {name: value.clone() for name, value in self.outputs.items()}
 
 
 class _VmapGroup:
@@ -857,6 +967,18 @@ class PackedTrainer:
             if k in part and part.index(k) not in stack.frozen:
                 stack.write_member(part.index(k), optimiser_too=False)
         return self.members[k].model
+
+    def graph_outcomes(self) -> dict[str, str]:
+        """Each vmapped group whose step is wanted as a CUDA graph (``GPUSettings.cuda_graph``),
+        by its members ("members 0-31"): "captured", "fell back: <the first exception of the failed
+        capture's chain>", or "not captured yet" (its warm-up steps)."""
+        out = {}
+        for part, stack in self._stacks.items():
+            if stack.graph_wanted:
+                captured = stack.captured
+                out[f"members {part[0]}-{part[-1]}"] = (captured.outcome if captured is not None
+                                                        and captured.outcome else "not captured yet")
+        return out
 
     def sync(self) -> None:
         """Write stacked state back into the members' models and optimisers (vmap mode)."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from analysis import storage
 from sweeps.costs import training_steps, trials_cost
 from sweeps.options import Sweep, SweepOptions
-from sweeps.packing import make_packs, pack_size_and_reason
+from sweeps.packing import ASSUMED_GPU_BYTES, make_packs, pack_size_and_reason
 from sweeps.trials import TrialConfig
 
 # How a pack is named in the listing: the model settings its members share (sweeps.packing.shared_key)
@@ -36,9 +36,27 @@ def _pack_size(options: SweepOptions, trials: Sequence[TrialConfig]) -> tuple[in
         size, reason = pack_size_and_reason(requested, trials, 0, None)
         return size, reason + ("; planned for CPU trials: on a cluster with GPUs the size is decided "
                                "when Ray starts (pass --gpus-per-trial to plan it)")
-    # without Ray, a GPU of sweeps.packing.ASSUMED_GPU_BYTES is assumed (a run measures the one it
-    # gets); a --pack-size that does not fit it is refused, as a run refuses it before any trial runs
-    return pack_size_and_reason(requested, trials, gpus, None)
+    # without Ray, a GPU of --gpu-memory GiB, else of sweeps.packing.ASSUMED_GPU_BYTES, is assumed (a
+    # run measures the one it gets); a --pack-size that does not fit it is refused, as a run refuses
+    # it before any trial runs
+    return pack_size_and_reason(requested, trials, gpus, card_bytes(options))
+
+
+def card_bytes(options: SweepOptions) -> int | None:
+    """The GPU memory the plan assumes a trial's GPU has: ``--gpu-memory`` GiB, else None
+    (``sweeps.packing.ASSUMED_GPU_BYTES``)."""
+    return None if options.gpu_memory is None else int(options.gpu_memory * 2**30)
+
+
+def card_line(options: SweepOptions) -> str | None:
+    """The plan's line naming the GPU it assumed (None for CPU trials)."""
+    if not options.gpus_per_trial:
+        return None
+    if options.gpu_memory is not None:
+        return (f"  GPU:         a card of {options.gpu_memory:g} GiB, as --gpu-memory says (a run measures "
+                "the one it gets)")
+    return (f"  GPU:         a card of {ASSUMED_GPU_BYTES / 2**30:g} GiB assumed (cluster.yaml's A10G); "
+            "--gpu-memory GIB plans for the cluster's card")
 
 
 def _varying(pack: Sequence[TrialConfig]) -> str:
@@ -122,6 +140,8 @@ def plan_text(sweep: Sweep) -> str:
                      "trial has trained (the GPU goes to the next trial)")
     else:
         lines.append("  evaluation:  in the trial, after training")
+    if card := card_line(options):
+        lines.append(card)
     lines.append(f"  pack size:   {size} ({reason})")
     cost = trials_cost(trials)
     lines.append(f"  cost:        {cost['images']:,} training images; {_hours(cost['gpu_hours'])} GPU-hours "

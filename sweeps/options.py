@@ -85,6 +85,12 @@ def _pack_size(flag: str, value) -> str | None:
     return None
 
 
+def _gpu_memory(flag: str, value: float) -> str | None:
+    if math.isfinite(value) and value > 0:
+        return None
+    return f"{flag} must be a finite number of GiB > 0 (e.g. 80 for an H100); got {value}"
+
+
 def _folder_name(flag: str, name: str) -> str | None:
     if name and name not in (".", "..") and "/" not in name and "\\" not in name and not os.path.isabs(name):
         return None
@@ -248,6 +254,10 @@ class SweepOptions:
         "project (ENTITY/PROJECT for a team's), grouped by the experiment's name; W&B's own settings apply "
         "(wandb login or WANDB_API_KEY; WANDB_MODE=offline: no network). Needs pip install -e '.[wandb]'",
         Check("[ENTITY/]PROJECT", _wandb_project), metavar="PROJECT")
+    gpu_memory: float | None = option(None, "with --dry-run and --gpus-per-trial: plan the packs for GPUs "
+        "of this many GiB, the cluster's card (80 for an H100 or A100 80 GB; cluster.yaml's A10G: 24), "
+        "instead of the 24 GiB card assumed; the plan prints which it assumed. A run measures the GPU "
+        "it gets", Check("finite, > 0; with --dry-run", _gpu_memory), metavar="GIB", run_as=None)
     pack_size: int | str = option("auto", "train up to N models that share data, split and shape in one "
         "trial (models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as fit in the GPU "
         "share's memory, up to 64. Each model still gets its own row, TensorBoard folder and metrics",
@@ -260,6 +270,9 @@ class SweepOptions:
         from sweeps.packing import check_pack_size
 
         check_pack_size(self.pack_size, self.search, self.scheduler)
+        if self.gpu_memory is not None and not self.dry_run:
+            raise UsageError("--gpu-memory plans a --dry-run for a card the planner cannot see; a run "
+                             "measures the GPU it gets (drop --gpu-memory, or add --dry-run)")
         if self.address is None:  # the one place --address / address=None becomes $RAY_ADDRESS
             object.__setattr__(self, "address", os.environ.get("RAY_ADDRESS"))
 

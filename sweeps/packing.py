@@ -214,10 +214,10 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
         max_pack_size,
         member_memory_bytes,
         pack_memory_bytes,
+        vmap_group_key,
     )
 
     size = check_pack_size(requested)
-    model = max((trial.model for trial in trials), key=member_memory_bytes)
     if gpus_per_trial > 0:
         device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
         where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.1f} GiB free"
@@ -228,7 +228,10 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
 
         device_bytes, where = free_memory_bytes(torch.device("cpu")), "host memory"
         device, data = "cpu", 0
-    fits = max_pack_size(model, device, free_bytes=device_bytes, dataset=data)
+    # the shape of which the fewest fit (a looped pack's members need less than vmapped ones)
+    shapes = {vmap_group_key(trial.model): trial.model for trial in trials}
+    fits, model = min((max_pack_size(m, device, free_bytes=device_bytes, dataset=data), index, m)
+                      for index, m in enumerate(shapes.values()))[::2]
     shape = f"{model.architecture}/{model.objective} at batch {model.batch_size}"
     if size == AUTO:
         if gpus_per_trial == 0:

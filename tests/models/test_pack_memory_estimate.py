@@ -5,7 +5,8 @@ saves for the backward pass. These tests measure independently of that code: a r
 members is built and trained for two steps on the CPU under ``torch.profiler`` with
 ``profile_memory=True``, whose allocation events (every allocation and free of the CPU allocator)
 give the peak of live bytes, from building the members to writing their state back. The estimate
-must cover that peak for every architecture, and not by more than 3×.
+must cover that peak for every architecture, and not by more than 3×. A looped pack (an
+objective that cannot vmap, a task other than the VAE's) grows by its members' kept copies only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from models import ModelConfig
 from models.architectures import ARCHITECTURES
-from models.packed import PackedTrainer, member_memory_bytes, pack_memory_bytes
+from models.packed import (
+    LOOPED_PARAMETER_COPIES,
+    PackedTrainer,
+    loops_in_a_pack,
+    member_memory_bytes,
+    pack_memory_bytes,
+    step_memory,
+)
 from models.registry import build_objective
 from models.vae import VAE
 
@@ -82,6 +90,35 @@ def test_the_estimate_covers_objectives_with_their_own_parameters_pairs_or_no_vm
     peak = measured_peak("burgess", 32, objective)
     estimate = pack_memory_bytes(config("burgess", 32, objective=objective), MEMBERS, "cpu")
     assert peak <= estimate <= 3 * peak
+
+
+@functools.cache
+def looped_peak(members: int) -> int:
+    """Peak bytes of a looped pack (CascadeVAE cannot vmap) of ``members`` members on CPU."""
+    rng = np.random.default_rng(0)
+    images = ((rng.random((N_IMAGES, 1, 64, 64)) > 0.7) * 255).astype(np.uint8)
+    configs = [config("burgess", 32, seed, objective="cascade_vae") for seed in range(members)]
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        pack = PackedTrainer(configs, images, np.arange(N_IMAGES), device="cpu", mode="vmap")
+        pack.advance(2)
+        pack.sync()
+    return peak_of(prof)
+
+
+@pytest.mark.slow
+def test_a_looped_member_adds_its_kept_copies_only():
+    """Members that step one after another hold their parameters, Adam's moments and gradients
+    each (``LOOPED_PARAMETER_COPIES``), and one step at a time: the measured peak grows by that
+    per member, not by a vmapped member's copies and step."""
+    looped = config("burgess", 32, objective="cascade_vae")
+    assert loops_in_a_pack(looped) and not loops_in_a_pack(config("burgess", 32))
+    measured_slope = (looped_peak(4) - looped_peak(2)) / 2
+    assert member_memory_bytes(looped) == LOOPED_PARAMETER_COPIES * step_memory(looped).parameters
+    assert measured_slope == pytest.approx(member_memory_bytes(looped), rel=0.1)
+    for members in (1, 2, 4):
+        estimate = pack_memory_bytes(looped, members, "cpu")
+        assert looped_peak(members) <= estimate <= 3 * looped_peak(members)
 
 
 def old_member_memory_bytes(config: ModelConfig) -> int:

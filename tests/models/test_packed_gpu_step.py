@@ -6,6 +6,9 @@
 - ``cuda_graph``: the step over static buffers (``_CapturedStep``) is the vmapped step (run
   eagerly here; captured and replayed on a GPU, ``gpu``-marked below); on a CPU the switch changes
   nothing.
+- A capture that fails (a stand-in raises inside it) falls back to eager steps, says why (the
+  first exception of the chain), and the steps after it are the eager steps; the capture leaves
+  its stream even when ``capture_end`` raises.
 - ``compile``: the vmapped loss is what ``torch.compile`` wraps.
 - The Adam moments handed from the stack to a member's own optimiser (and those read from a
   checkpoint) are laid out like their parameters: strides, dtype, device, and the step count where
@@ -13,6 +16,8 @@
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -173,6 +178,118 @@ def test_cuda_graph_changes_nothing_on_a_cpu(data):
     assert group_of(trainer).graph_wanted is False and group_of(trainer).captured is None
 
 
+def force_graph(monkeypatch) -> None:
+    """Every vmapped group steps through ``_CapturedStep`` (on a CPU too)."""
+    original = packed_module._VmapGroup.__init__
+
+    def with_buffers(self, members):
+        original(self, members)
+        self.graph_wanted = True
+
+    monkeypatch.setattr(packed_module._VmapGroup, "__init__", with_buffers)
+
+
+class RefuseEveryOp(TorchDispatchMode):
+    """What an operator that cannot be captured does inside a capture: it raises (here at the
+    first operator, so nothing of the step runs, as nothing runs while a CUDA stream captures)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+CAPTURE_END = "CUDA error: operation failed due to a previous error during capture"
+
+
+def test_a_failed_capture_falls_back_to_eager_steps_and_says_why(data, monkeypatch, capsys):
+    configs = [changed(c, steps=6) for c in PACK]
+    eager = pack(data, configs)
+    expected = losses(eager)
+    captures = []
+
+    def failing_capture(function, device):
+        """A capture whose step raises, then whose capture_end raises its generic error over it."""
+        captures.append(device)
+        try:
+            with RefuseEveryOp():
+                function()
+        finally:
+            raise RuntimeError(CAPTURE_END)
+
+    monkeypatch.setattr(packed_module, "capture_graph", failing_capture)
+    force_graph(monkeypatch)
+    trainer = pack(data, configs)
+    got = losses(trainer)
+    assert len(captures) == 1  # tried once, after the warm-up steps; never again
+    why = "fell back: RuntimeError: operation not permitted when stream is capturing"
+    assert trainer.graph_outcomes() == {"members 0-2": why}
+    stack = group_of(trainer)
+    assert stack.captured.graph is None and stack.captured.steps_taken == 6
+    assert CAPTURE_END in str(stack.captured.error)  # the whole chain is kept
+    assert why in capsys.readouterr().err  # a trial's log says so
+    # the step it was capturing and every one after it: the eager steps
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    for alone, graphed in zip(eager.members, trainer.members):
+        for (name, p), q in zip(alone.model.named_parameters(), graphed.model.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+            for moment in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(alone.optimizer.state[p][moment],
+                                           graphed.optimizer.state[q][moment], rtol=1e-5, atol=1e-9,
+                                           msg=f"{name} {moment}")
+
+
+def test_the_first_exception_of_a_chain_is_the_real_one():
+    try:
+        try:
+            raise ValueError("the real one")
+        except ValueError as real:
+            raise RuntimeError("wrapped") from real
+    except RuntimeError as wrapped:
+        try:
+            raise RuntimeError(CAPTURE_END)
+        except RuntimeError as generic:
+            generic.__context__ = wrapped
+            assert str(packed_module.first_exception(generic)) == "the real one"
+    alone = KeyError("x")
+    assert packed_module.first_exception(alone) is alone
+
+
+def test_the_capture_leaves_its_stream_when_capture_end_raises(monkeypatch):
+    events = []
+
+    class Graph:
+        def capture_begin(self):
+            events.append("begin")
+
+        def capture_end(self):
+            events.append("end")
+            raise RuntimeError(CAPTURE_END)
+
+        def pool(self):
+            return (0, 1)
+
+    @contextlib.contextmanager
+    def stream(_stream):
+        events.append("enter stream")
+        try:
+            yield
+        finally:
+            events.append("leave stream")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: "side")
+    monkeypatch.setattr(torch.cuda, "stream", stream)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+
+    def step():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="previous error during capture") as raised:
+        packed_module.capture_graph(step, torch.device("cuda"))
+    first = packed_module.first_exception(raised.value)
+    assert str(first) == "operation not permitted when stream is capturing"
+    assert events == ["sync", "enter stream", "begin", "end", "leave stream", "sync"]
+
+
 @pytest.mark.gpu
 def test_the_captured_step_replays_on_cuda_as_the_eager_step(data):
     fp32 = dict(tf32=False, device_sampling=True)
@@ -183,6 +300,7 @@ def test_the_captured_step_replays_on_cuda_as_the_eager_step(data):
     expected, got = losses(eager), losses(graphed)
     stack = group_of(graphed)
     assert stack.captured is not None and stack.captured.graph is not None  # 3 warm-up steps, then replays
+    assert graphed.graph_outcomes() == {"members 0-2": "captured"}
     np.testing.assert_allclose(got, expected, rtol=2e-3)
 
 

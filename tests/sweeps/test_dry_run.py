@@ -114,3 +114,31 @@ def test_the_plan_names_each_split_that_holds_out_fewer_grid_combinations_than_n
         "fewer than n_nll 6,000, 10,000: its test_nll uses all 5,808",
         "  held out:    shapes3d leave1out: 72 held-out combinations of the 480,000-point grid, "
         "fewer than n_nll 100: its test_nll uses all 72"]
+
+
+@pytest.mark.slow
+def test_the_plan_names_the_card_it_assumed_and_plans_for_the_one_gpu_memory_names(tmp_path, capsys):
+    """Issue 42: the dry run cannot see the cluster's GPU. It assumes cluster.yaml's 24 GiB A10G and
+    says so, and --gpu-memory GIB plans for another card: M21's full grid in packs of 64 fits an
+    80 GiB card (its largest members, the ground-truth decoder's MLP, step one after another)."""
+    from sweeps.paper_grid import main
+
+    argv = ["--preset", "montero2021", "--scale", "full", "--pack-size", "64", "--gpus-per-trial", "1",
+            "--storage-path", str(tmp_path), "--dry-run"]
+    assert main(argv) == 2
+    assert re.search(r"at most \d+ fit in 80% of 1 GPU \(24.0 GiB free, assumed: a 24 GiB GPU\)",
+                     capsys.readouterr().err)
+    assert main([*argv, "--gpu-memory", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "  GPU:         a card of 80 GiB, as --gpu-memory says" in out
+    assert re.search(r"pack size:   64 \(as asked \(--pack-size 64; up to \d+ members of higgins/vae .* "
+                     r"fit in 1 GPU \(80.0 GiB free\)\)\)", out)
+    assert main([*argv[:-1], "--gpu-memory", "80"]) == 2  # a run measures its GPU: not without --dry-run
+    assert "--gpu-memory plans a --dry-run" in capsys.readouterr().err
+    assert main([*argv, "--gpu-memory", "0"]) == 2
+    assert "--gpu-memory must be a finite number of GiB > 0" in capsys.readouterr().err
+    argv[argv.index("--pack-size") + 1] = "auto"  # without --gpu-memory: the card assumed is named
+    assert main(argv) == 0
+    assert "  GPU:         a card of 24 GiB assumed (cluster.yaml's A10G); --gpu-memory GIB plans" \
+        in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []

@@ -99,7 +99,7 @@ def test_a_failing_measurement_is_recorded_and_fails_the_part(tmp_path, monkeypa
     monkeypatch.setattr(gpu_figures, "throughput", broken)
     threads = torch.get_num_threads()
     # another test file in this process may have imported Ray already: the part must add none
-    already = set(gpu_figures.ray_or_optuna_imported())
+    already = set(gpu_figures.missing_packages_imported())
     try:
         assert gpu_figures.main([str(tmp_path), "--part", "3", "--cpu-smoke"]) == 1
     finally:
@@ -107,7 +107,7 @@ def test_a_failing_measurement_is_recorded_and_fails_the_part(tmp_path, monkeypa
     figures = json.loads((tmp_path / "gpu_figures_part3.json").read_text())
     assert "a measurement that rotted" in figures["errors"]["switches.compile.off"]
     assert figures["switches"]["compile"]["off"] == {"error": "RuntimeError: a measurement that rotted"}
-    assert figures["mode"] == "cpu-smoke" and set(figures["imported_ray_or_optuna"]) <= already
+    assert figures["mode"] == "cpu-smoke" and set(figures["imported_missing_packages"]) <= already
     assert "part 3: switches.compile.off: error: RuntimeError: a measurement that rotted" \
         in check_gpu_figures.check(tmp_path, [3])
 

@@ -45,7 +45,7 @@ def test_the_command_line_has_one_flag_per_option_with_its_default():
 def test_run_takes_every_option_but_the_grid_and_the_command_lines_actions_as_a_keyword():
     parameters = inspect.signature(sweeps.run).parameters
     assert list(parameters) == ["grid_or_trials", *KEYWORDS]
-    assert set(OPTIONS) - set(KEYWORDS) == {"preset", "grid", "list", "dry_run"}
+    assert set(OPTIONS) - set(KEYWORDS) == {"preset", "grid", "list", "dry_run", "gpu_memory"}
     for name in KEYWORDS:
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
         assert parameters[name].default == OPTIONS[name].default

@@ -1,12 +1,16 @@
-"""An import blocker: with this folder first on PYTHONPATH, ``import ray`` and ``import optuna``
-(and any of their submodules) fail with ModuleNotFoundError, as on the lent GPU machine, where
-neither is installed. Python imports ``sitecustomize`` at start-up from the first folder on
-sys.path that holds one, and every child process inherits PYTHONPATH, so subprocesses (pytest,
-multiprocessing's spawned workers, joblib's) are blocked too.
+"""An import blocker: with this folder first on PYTHONPATH, importing a package that the lent GPU
+machine's image lacks (``BLOCKED``: Ray, Optuna, boto3, moto, MLflow, W&B: every dependency of
+this project, optional or for its tests, that the image's package list in the device tool's
+KINDS.md does not hold), or any submodule of one, fails with ModuleNotFoundError, as there.
+Python imports ``sitecustomize`` at start-up from the first folder on sys.path that holds one, and
+every child process inherits PYTHONPATH, so subprocesses (pytest, multiprocessing's spawned
+workers, joblib's) are blocked too.
 
-.ci/gpu_smoke runs every part of benchmarks/gpu.sh --cpu-smoke under it; tests/test_gpu_harness.py
-checks that it blocks. ``DISGEN_BLOCKED_IMPORTS`` (comma-separated top-level names) replaces the
-blocked set. A ``sitecustomize`` this one shadows (later on sys.path) is still run.
+.ci/gpu_smoke runs every part of benchmarks/gpu.sh --cpu-smoke under it (part 2's ``pytest -m gpu``,
+its collection included); tests/test_gpu_harness.py checks that it blocks, and that its list is
+benchmarks/gpu_figures.py's ``MISSING_ON_THE_GPU_MACHINE``. ``DISGEN_BLOCKED_IMPORTS``
+(comma-separated top-level names) replaces the blocked set. A ``sitecustomize`` this one shadows
+(later on sys.path) is still run.
 """
 
 import importlib.abc
@@ -15,8 +19,9 @@ import importlib.util
 import os
 import sys
 
+DEFAULT = "ray,optuna,boto3,moto,mlflow,wandb"
 BLOCKED = frozenset(filter(None, (name.strip() for name in
-                                  os.environ.get("DISGEN_BLOCKED_IMPORTS", "ray,optuna").split(","))))
+                                  os.environ.get("DISGEN_BLOCKED_IMPORTS", DEFAULT).split(","))))
 
 
 class BlockImports(importlib.abc.MetaPathFinder):
