@@ -17,7 +17,7 @@ from sweeps.paper_grid import plan_trials
 @pytest.fixture(scope="module")
 def prepared_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("finger")
-    root = write_finger_datasets(folder / "files", n=60, n_heldout=12, n_real=8)
+    root = write_finger_datasets(folder / "files", n=200, n_heldout=12, n_real=8)
     for name in SETS:  # the one-process conversion: the same folders as the Ray Data build
         conversion.convert(root, folder / "prepared" / name, dataset=name, progress=False)
     return folder / "prepared"
