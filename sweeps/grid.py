@@ -96,11 +96,6 @@ def pin_setting(spec: dict, key: str, value) -> dict:
             "axes": {k: v for k, v in spec.get("axes", {}).items() if k != key}}
 
 
-def dataset_names(spec: dict) -> tuple[str, ...]:
-    """The datasets a spec offers besides its own (its ``datasets`` key: ``--dataset NAME``)."""
-    return tuple(spec.get("datasets") or {})
-
-
 def with_dataset(spec: dict, name: str, dataset: str | None) -> dict:
     """The spec on ``dataset``, one of its ``datasets`` (``--dataset``): that entry's ``fixed``
     settings pinned over the spec's fixed settings, axes and scales, then its ``scales``' settings
