@@ -267,7 +267,7 @@ def _reads_held_out(config: EvaluationConfig) -> bool:
 
 
 def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, seed: int = 0,
-             n_jobs: int | None = 1, data_seed: int = 0) -> dict[str, float]:
+             n_jobs: int | None = 1, data_seed: int = 0, ood2_sets: dict | None = None) -> dict[str, float]:
     """The results row of a trained ``model`` of any task on ``dataset`` under the held-out
     ``split`` it was trained under, as ``config`` says (default ``EvaluationConfig()``; see the
     module docstring). ``model``: the model, or the trainer that trained it (its ``.model``, as
@@ -275,15 +275,25 @@ def evaluate(model, dataset, split, config: EvaluationConfig | None = None, *, s
     gives the model's seed); ``n_jobs`` is the number of processes fitting the DCI estimators
     (None: every core); ``data_seed`` is the trial's, which chooses the training rows held back as
     the in-distribution control where the trial trains on the whole training part
-    (:func:`data_pipeline.in_distribution.training_rows`: give the seed the model trained with)."""
+    (:func:`data_pipeline.in_distribution.training_rows`: give the seed the model trained with).
+    ``ood2_sets`` {scenario: dataset}: the datasets ``config``'s ``ood2_a_dataset`` and
+    ``ood2_b_dataset`` name (D21's OOD2-A and OOD2-B), each a ``GroundTruthDataset``; a set the
+    config names and that is not given is an error (a VAE's transfer scores read them)."""
     model = getattr(model, "model", model)
     config = EvaluationConfig() if config is None else config
+    ood2_sets = dict(ood2_sets or {})
+    wanted = config.ood2_datasets
+    if set(ood2_sets) != set(wanted):
+        raise ValueError(f"ood2_sets: the config names {wanted or 'none'}; given "
+                         f"{sorted(ood2_sets) or 'none'}")
     evaluation = next(EVALUATIONS[kind] for kind in type(model).__mro__ if kind in EVALUATIONS)
+    if evaluation is _evaluate_vae:
+        return evaluation(model, dataset, split, config, seed, n_jobs, data_seed, ood2_sets)
     return evaluation(model, dataset, split, config, seed, n_jobs, data_seed)
 
 
 def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_jobs: int | None,
-                  data_seed: int = 0) -> dict:
+                  data_seed: int = 0, ood2_sets: dict | None = None) -> dict:
     """A VAE's row, or any model's with ``encode`` and ``decode``: the NLLs, the readout, and
     every configured metric on one :class:`Sample`."""
     chosen = config.chosen_metrics
@@ -311,7 +321,7 @@ def _evaluate_vae(model, dataset, split, config: EvaluationConfig, seed: int, n_
         **nan_results(),
     }
     sample = Sample(model, dataset, split, config, seed, n_jobs, train, held_out, likelihood,
-                    in_distribution=in_distribution, held_back=held_back)
+                    in_distribution=in_distribution, held_back=held_back, ood2_sets=ood2_sets)
     if config.dci_estimator != "none":
         out.update(metric_n_train=int(len(sample.rows)), metric_n_test=int(len(sample.rows_check)))
         for name in chosen:
@@ -446,8 +456,10 @@ class Sample:
     range."""
 
     def __init__(self, model, dataset, split, config, seed, n_jobs, train, held_out: HeldOut, likelihood,
-                 in_distribution: HeldOut | None = None, held_back: np.ndarray | None = None):
+                 in_distribution: HeldOut | None = None, held_back: np.ndarray | None = None,
+                 ood2_sets: dict | None = None):
         self.in_distribution = in_distribution
+        self._ood2_sets = dict(ood2_sets or {})
         self.held_back = np.zeros(0, np.int64) if held_back is None else held_back
         self.model, self.dataset, self.split, self.config = model, dataset, split, config
         self.seed, self.n_jobs, self.train, self._held_out = seed, n_jobs, train, held_out
@@ -490,6 +502,16 @@ class Sample:
         codes = encode_means(self.model, images, np.arange(len(images)))
         return images, codes, self._held_out.classes[positions]
 
+    def _draw_ood2_sets(self):
+        # up to n_metric images of each OOD2 set, drawn without replacement on a stream of their own
+        out = {}
+        for k, (name, data) in enumerate(sorted(self._ood2_sets.items())):
+            rows = np.sort(sample_without_replacement(np.arange(len(data)), self.config.n_metric,
+                                                      np.random.default_rng([self.seed, 3, k])))
+            out[name] = (encode_means(self.model, data.images, rows), data.classes[rows], data.factor_space)
+        return out
+
+    ood2_sets = property(lambda self: self._part("ood2_sets"))
     rows = property(lambda self: self._part("training")[0])
     rows_check = property(lambda self: self._part("training")[1])
     codes = property(lambda self: self._part("codes")[0])

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from analysis.metrics.registry import metric_columns
 from analysis.metrics.registry import setting_types as evaluation_setting_types
 from data_pipeline.config import DataConfig
-from data_pipeline.spaces import DATASETS, factor_space
+from data_pipeline.spaces import DATASETS, STORED_DATASETS, factor_space
 from models.config import SETTINGS as MODEL_DECLARATIONS
 from models.registry import LOSS_TERMS as OBJECTIVE_LOSS_TERMS
 
@@ -61,6 +61,8 @@ MODEL_SETTINGS = {name: setting.type for name, setting in MODEL_DECLARATIONS.ite
 SETTING_NULLS = {
     **{name: setting.null for name, setting in MODEL_DECLARATIONS.items() if setting.null},
     "transfer_factor": "no transfer scores computed",
+    "ood2_a_dataset": "no OOD2-A set (D21's held-out colours)",
+    "ood2_b_dataset": "no OOD2-B set (D21's real images)",
 }
 UNITS = {
     **{name: setting.unit for name, setting in MODEL_DECLARATIONS.items() if setting.unit},
@@ -122,10 +124,12 @@ PROVENANCE_FIELDS = [
 ]
 
 # The readout columns (analysis.metrics.factor_readout): for every factor of every registered dataset
-# (data_pipeline.spaces), in registry order, accuracy_<factor> and chance_<factor> where it is
+# (data_pipeline.spaces, the generated ones and then D21's robot finger), in registry order,
+# accuracy_<factor> and chance_<factor> where it is
 # categorical, r2_<factor> where it is ordinal or circular.
 READOUT_COLUMNS = tuple(dict.fromkeys(
-    column for space in map(factor_space, DATASETS) for name, kind in zip(space.names, space.kinds)
+    column for space in map(factor_space, DATASETS + STORED_DATASETS)
+    for name, kind in zip(space.names, space.kinds)
     for column in ((f"accuracy_{name}", f"chance_{name}") if kind == "categorical" else (f"r2_{name}",))))
 
 # A metric column's type, from its kind in the registry (analysis.metrics.registry.Column).

@@ -17,6 +17,13 @@ DATA_SOURCES = ("procedural", "real", "prepared")
 DEFAULT_DATA_SOURCE = "procedural"
 
 
+def _stored_only(dataset) -> bool:
+    """Whether ``dataset`` is known to disgen but has no generator (D21's robot finger)."""
+    from data_pipeline.spaces import STORED_DATASETS
+
+    return str(dataset).lower() in STORED_DATASETS
+
+
 def whole_number(value, name: str, least: int) -> int:
     """``value`` as a whole number >= ``least``, or a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -54,6 +61,11 @@ class DataConfig:
         source = settings.get("data_source", DEFAULT_DATA_SOURCE)
         if source not in DATA_SOURCES:
             raise ValueError(f"data_source: unknown {source!r}; choose one of {', '.join(DATA_SOURCES)}")
+        if source == "procedural" and _stored_only(settings["dataset"]):
+            raise ValueError(f"dataset {settings['dataset']}: no generator renders it; set data_source: "
+                             "prepared "
+                             "(--data-source prepared --data-dir DIR, DIR/<dataset>/ written by python -m "
+                             "data_pipeline.prepare; docs/datasets.md)")
         return cls(settings["dataset"], settings["split"], condition, n_images,
                    whole_number(settings["data_seed"], "data_seed", 0), source)
 

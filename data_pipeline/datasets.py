@@ -15,7 +15,7 @@ import numpy as np
 
 from data_pipeline import dsprites, mpi3d, shapes3d, sprites
 from data_pipeline.factors import FactorSpace
-from data_pipeline.spaces import canonical_name
+from data_pipeline.spaces import canonical_name, has_generator
 from data_pipeline.spaces import factor_space as _default_space
 
 # Datasets whose real files hold 0/1 pixels; they are stored here as 0/255.
@@ -178,6 +178,9 @@ def render(name: str, classes: np.ndarray, space: FactorSpace | None = None) -> 
     TwoShapes (N, 64, 64, 3) RGB. ``space`` overrides the default grid sizes of Circles, Simple
     and TwoShapes."""
     name = canonical_name(name)
+    if not has_generator(name):
+        raise ValueError(f"{name} has no generator: its images come from its files only; prepare them with "
+                         f"python -m data_pipeline.prepare {name} --from-file DIR (docs/datasets.md)")
     space = space or factor_space(name)
     classes = space.check_classes(classes)
     if name == "dsprites":
@@ -237,6 +240,9 @@ def render_stored(name: str, classes: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def dataset_channels(name: str) -> int:
-    """Image channels of a dataset (1 or 3), from one rendered grid point."""
+    """Image channels of a dataset (1 or 3), from one rendered grid point (RGB for a dataset read
+    only from its files: D21's robot finger)."""
+    if not has_generator(name):
+        return 3
     space = factor_space(name)
     return load_procedural(name, classes=space.classes_of([0])).channels

@@ -52,53 +52,23 @@ import numpy as np
 from data_pipeline.datasets import GroundTruthDataset
 from data_pipeline.factors import FactorSpace
 
+# the factor space (the nine label columns, the eight colours and their hues) is declared with every
+# dataset's, in data_pipeline.spaces; re-exported here
+from data_pipeline.spaces import FINGER_FACTOR_NAMES as FACTOR_NAMES
+from data_pipeline.spaces import FINGER_FACTOR_SIZES as FACTOR_SIZES  # noqa: F401
+from data_pipeline.spaces import FINGER_FACTORS as FACTORS
+from data_pipeline.spaces import TRAINING_COLOURS, colour_hues, finger_space  # noqa: F401
+
 ROOT = "robot_finger_datasets"
 SETS = ("finger", "finger_heldout_colors", "finger_real")
 REAL = "finger_real"
 IMAGE_SHAPE = (128, 128, 3)  # as stored: height, width, RGB
+PUBLISHED_SIZE = 1_000_000  # images of the `finger` set (D21 §2): what a plan costs a whole-set trial at
 
-# The eight cube colours of the training set, RGB in [0, 1], in class order (the authors' loader's
-# docstring, erow/disentanglement_lib robot_finger.py).
-TRAINING_COLOURS = (
-    (1.0, 0.0, 0.0), (1.0, 0.0, 0.5), (1.0, 0.0, 1.0), (0.5, 0.0, 1.0),
-    (0.0, 0.5, 1.0), (0.0, 1.0, 1.0), (0.0, 1.0, 0.5), (0.0, 1.0, 0.0),
-)
-
-
-def _grid(low: float, high: float, n: int) -> np.ndarray:
-    return np.linspace(low, high, n)
-
-
-# (name, kind, class values) of the nine label columns, in the files' column order, with the value
-# grids the authors' loader's docstring lists: joints in radians, cube position in metres, cube
-# angle in radians (10 steps of π/20: a quarter turn, as the cube looks the same after one).
-FACTORS = (
-    ("shape", "categorical", np.array([0.0])),  # the cube: one class
-    ("colour", "categorical", np.arange(8.0)),  # a class of TRAINING_COLOURS
-    ("size", "ordinal", np.array([0.065])),  # one class
-    ("joint0", "ordinal", _grid(-0.65, 0.65, 30)),
-    ("joint1", "ordinal", _grid(-0.5, 0.5, 30)),
-    ("joint2", "ordinal", _grid(-0.8, 0.8, 30)),
-    ("cube_x", "ordinal", _grid(-0.11, 0.11, 30)),
-    ("cube_y", "ordinal", _grid(-0.11, 0.11, 30)),
-    ("cube_angle", "ordinal", np.arange(10) * np.pi / 20),
-)
-FACTOR_NAMES = tuple(name for name, _, _ in FACTORS)
-FACTOR_SIZES = tuple(len(values) for _, _, values in FACTORS)  # (1, 8, 1, 30, 30, 30, 30, 30, 10)
 
 
 class FingerDataError(ValueError):
     """A file of the robot-finger layout is missing a piece or malformed; the message names it."""
-
-
-def finger_space(sizes=FACTOR_SIZES) -> FactorSpace:
-    """The factor space of one set, from its ``num_factor_values``: a factor whose number of
-    classes is the published one keeps the published grid; another (a set with its own colours,
-    such as ``finger_heldout_colors``) has its class numbers as values."""
-    values = tuple(grid if len(grid) == int(size) else np.arange(float(size))
-                   for (_, _, grid), size in zip(FACTORS, sizes))
-    return FactorSpace(names=FACTOR_NAMES, sizes=tuple(int(s) for s in sizes), values=values,
-                       kinds=tuple(kind for _, kind, _ in FACTORS))
 
 
 def set_folder(root, name: str) -> Path:

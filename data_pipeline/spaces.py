@@ -15,13 +15,21 @@ dataset                   factors (classes)
 ``circles``               posX 32, posY 32 (sizes are our default; a real file brings its own)
 ``simple``                posX 32, posY 32, shape 2 (M22's README: two shapes)
 ``twoshapes``             posX, posY, shape, hue of object 1 then of object 2 (5, 5, 2, 5 each)
+``finger``                shape 1, colour 8, size 1, joint0-2 30 each, cube_x 30, cube_y 30,
+                          cube_angle 10 (D21's robot finger, :mod:`data_pipeline.robot_finger`)
 ========================  ==========================================================================
+
+``finger`` has no generator: its images come only from the authors' files, prepared with
+``python -m data_pipeline.prepare finger --from-file DIR/robot_finger_datasets`` (docs/datasets.md).
+It is a :data:`STORED_DATASETS` entry, not one of :data:`DATASETS` (the datasets disgen renders).
 
 Circles, Simple and TwoShapes come from the M22 code, which does not fix their grid sizes; the
 sizes here are a documented default and :func:`sprite_space` builds the space for any sizes.
 """
 
 from __future__ import annotations
+
+import colorsys
 
 import numpy as np
 
@@ -105,6 +113,50 @@ def sprite_space(names: tuple[str, ...], sizes: tuple[int, ...]) -> FactorSpace:
                        kinds=tuple(kinds))
 
 
+# -- D21's robot finger (data_pipeline.robot_finger reads its files) ----------------------------------
+
+# The eight cube colours of the training set, RGB in [0, 1], in class order (the authors' loader's
+# docstring, erow/disentanglement_lib robot_finger.py).
+TRAINING_COLOURS = (
+    (1.0, 0.0, 0.0), (1.0, 0.0, 0.5), (1.0, 0.0, 1.0), (0.5, 0.0, 1.0),
+    (0.0, 0.5, 1.0), (0.0, 1.0, 1.0), (0.0, 1.0, 0.5), (0.0, 1.0, 0.0),
+)
+
+
+def colour_hues() -> np.ndarray:
+    """The HSV hue in [0, 1) of each of :data:`TRAINING_COLOURS` (red 0, green 1/3, blue 2/3), in
+    class order: 0, 0.917, 0.833, 0.75, 0.583, 0.5, 0.417, 0.333."""
+    return np.array([colorsys.rgb_to_hsv(*rgb)[0] for rgb in TRAINING_COLOURS])
+
+
+# (name, kind, class values) of the nine label columns, in the files' column order, with the value
+# grids the authors' loader's docstring lists: joints in radians, cube position in metres, cube
+# angle in radians (10 steps of π/20: a quarter turn, as the cube looks the same after one).
+FINGER_FACTORS = (
+    ("shape", "categorical", np.array([0.0])),  # the cube: one class
+    ("colour", "categorical", np.arange(8.0)),  # a class of TRAINING_COLOURS
+    ("size", "ordinal", np.array([0.065])),  # one class
+    ("joint0", "ordinal", np.linspace(-0.65, 0.65, 30)),
+    ("joint1", "ordinal", np.linspace(-0.5, 0.5, 30)),
+    ("joint2", "ordinal", np.linspace(-0.8, 0.8, 30)),
+    ("cube_x", "ordinal", np.linspace(-0.11, 0.11, 30)),
+    ("cube_y", "ordinal", np.linspace(-0.11, 0.11, 30)),
+    ("cube_angle", "ordinal", np.arange(10) * np.pi / 20),
+)
+FINGER_FACTOR_NAMES = tuple(name for name, _, _ in FINGER_FACTORS)
+FINGER_FACTOR_SIZES = tuple(len(values) for _, _, values in FINGER_FACTORS)  # (1, 8, 1, 30, …, 30, 10)
+
+
+def finger_space(sizes=FINGER_FACTOR_SIZES) -> FactorSpace:
+    """The factor space of one set, from its ``num_factor_values``: a factor whose number of
+    classes is the published one keeps the published grid; another (a set with its own colours,
+    such as ``finger_heldout_colors``) has its class numbers as values."""
+    values = tuple(grid if len(grid) == int(size) else np.arange(float(size))
+                   for (_, _, grid), size in zip(FINGER_FACTORS, sizes))
+    return FactorSpace(names=FINGER_FACTOR_NAMES, sizes=tuple(int(s) for s in sizes), values=values,
+                       kinds=tuple(kind for _, kind, _ in FINGER_FACTORS))
+
+
 CIRCLES_NAMES = ("posX", "posY")
 SIMPLE_NAMES = ("posX", "posY", "shape")
 TWOSHAPES_NAMES = ("posX_1", "posY_1", "shape_1", "hue_1", "posX_2", "posY_2", "shape_2", "hue_2")
@@ -118,16 +170,23 @@ _BUILDERS = {
     "twoshapes": lambda: sprite_space(TWOSHAPES_NAMES, (5, 5, 2, 5, 5, 5, 2, 5)),
 }
 
-DATASETS = tuple(_BUILDERS)
+DATASETS = tuple(_BUILDERS)  # the datasets disgen's generators render
+
+
+# Datasets read only from their files (no generator): the trainable set of D21's robot finger. Its
+# two evaluation sets (finger_heldout_colors, finger_real) bring their factor space in their prepared
+# manifest, and are read only as a trial's OOD2 sets.
+_STORED_BUILDERS = {"finger": finger_space}
+STORED_DATASETS = tuple(_STORED_BUILDERS)
 
 
 def canonical_name(name: str) -> str:
     """The canonical dataset name for ``name`` or one of its aliases; a clear error otherwise."""
     key = str(name).lower()
     key = DATASET_ALIASES.get(key, key)
-    if key not in _BUILDERS:
+    if key not in _BUILDERS and key not in _STORED_BUILDERS:
         raise KeyError(
-            f"unknown dataset {name!r}; known: {', '.join(DATASETS)} "
+            f"unknown dataset {name!r}; known: {', '.join(DATASETS + STORED_DATASETS)} "
             f"(aliases: {', '.join(sorted(DATASET_ALIASES))})"
         )
     return key
@@ -135,4 +194,19 @@ def canonical_name(name: str) -> str:
 
 def factor_space(name: str) -> FactorSpace:
     """The default factor space of a dataset by name (aliases such as ``3dshapes`` accepted)."""
-    return _BUILDERS[canonical_name(name)]()
+    key = canonical_name(name)
+    return (_BUILDERS.get(key) or _STORED_BUILDERS[key])()
+
+
+def class_order(dataset: str, factor: str) -> np.ndarray | None:
+    """A key per class of ``factor`` that orders its classes where their numbers do not, or None
+    (the class numbers order them). D21's robot-finger colours: their HSV hue in [0, 1), red 0, so
+    that OOD1-B's "4 high hues" (D21 §5) are the hues 0.58 … 0.92 (classes 4, 3, 2, 1)."""
+    if str(dataset).lower() == "finger" and factor == "colour":
+        return colour_hues()
+    return None
+
+
+def has_generator(name: str) -> bool:
+    """Whether disgen renders ``name`` (one of :data:`DATASETS`); False for a stored-only dataset."""
+    return canonical_name(name) in _BUILDERS

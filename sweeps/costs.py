@@ -66,9 +66,16 @@ def gpu_flops_per_second() -> float:
 @functools.cache
 def _full_grid_train_size(dataset: str, split: str) -> int:
     """Training images of the whole grid under a split, its modifiers' dropped images left out
-    (computed once per dataset and split)."""
+    (computed once per dataset and split); for
+    a dataset read only from its files (D21's robot finger, whose grid it samples), its published
+    size (``data_pipeline.robot_finger.PUBLISHED_SIZE``: 1,000,000 images)."""
     from data_pipeline import factor_space, get_split
+    from data_pipeline.spaces import has_generator
 
+    if not has_generator(dataset):
+        from data_pipeline.robot_finger import PUBLISHED_SIZE
+
+        return PUBLISHED_SIZE
     space = factor_space(dataset)
     return int(get_split(dataset, split).train_mask(space.all_classes(), space).sum())
 

@@ -154,14 +154,41 @@ def check_fits(data: Labels, trial: TrialConfig) -> None:
                          f"({len(classes):,} images); use more images or another split")
 
 
+def ood2_key(trial: TrialConfig, dataset: str) -> tuple:
+    """The key of an OOD2 set of ``trial`` (D21's OOD2-A and OOD2-B: ``ood2_a_dataset``,
+    ``ood2_b_dataset``) among :func:`plan_data`'s references: a ``DataConfig.key`` of the whole set,
+    read from the trial's own data source."""
+    return (trial.data.data_source, dataset, None, 0)
+
+
+def check_ood2_fits(data: Labels, own: Labels | None, trial: TrialConfig, scenario: str) -> None:
+    """An OOD2 set must suit the trial's model (image size, channels) and have its dataset's factors."""
+    if (data.image_size, data.channels) != (trial.model.image_size, trial.model.channels):
+        raise UsageError(f"{scenario}_dataset: {data.what} has {data.channels}-channel {data.image_size} px "
+                         f"images but the trials use {trial.model.channels}-channel "
+                         f"{trial.model.image_size} px")
+    if own is not None and tuple(data.factor_space.names) != tuple(own.factor_space.names):
+        raise UsageError(f"{scenario}_dataset: {data.what} has the factors "
+                         f"{', '.join(data.factor_space.names)}, not those of {own.what} "
+                         f"({', '.join(own.factor_space.names)})")
+
+
 def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dict:
-    """``DataConfig.key`` → :class:`DatasetReference` for every trial's data. Each real file or
-    prepared folder is read once (labels only) and checked against the trials that use it. Where
-    several are missing, one UsageError names them all, with the commands that put them there."""
+    """``DataConfig.key`` → :class:`DatasetReference` for every trial's data, and for the OOD2 sets
+    its evaluation names (:func:`ood2_key`). Each real file or prepared folder is read once (labels
+    only) and checked against the trials that use it. Where several are missing, one UsageError
+    names them all, with the commands that put them there."""
     references: dict = {}
     stored: dict = {}
     missing: list[MissingData] = []
-    for source, dataset in dict.fromkeys((t.data.data_source, t.data.dataset) for t in trials):
+    wanted = [(t.data.data_source, t.data.dataset) for t in trials]
+    for trial in trials:
+        for scenario, dataset in trial.evaluation.ood2_datasets.items():
+            if trial.data.data_source == "procedural":
+                raise UsageError(f"{scenario}_dataset {dataset}: an OOD2 set is read from stored data; set "
+                                 "data_source: prepared (--data-source prepared --data-dir DIR)")
+            wanted.append((trial.data.data_source, dataset))
+    for source, dataset in dict.fromkeys(wanted):
         if source == "procedural":
             continue
         read = real_file if source == "real" else prepared_data
@@ -191,6 +218,12 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
         if (data.key, data.split) not in checked:
             check_fits(labels, trial)
             checked.add((data.key, data.split))
+        for scenario, dataset in trial.evaluation.ood2_datasets.items():
+            reference_ood2, labels_ood2 = stored[data.data_source, dataset]
+            references[ood2_key(trial, dataset)] = reference_ood2
+            if (data.key, scenario, dataset) not in checked:
+                check_ood2_fits(labels_ood2, labels, trial, scenario)
+                checked.add((data.key, scenario, dataset))
     return references
 
 

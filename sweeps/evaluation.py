@@ -118,12 +118,14 @@ class ModelLog:
 _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
 
 
-def evaluate_model(model, trial: TrialConfig, data, split, cpus: float) -> dict:
-    """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split, with the
-    seconds they took (``eval_seconds``) and when they started and ended (epoch seconds)."""
+def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,
+                   ood2_sets: dict | None = None) -> dict:
+    """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split (and its OOD2
+    sets, {scenario: dataset}), with the seconds they took (``eval_seconds``) and when they
+    started and ended (epoch seconds)."""
     began, started = time.time(), time.perf_counter()
     metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
-                       data_seed=trial.data.data_seed)
+                       data_seed=trial.data.data_seed, ood2_sets=ood2_sets)
     metrics["eval_seconds"] = time.perf_counter() - started
     metrics.update(eval_started_at=began, eval_ended_at=time.time())
     return metrics
@@ -174,14 +176,18 @@ def evaluate_saved(job: dict) -> dict:
     trial = TrialConfig(job["config"])
     torch.set_num_threads(max(1, int(job["cpus"])))
     weights, history, step = _final_member(job["checkpoint"], job["position"])
-    data = open_reference(DatasetReference(**job["reference"]), trial.data.n_images, trial.data.data_seed)
+    reference = dict(job["reference"])
+    ood2 = reference.pop("ood2", None) or {}
+    data = open_reference(DatasetReference(**reference), trial.data.n_images, trial.data.data_seed)
+    sets = {scenario: open_reference(DatasetReference(**ref))
+            for scenario, ref in ood2.get(trial.trial_key, {}).items()}
     split, train_rows, test_rows = split_rows(trial, data)
     model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
     model.load_state_dict(weights)
     # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
     # are exactly those the trial would have computed itself, not the same to rounding only
     model = model.to(memory_format=torch.channels_last).eval()
-    metrics = evaluate_model(model, trial, data, split, job["cpus"])
+    metrics = evaluate_model(model, trial, data, split, job["cpus"], sets)
     metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
     remote = storage.is_remote(job["tensorboard"])
     with tempfile.TemporaryDirectory() as local:

@@ -18,7 +18,7 @@ from sweeps.errors import UsageError
 from sweeps.presets import PRESETS, SCALES
 from sweeps.trials import TrialConfig
 
-SPEC_KEYS = ("description", "fixed", "axes", "scales", "search")
+SPEC_KEYS = ("description", "fixed", "axes", "scales", "search", "datasets")
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 MAX_SEEDS = 10_000
 
@@ -94,6 +94,26 @@ def pin_setting(spec: dict, key: str, value) -> dict:
             settings["axes"] = {k: v for k, v in settings["axes"].items() if k != key}
     return {**spec, "fixed": {**spec.get("fixed", {}), key: value}, "scales": scales,
             "axes": {k: v for k, v in spec.get("axes", {}).items() if k != key}}
+
+
+def with_dataset(spec: dict, name: str, dataset: str | None) -> dict:
+    """The spec on ``dataset``, one of its ``datasets`` (``--dataset``): that entry's ``fixed``
+    settings pinned over the spec's fixed settings, axes and scales, then its ``scales``' settings
+    over theirs; the spec as it is for None. A dataset the spec does not offer is refused."""
+    offered = spec.get("datasets") or {}
+    if dataset is None:
+        return spec
+    if dataset not in offered:
+        own = spec.get("fixed", {}).get("dataset")
+        raise UsageError(f"--dataset {dataset}: {name} offers "
+                         + (f"{', '.join(offered)} (its default: {own})" if offered else
+                            f"no other dataset than its own ({own})"))
+    variant = offered[dataset]
+    for key, value in variant.get("fixed", {}).items():
+        spec = pin_setting(spec, key, value)
+    scales = {scale: {**settings, **variant.get("scales", {}).get(scale, {})}
+              for scale, settings in spec.get("scales", {}).items()}
+    return {**spec, "scales": scales}
 
 
 def unpin_axis(spec: dict, key: str) -> dict:

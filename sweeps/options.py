@@ -234,6 +234,10 @@ class SweepOptions:
     num_samples: int = option(8, "trials to sample with --search optuna", at_least(1))
     scheduler: str = option("none", "asha: stop poorly training trials early (ASHA on the training loss); "
         "a stopped trial's row has status 'stopped' and no metrics", choices=SCHEDULERS)
+    dataset: str | None = option(None, "run the preset on another dataset it offers (dittadi2021: finger, "
+        "D21's robot-finger sets, prepared under --data-dir as DIR/finger, DIR/finger_heldout_colors and "
+        "DIR/finger_real; docs/datasets.md); default: the preset's own (dittadi2021: its 3DShapes stand-in). "
+        "--list says which dataset each preset will use")
     data_source: str | None = option(None, "procedural: images rendered by disgen's generators; real: the "
         "datasets' real files from --data-dir; prepared: DIR/<dataset>/ as python -m data_pipeline.prepare "
         "wrote it, DIR a folder or URI (s3://…) (default: the grid's data_source setting, else procedural; "

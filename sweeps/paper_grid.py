@@ -38,6 +38,7 @@ from sweeps.grid import (
     search_space,
     trial_configs,
     unpin_axis,
+    with_dataset,
 )
 from sweeps.lock import ExperimentLock
 from sweeps.options import KEYWORDS, OPTIONS, Sweep, SweepOptions, run_signature
@@ -59,6 +60,44 @@ def _presets_epilog() -> str:
     for name, spec in PRESETS.items():
         lines += textwrap.wrap(f"{name}: {spec['description']}", width=100, initial_indent="  ",
                                subsequent_indent="      ")
+    return "\n".join(lines)
+
+
+def _prepared_state(data_dir: str | None, dataset: str) -> str:
+    """Where a prepared dataset is, or that it is not there."""
+    from data_pipeline import prepared
+
+    if not data_dir:
+        return "no --data-dir or $DISGEN_DATA"
+    uri = prepared.join(prepared.normalise(data_dir), dataset)
+    try:
+        prepared.read_manifest(uri)
+    except Exception:  # not there, or damaged: the run would refuse it
+        return f"not prepared at {uri}"
+    return f"prepared at {uri}"
+
+
+def datasets_text(options: SweepOptions) -> str:
+    """For every preset that offers other datasets (``--dataset``), the dataset the study will use
+    with these options, and whether its prepared sets are there: what ``--list`` adds."""
+    data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
+    lines = []
+    for name, spec in PRESETS.items():
+        offered = spec.get("datasets") or {}
+        if not offered:
+            continue
+        own = spec.get("fixed", {}).get("dataset")
+        if options.dataset in offered:
+            fixed = offered[options.dataset]["fixed"]
+            sets = [("", fixed["dataset"])] + [
+                (f"{key[:6].upper().replace('_', '-')} ", fixed[key])
+                for key in ("ood2_a_dataset", "ood2_b_dataset") if key in fixed]
+            lines.append(f"{name} will use --dataset {options.dataset}: "
+                         + "; ".join(f"{label}{dataset} ({_prepared_state(data_dir, dataset)})"
+                                     for label, dataset in sets))
+        else:
+            lines.append(f"{name} will use {own}, its stand-in (default); --dataset "
+                         f"{' or '.join(offered)}: its own data (docs/datasets.md)")
     return "\n".join(lines)
 
 
@@ -125,6 +164,10 @@ def check_address(address: str | None) -> None:
 def check_data_dir(options: SweepOptions) -> None:
     """``--data-dir``: an existing local folder, or (for prepared data only) a URI."""
     folder, source = options.data_dir, options.pinned_data_source
+    if options.dataset and not options.data_source and not options.grid:
+        # the dataset's own source where it names one (dittadi2021's finger: prepared)
+        variant = (PRESETS.get(options.preset, {}).get("datasets") or {}).get(options.dataset, {})
+        source = variant.get("fixed", {}).get("data_source", source)
     if not folder:
         return
     if "://" in folder:
@@ -149,7 +192,13 @@ def load_spec(options: SweepOptions) -> tuple[dict, str]:
         spec, preset = load_grid_file(options.grid), os.path.splitext(os.path.basename(options.grid))[0]
     else:
         spec, preset = get_spec(options.preset), options.preset
-    if options.pinned_data_source:
+    spec = with_dataset(spec, preset, options.dataset)
+    if options.dataset and spec.get("fixed", {}).get("data_source"):
+        source = spec["fixed"]["data_source"]  # the dataset's own: --data-dir alone does not make it real
+        if options.data_source not in (None, source):
+            raise UsageError(f"--dataset {options.dataset} reads {source} data; drop --data-source "
+                             f"{options.data_source} (or pass --data-source {source})")
+    elif options.pinned_data_source:
         spec = pin_setting(spec, "data_source", options.pinned_data_source)
     if options.search == "optuna":
         for setting in search_space(spec, preset):
@@ -385,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             from sweeps.costs import presets_table
 
             print(presets_table())
+            print(datasets_text(options))
             return 0
         if options.dry_run:  # the plan, without Ray
             from sweeps.dry_run import plan_text

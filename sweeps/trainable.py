@@ -94,6 +94,28 @@ def _dataset(first: TrialConfig, references: dict):
     return reference, open_reference(reference, first.data.n_images, first.data.data_seed)
 
 
+def _ood2_sets(members: Sequence[TrialConfig], references: dict) -> dict:
+    """Each member's OOD2 sets (D21's OOD2-A and OOD2-B, ``trial.evaluation.ood2_datasets``):
+    {trial key: {scenario: (reference, dataset)}}, each set opened once from this node's cache."""
+    from sweeps.data import ood2_key
+
+    opened: dict = {}
+    out: dict = {}
+    for member in members:
+        out[member.trial_key] = {}
+        for scenario, dataset in member.evaluation.ood2_datasets.items():
+            key = ood2_key(member, dataset)
+            if key not in opened:
+                reference = references.get(key)
+                if reference is None:
+                    raise RuntimeError(f"trial {member.trial_key} needs the {scenario} set {dataset}, which "
+                                       "the driver did not plan; resume with the same --data-source and "
+                                       "--data-dir")
+                opened[key] = (reference, open_reference(reference))
+            out[member.trial_key][scenario] = opened[key]
+    return out
+
+
 def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull) -> None:
     """The trial's final report when its dataset cannot fit in this node's cache: each model failed
     with the error (one ``failed`` row each, naming the size needed, the limit and how to raise it).
@@ -197,15 +219,16 @@ def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference,
 
 
 def _evaluate(trainer, logs: list[ModelLog], trained: list[ModelOutcome], data, rows: list[tuple],
-              cpus: float) -> list[ModelOutcome]:
-    """Evaluate, in the trial, every model that trained to the end, each on its own split: the
-    outcomes with their metrics."""
+              cpus: float, ood2: dict) -> list[ModelOutcome]:
+    """Evaluate, in the trial, every model that trained to the end, each on its own split (and its
+    OOD2 sets, ``ood2``: :func:`_ood2_sets`): the outcomes with their metrics."""
     results = []
     for model, log, member, (split, _, _) in zip(trainer.members, logs, trained, rows):
         if member.failed:
             results.append(member)
             continue
-        metrics = evaluate_model(model, log.trial, data, split, cpus)
+        sets = {scenario: data for scenario, (_, data) in ood2[log.trial.trial_key].items()}
+        metrics = evaluate_model(model, log.trial, data, split, cpus, sets)
         write_final(log, model.model, model.step, metrics)
         results.append(dataclasses.replace(member, metrics=metrics))
     return results
@@ -239,6 +262,7 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
     first = members[0]
     try:
         reference, data = _dataset(first, run_info.datasets)
+        ood2 = _ood2_sets(members, run_info.datasets)
     except NodeCacheFull as error:
         return _report_no_room(members, error)
     by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
@@ -273,10 +297,13 @@ def train_trial(config: dict, run_info: TrialRun) -> None:
         # the GPU is freed for the next trial; the driver evaluates the models from the checkpoint
         for log in logs:
             log.close()
-        final = dataclasses.replace(final, evaluated=False, data_reference=reference.to_dict(),
-                                    cpus_per_trial=cpus)
+        # the OOD2 sets' references travel with the dataset's (sweeps.evaluation.evaluate_saved)
+        sets = {key: {scenario: ref.to_dict() for scenario, (ref, _) in by.items()}
+                for key, by in ood2.items()}
+        final = dataclasses.replace(final, evaluated=False, cpus_per_trial=cpus,
+                                    data_reference={**reference.to_dict(), "ood2": sets})
     else:  # a lone model's report holds its metrics too, for Optuna, ASHA and Tune's table (to_report)
-        results = _evaluate(trainer, logs, trained, data, rows, cpus)
+        results = _evaluate(trainer, logs, trained, data, rows, cpus, ood2)
         final = dataclasses.replace(final, members=results,
                                     results_part=write_history(run_info.experiment_dir, logs, results))
     with tempfile.TemporaryDirectory() as folder:

@@ -30,6 +30,20 @@ def random_classes(n: int, sizes=FACTOR_SIZES, seed: int = 0) -> np.ndarray:
     return np.stack([rng.integers(0, s, n) for s in sizes], axis=1).astype(np.int64)
 
 
+def paired_classes(n: int, sizes=FACTOR_SIZES, seed: int = 0) -> np.ndarray:
+    """``n`` rows as D21's ``finger`` set holds them, pairs of images that differ in one factor (D21
+    §4: "500k pairs of images that differ in only one FoV", for the weakly supervised models): rows
+    2i and 2i+1, the factor changed taking each varying factor in turn; an odd last row alone."""
+    rng = np.random.default_rng(seed)
+    base = random_classes((n + 1) // 2, sizes, seed)
+    twin = base.copy()
+    varying = [j for j, size in enumerate(sizes) if size > 1]
+    for i, row in enumerate(twin):
+        j = varying[i % len(varying)]
+        row[j] = (row[j] + rng.integers(1, sizes[j])) % sizes[j]
+    return np.stack([base, twin], axis=1).reshape(-1, len(sizes))[:n]
+
+
 def _segment_distance(ax, ay, bx, by):
     dx, dy = bx - ax, by - ay
     t = np.clip(((_X - ax) * dx + (_Y - ay) * dy) / (dx * dx + dy * dy), 0.0, 1.0)
@@ -124,8 +138,9 @@ def write_set(root, name: str, classes: np.ndarray, images: np.ndarray, sizes, i
 def write_finger_datasets(root, n: int = 300, n_heldout: int = 100, n_real: int = 60, seed: int = 0,
                           inner: int = 0) -> Path:
     """The three sets under ``root/robot_finger_datasets``; that folder. Their classes are drawn
-    uniformly from each set's grid with ``seed``."""
-    sim = random_classes(n, FACTOR_SIZES, seed)
+    uniformly from each set's grid with ``seed``, the ``finger`` set's in pairs that differ in one
+    factor (:func:`paired_classes`), as D21's."""
+    sim = paired_classes(n, FACTOR_SIZES, seed)
     heldout = random_classes(n_heldout, HELDOUT_SIZES, seed + 1)
     real = random_classes(n_real, FACTOR_SIZES, seed + 2)
     write_set(root, "finger", sim, draw(sim, seed=seed), FACTOR_SIZES, inner=inner)

@@ -27,7 +27,7 @@ from analysis.metrics.mig import score_mig
 from analysis.metrics.modularity_explicitness import score_modularity_explicitness
 from analysis.metrics.rendering_judge import score_rendering_judge
 from analysis.metrics.sap import score_sap
-from analysis.metrics.transfer_score import REGRESSORS, check_transfer, score_transfer
+from analysis.metrics.transfer_score import OOD2_SETS, REGRESSORS, check_transfer, score_transfer
 from data_pipeline.config import whole_number
 
 KINDS = ("float", "int", "bool", "group", "text")
@@ -41,6 +41,9 @@ INPUTS = {
     # sample test_nll reads, drawn from the whole held-out part of the grid where the dataset can
     # produce any grid point (dataset.observe), else from its own held-out rows
     "held_out": ("held_out_codes", "held_out_factors", "held_out_images"),
+    # {scenario: (codes, factor classes, factor space)} of <= n_metric images of each OOD2 set the
+    # evaluation was given (D21's ood2_a, ood2_b: datasets the encoder never saw); {} where none
+    "ood2_sets": ("ood2_sets",),
     "score_pool": ("score_pool",),  # the BetaVAE/FactorVAE scores' sample (analysis.evaluation)
     "model": ("encode", "decode", "dataset"),  # the model's encoder and decoder, the dataset
     # the first <= 200 held-out and in-distribution images, their classes, ground truth and the model's
@@ -141,10 +144,13 @@ METRICS: dict[str, Metric] = {
     "factor_vae": Metric(score_factor_vae, (
         score("factor_vae_score", "eval accuracy (Kim & Mnih 2018); ill-defined unless a full grid"),
         *SCORE_SAMPLE), ("score_pool",)),
-    "transfer": Metric(score_transfer, tuple(  # Dittadi et al. 2021; lower is better
-        Column(f"transfer_{regressor}_{scenario}", MAE) for regressor in REGRESSORS
-        for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")),
-        ("training_draws", "held_out"), fills=("transfer_factor",), check=check_transfer),
+    "transfer": Metric(score_transfer, (  # Dittadi et al. 2021; lower is better
+        *(Column(f"transfer_{regressor}_{scenario}", MAE) for regressor in REGRESSORS
+          for scenario in ("ood1_a", "ood1_b", "ood1_c", "ood2")),
+        *(Column(f"transfer_{regressor}_{scenario}", f"{MAE}, on the trial's {scenario}_dataset (D21's "
+                 f"OOD2-{scenario[-1].upper()})", null=f"the trial has no {scenario}_dataset")
+          for regressor in REGRESSORS for scenario in OOD2_SETS)),
+        ("training_draws", "held_out", "ood2_sets"), fills=("transfer_factor",), check=check_transfer),
     "encoder_decoder": Metric(score_encoder_decoder, (  # Montero et al. 2022, on the held-out images
         Column("encoder_error_train", "the decisive factor's linear readout error in [0, 1] (MAE, "
                "misclassification rate or angle / π by its kind), training images"),
@@ -240,6 +246,11 @@ class EvaluationConfig:
                                                  "with the fewest classes, at least 4)")
     transfer_regressors: tuple[str, ...] = _setting(("gbt",), "the transfer readouts, a list of gbt and/or "
                                                               "mlp (default: [gbt])")
+    ood2_a_dataset: str | None = _setting(None, "D21's OOD2-A: a prepared dataset of simulated images the "
+                                                "encoder never saw (finger_heldout_colors), on which the "
+                                                "transfer readouts are tested (transfer_<readout>_ood2_a)")
+    ood2_b_dataset: str | None = _setting(None, "D21's OOD2-B: a prepared dataset of real images "
+                                                "(finger_real): sim to real (transfer_<readout>_ood2_b)")
     n_metric_test: int | None = _option(None, "the second draw of training images that DCI, SAP, "
                                               "modularity and the readout test on (None: n_metric // 2)")
     n_grid: int | None = _option(None, "the BetaVAE/FactorVAE pool (0: fresh draws; None: "
@@ -276,6 +287,11 @@ class EvaluationConfig:
             raise ValueError(f"transfer_regressors: unknown {unknown[0]!r}; choose from "
                              f"{', '.join(REGRESSORS)}")
         object.__setattr__(self, "transfer_regressors", tuple(dict.fromkeys(chosen)))
+        for name in ("ood2_a_dataset", "ood2_b_dataset"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name}: expected a dataset name such as finger_heldout_colors; "
+                                 f"got {value!r}")
         if self.n_metric_test is not None:
             whole_number(self.n_metric_test, "n_metric_test", 1)
         if self.n_grid is not None:
@@ -297,6 +313,12 @@ class EvaluationConfig:
                              f"{', '.join(DCI_ESTIMATORS)}")
         given = {name: settings[name] for name in SETTING_DOCS if name in settings}
         return cls(**{**given, "transfer_factor": _transfer_factor(settings)})
+
+    @property
+    def ood2_datasets(self) -> dict[str, str]:
+        """{scenario: dataset} of the OOD2 sets the trial names (``ood2_a``, ``ood2_b``)."""
+        return {scenario: getattr(self, f"{scenario}_dataset") for scenario in OOD2_SETS
+                if getattr(self, f"{scenario}_dataset") is not None}
 
     @property
     def chosen_metrics(self) -> tuple[str, ...]:
