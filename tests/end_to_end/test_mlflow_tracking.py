@@ -16,8 +16,15 @@ from tests.sweep_runs import PACK_AND_LONE_MODEL as GRID
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
                     reason="mlflow is an optional extra: pip install -e '.[mlflow]'")
 @pytest.mark.slow
-def test_each_model_is_one_mlflow_run_with_its_settings_and_final_metrics(ray_session, tmp_path, capsys):
+def test_each_model_is_one_mlflow_run_with_its_settings_and_final_metrics(ray_session, tmp_path, capsys,
+                                                                          monkeypatch):
     from mlflow.tracking import MlflowClient
+
+    # --mlflow sets these for the driver's process (a file store allowed; MLflow names its URI): the
+    # command's process ends with them, this test's goes on, so monkeypatch undoes them afterwards
+    for name in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
     grid = tmp_path / "grid.yaml"
     grid.write_text(GRID)

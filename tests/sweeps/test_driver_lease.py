@@ -139,7 +139,7 @@ def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
 
     from sweeps.console import StopSignal
 
-    before = signal.getsignal(signal.SIGINT)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     tune_stopped = _setup_signal_catching()  # Tune's own handler, as a run installs it
     stop = StopSignal()
     try:
@@ -157,5 +157,6 @@ def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
         thread.join(10)
         assert not errors and tune_stopped.is_set() and stop.received.is_set()
         assert stop.reason == "another driver took over the driver lock"
-    finally:
-        signal.signal(signal.SIGINT, before)
+    finally:  # both handlers StopSignal.setup replaced, as run_sweep's ``with stop`` puts them back
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
