@@ -83,15 +83,8 @@ def composition_predictions(net: CompositionNet, images: np.ndarray, reference: 
                             transform: np.ndarray, action: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """The network's predicted targets (pixel probabilities) of triplets (row arrays of
     ``images``), composing the posterior means."""
-    device = next(net.parameters()).device
-    out = []
-    with evaluating(net):
-        for start in range(0, len(action), batch_size):
-            part = slice(start, start + batch_size)
-            one_hot = torch.nn.functional.one_hot(torch.as_tensor(action[part]), net.n_actions).to(device)
-            logits, _, _ = net(to_float(images[reference[part]], device),
-                               to_float(images[transform[part]], device), one_hot)
-            out.append(torch.sigmoid(logits).cpu())
+    out = [torch.sigmoid(logits).cpu()
+           for _, logits in _composed_logits(net, images, reference, transform, action, batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, *images.shape[1:]), np.float32)
 
 
@@ -101,14 +94,21 @@ def composition_nll(net: CompositionNet, images: np.ndarray, reference: np.ndarr
     """Bernoulli NLL per triplet of the target given reference, transform and action (row arrays),
     composing the posterior means. ``target`` indexes ``targets`` where given (the held-out
     sample's images), else ``images``."""
-    device = next(net.parameters()).device
     targets = images if targets is None else targets
-    out = []
+    out = [bernoulli_nll(logits, to_float(targets[target[part]], logits.device)).cpu()
+           for part, logits in _composed_logits(net, images, reference, transform, action, batch_size)]
+    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+def _composed_logits(net: CompositionNet, images: np.ndarray, reference: np.ndarray, transform: np.ndarray,
+                     action: np.ndarray, batch_size: int):
+    """(slice, logits of the composed images) per batch of triplets (row arrays of ``images``),
+    composing the posterior means, the network in evaluation mode."""
+    device = next(net.parameters()).device
     with evaluating(net):
-        for start in range(0, len(target), batch_size):
+        for start in range(0, len(action), batch_size):
             part = slice(start, start + batch_size)
             one_hot = torch.nn.functional.one_hot(torch.as_tensor(action[part]), net.n_actions).to(device)
             logits, _, _ = net(to_float(images[reference[part]], device),
                                to_float(images[transform[part]], device), one_hot)
-            out.append(bernoulli_nll(logits, to_float(targets[target[part]], device)).cpu())
-    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+            yield part, logits

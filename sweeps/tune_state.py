@@ -30,6 +30,7 @@ import os
 from ray import tune
 
 from analysis import storage
+from sweeps.checkpoints import file_sha256
 from sweeps.errors import UsageError
 
 RECORD = "driver_state.json"
@@ -43,14 +44,6 @@ KEPT = 2  # hashes kept per file: the newest save and the one before it (an uplo
 
 def sha256(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_record(experiment_dir: str) -> dict | None:
@@ -149,7 +142,7 @@ class StateRecord(tune.Callback):
         if self._seen.get(name) == key:
             return False
         self._seen[name] = key
-        return self._add(name, _file_sha256(path))
+        return self._add(name, file_sha256(path))
 
     def _scan(self, trials) -> None:
         if not trials:
