@@ -430,6 +430,39 @@ def validate(config) -> None:
 # every setting's declaration, by name, in ModelConfig's order
 SETTINGS: dict[str, Setting] = declarations(ModelConfig)
 
+# What a training budget is: the run's length (steps, or epochs of epoch_length steps) and every
+# schedule counted in steps, so that a scaled run follows the same curve, compressed or stretched.
+# epoch_length is the length of one epoch, not of the run: scaling epochs scales the run.
+BUDGET_SETTINGS = tuple(name for name, s in SETTINGS.items()
+                        if s.unit in ("steps", "epochs") and name != "epoch_length")
+
+
+def scaled_budget(config: ModelConfig, factor: float) -> dict:
+    """The budget settings of ``config`` (its own values or the defaults it took) multiplied by
+    ``factor``, as settings to replace: steps and the step-counted schedules rounded to whole steps
+    (at least 1 where they were at least 1; 0, "off", stays 0), epochs as a number (None, "the run's
+    length is steps", stays None and is left out). A run of 0.5 trains half as long, with its KL
+    warm-up, lr milestones, annealing and CascadeVAE releases halved with it."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"budget: must be a finite number > 0; got {factor!r}")
+
+    def steps(value: int) -> int:
+        return 0 if value == 0 else max(1, int(round(value * factor)))
+
+    out = {}
+    for name in BUDGET_SETTINGS:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if name == "epochs":
+            out[name] = float(value) * factor
+        elif isinstance(value, (tuple, list)):
+            scaled = sorted({steps(int(v)) for v in value})
+            out[name] = tuple(scaled)
+        else:
+            out[name] = steps(int(value))
+    return out
+
 
 # -- the parts, made from the declarations ---------------------------------------------------------
 

@@ -56,9 +56,10 @@ def to_float(batch: np.ndarray, device: torch.device) -> torch.Tensor:
 @dataclass(frozen=True)
 class GPUSettings:
     """How training uses a CUDA device. Every switch but ``compile``, ``device_sampling`` and
-    ``cuda_graph`` is on by default; on any other device all are ignored (a CPU run's numbers do
-    not depend on them), but ``device_sampling``, which changes what a vmapped group draws on any
-    device (a CPU pack is vmapped only when ``mode="vmap"`` is asked for)."""
+    ``cuda_graph`` is on by default; on any other device all are ignored but two: ``fused_adam``,
+    which a CPU's plain path uses too (one pass over each parameter instead of foreach's several;
+    the numbers differ from foreach's by rounding), and ``device_sampling``, which changes what a
+    vmapped group draws on any device (a CPU pack is vmapped only when ``mode="vmap"`` is asked for)."""
 
     tf32: bool = True  # float32 matmuls and convolutions on TF32 tensor cores (process-wide flags)
     cudnn_benchmark: bool = True  # cuDNN times its algorithms once per shape and keeps the fastest

@@ -5,6 +5,8 @@ has a finding the demo is sized to decide.
 
     python -m sweeps.demo                       # all three (under an hour on 2 cores), then the report
     python -m sweeps.demo --studies dittadi2021 # one of them
+    python -m sweeps.demo --budget 0.5          # every model trained half as long: does a verdict
+                                                # depend on the budget?
 
 A study that was interrupted, or already ran, is resumed: finished trials are kept and not rerun.
 docs/presets.md says what the demo scale shrinks and why; benchmarks/README.md gives its measured
@@ -42,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated presets to run, from: " + ", ".join(STUDIES))
     parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
                         help="folder that receives the experiments and the report (<path>/demo-report)")
+    parser.add_argument("--budget", type=float, default=1.0,
+                        help="multiply every model's training budget (steps, epochs and the schedules "
+                             "counted in steps) by this factor; 0.5 halves them. Its experiments and "
+                             "report are kept apart (<study>-demo-budget0.5, demo-report-budget0.5)")
     parser.add_argument("--no-open", action="store_true", help="do not open the report in a browser")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the experiments already there; run nothing")
@@ -56,22 +62,27 @@ def _studies(text: str) -> list[str]:
     return chosen
 
 
-def experiment(preset: str, storage_path: str) -> str:
-    """Where a study's demo runs: ``<storage path>/<preset>-demo``."""
-    return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo"))
+def experiment(preset: str, storage_path: str, budget: float = 1.0) -> str:
+    """Where a study's demo runs: ``<storage path>/<preset>-demo`` (``-budget0.5`` appended for a
+    budget factor other than 1)."""
+    return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo", budget))
 
 
-def run_study(preset: str, storage_path: str) -> tuple[int, float]:
+def report_folder(budget: float = 1.0) -> str:
+    return REPORT_FOLDER if budget == 1 else f"{REPORT_FOLDER}-budget{budget:g}"
+
+
+def run_study(preset: str, storage_path: str, budget: float = 1.0) -> tuple[int, float]:
     """One study at demo scale (``sweeps.run``), resumed if its experiment exists; (exit code as
     ``python -m sweeps.paper_grid`` gives it: 0, 1 if some trials failed, 2 on bad input, 130 on
     Ctrl-C, 143 on SIGTERM; wall seconds)."""
-    resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path))
+    resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path, budget))
     started = time.perf_counter()
     command = (f"python -m sweeps.paper_grid --preset {preset} --scale demo --storage-path {storage_path}"
-               + (" --resume" if resume else ""))
+               + (f" --budget {budget:g}" if budget != 1 else "") + (" --resume" if resume else ""))
     print(f"\n=== {preset}, demo scale: {command}", flush=True)
     try:
-        trials = sweeps.run(preset, scale="demo", storage_path=storage_path, resume=resume)
+        trials = sweeps.run(preset, scale="demo", storage_path=storage_path, resume=resume, budget=budget)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2, time.perf_counter() - started
@@ -89,11 +100,14 @@ def run_study(preset: str, storage_path: str) -> tuple[int, float]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     studies = _studies(args.studies)
+    if not (args.budget > 0 and args.budget != float("inf")):
+        raise SystemExit(f"error: --budget must be a finite number > 0 (0.5 halves every training budget); "
+                         f"got {args.budget:g}")
     times, failed = {}, []
     if not args.report_only:
         for preset in studies:
             with sigterm_as_interrupt():  # a SIGTERM stops the study as Ctrl-C does
-                code, seconds = run_study(preset, args.storage_path)
+                code, seconds = run_study(preset, args.storage_path, args.budget)
             times[preset] = seconds
             if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # Ctrl-C or SIGTERM: stop here;
                 # the same command goes on
@@ -102,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
                 return code
             if code != 0:
                 failed.append(preset)
-    experiments = [experiment(p, args.storage_path) for p in studies]
+    experiments = [experiment(p, args.storage_path, args.budget) for p in studies]
     present = [e for e in experiments if storage.has_results(e)]
     if not present:
         print("error: no demo results to report; run without --report-only first", file=sys.stderr)
         return 2
-    out = os.path.join(args.storage_path, REPORT_FOLDER)
+    out = os.path.join(args.storage_path, report_folder(args.budget))
     from analysis.report import main as report_main
 
     code = report_main([*present, "--out", out, "--max-models", "3", "--no-progress"])

@@ -73,6 +73,12 @@ def _cpu_share(flag: str, value: float) -> str | None:
 CPU_SHARE = Check("finite, > 0", _cpu_share)
 
 
+def _budget(flag: str, value: float) -> str | None:
+    if math.isfinite(value) and value > 0:
+        return None
+    return f"{flag} must be a finite number > 0 (0.5 halves every training budget); got {value}"
+
+
 def _pack_size(flag: str, value) -> str | None:
     """--pack-size alone (``sweeps.packing.check_pack_size``, where it is checked; the rule that ties
     it to --search and --scheduler is in ``SweepOptions.__post_init__``)."""
@@ -205,6 +211,9 @@ class SweepOptions:
     scale: str = option("smoke", "how big to run it (tiny: seconds, for CI; smoke: minutes on a laptop; "
         "demo: a verdict on each paper, the three in under an hour; small: hours on one GPU; full: the "
         "paper)", metavar="{" + ",".join(SCALES) + "}")
+    budget: float = option(1.0, "multiply every model's training budget by this factor: its steps (or "
+        "epochs) and the schedules counted in steps (KL warm-up, lr milestones, CascadeVAE's releases); "
+        "0.5 halves them, to see whether a result depends on the budget", Check("finite, > 0", _budget))
     storage_path: str = option(DEFAULT_STORAGE, "folder that receives the experiment folder")
     name: str | None = option(None, "experiment name, the folder under --storage-path (default: the "
         "preset's name, plus the scale unless it is smoke)", Check("one folder name", _folder_name))

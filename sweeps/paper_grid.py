@@ -26,6 +26,7 @@ from analysis import storage
 from analysis.loading import ERRORS_PARTS
 from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
+from models.config import scaled_budget
 from sweeps import plan_record
 from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
 from sweeps.grid import (
@@ -49,10 +50,12 @@ from sweeps.trials import TrialConfig
 GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
 
 
-def default_experiment_name(preset: str, scale: str) -> str:
+def default_experiment_name(preset: str, scale: str, budget: float = 1.0) -> str:
     """An experiment's folder name when none is given: the study's name, plus the scale unless it
-    is smoke (``dittadi2021-demo``)."""
-    return preset if scale == "smoke" else f"{preset}-{scale}"
+    is smoke (``dittadi2021-demo``), plus the budget factor unless it is 1
+    (``dittadi2021-demo-budget0.5``), so that a scaled run never resumes into the full one."""
+    name = preset if scale == "smoke" else f"{preset}-{scale}"
+    return name if budget == 1 else f"{name}-budget{budget:g}"
 
 
 def _presets_epilog() -> str:
@@ -261,6 +264,8 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
         seeds = seed_list(options.seeds) if options.seeds not in (None, "") else list(
             range(default_seeds(spec, options.scale)))
         trials = trial_configs(spec, preset, options.scale, seeds)
+    if options.budget != 1:
+        trials = [t.replace(preset, **scaled_budget(t.model, options.budget)) for t in trials]
     check_data_dir(options)
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     if options.search == "optuna":
@@ -269,7 +274,7 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
 
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
     # or malformed real file or prepared folder stops the run before Ray starts.
-    return Sweep(options, name=options.name or default_experiment_name(preset, scale), preset=preset,
+    return Sweep(options, name=options.name or default_experiment_name(preset, scale, options.budget), preset=preset,
                  spec=spec, seeds=seeds, trials=tuple(trials), data=plan_data(trials, data_dir))
 
 
