@@ -873,6 +873,15 @@ def _m22_row(dataset: str, split: str, part: pd.DataFrame, evidence: bool) -> tu
     return row, tested
 
 
+def _nll_levels(r: dict) -> str:
+    """The mean NLLs the ratios divide (nats an image): a ratio near 1 between NLLs that are all
+    high says the models reconstruct nothing, not that they generalise."""
+    levels = [(name, r.get(key)) for name, key in (("held-out", "test_nll"), ("in-distribution",
+                                                   "in_distribution_nll"), ("training", "train_nll"))]
+    shown = [f"{value:.0f} {name}" for name, value in levels if value is not None and np.isfinite(value)]
+    return "mean NLL " + ", ".join(shown) + " nats" if shown else "no NLL recorded"
+
+
 def _m22_text(r: dict) -> str:
     encoder = ("encoder not measured" if r["encoder"] == "not measured" else
                f"encoder {r['encoder']} (nearer the truth in "
@@ -882,7 +891,7 @@ def _m22_text(r: dict) -> str:
     return (f"{r['dataset']}/{r['split']} [{r['kinds']}]: reconstruction {r['reconstruction']} ("
             + (_interval(r["ratio"], r["low"], r["high"], 2, "×") if r["reconstruction"] != NO_CONTROL
                else "no in-distribution NLL")
-            + f" of in-distribution; context, of training {_context(r)})"
+            + f" of in-distribution; context, of training {_context(r)}; {_nll_levels(r)})"
             + f", {encoder}, decoder {r['decoder']} ({_judge_text(r, 'decoder_', TRUE_CODE)}), "
               f"diagnosis {r['diagnosis']}, n = {r['n']} of {r['models']}"
             + ("" if r["precondition"] == MET else f"; ? {_untested(r)}"))

@@ -154,7 +154,7 @@ def write_html_report(experiment_dirs, out_dir: str, *, df: pd.DataFrame | None 
                                                  with_checkpoints=with_checkpoints, progress=progress)
     df, values = results.trials, results.metrics + results.scores
     parts = [
-        findings_section(findings(df) if found is None else found, figures_dir),
+        findings_section(findings(df) if found is None else found, figures_dir, drawn),
         summary_section(df, results.errors, skipped, table, results.experiments),
         trials_section(df, values, tensorboard_links(results, out_dir)),
         seeds_section(df, values, results.errors),
@@ -305,16 +305,33 @@ SCATTER_CAPTION = (
     "between them.")
 
 
-def finding_figures(finding, figures_dir: str, name: str) -> str:
+JUDGED_CAPTION = (
+    "{label}: held-out ground truth (top) and the model's {what} (bottom), captioned with what the "
+    "rendering judge reads (red: a rule factor read wrong; “seen”: read as a training combination)")
+# which drawn models a finding shows: the ground-truth decoder's finding its decoders' renderings,
+# the end-to-end finding its VAEs' reconstructions
+FINDING_TASKS = {"m21_ground_truth_decoder": "ground_truth_decoder", "m21_held_out": "vae"}
+
+
+def finding_figures(finding, figures_dir: str, name: str, drawn=()) -> str:
     """A finding's evidence as pictures, beside its numbers: for a reconstruction finding, each
     split's ratio interval beside its control's (a forest plot, with the rendering judge's gap where
-    recorded); for D21, DCI against each OOD1 transfer error coloured by supervision group, each
-    group with its own fit."""
+    recorded) and, from the report's drawn models (``drawn``), each split's held-out ground truth
+    beside the model's output with what the judge read (M21's Fig. 2); for D21, DCI against each
+    OOD1 transfer error coloured by supervision group, each group with its own fit."""
     parts = []
     table = finding.table
     if "ratio" in table.columns and pd.to_numeric(table["ratio"], errors="coerce").notna().any():
         path = figures.ratio_forest(table, _path(figures_dir, f"finding_{name}_forest.png"), bar=FAIL_RATIO)
         parts.append(html_image(path, FOREST_CAPTION.format(bar=FAIL_RATIO)))
+    task = FINDING_TASKS.get(name)
+    if task and {"dataset", "split"} <= set(table.columns):
+        splits = set(zip(table["dataset"].astype(str), table["split"].astype(str)))
+        what = "renderings of the true factor values" if task == "ground_truth_decoder" else "reconstructions"
+        for model in drawn:
+            if model.task == task and (model.dataset, model.split) in splits and "judged" in model.figures:
+                parts.append(html_image(model.figures["judged"], JUDGED_CAPTION.format(
+                    label=f"{model.split} · {model.label}", what=what)))
     points = getattr(finding, "points", pd.DataFrame())
     scores = [c for c in points.columns if c.startswith("transfer_")] if not points.empty else []
     if scores and "dci_disentanglement" in points.columns:
@@ -324,7 +341,7 @@ def finding_figures(finding, figures_dir: str, name: str) -> str:
     return "".join(parts)
 
 
-def findings_section(found, figures_dir: str | None = None) -> str:
+def findings_section(found, figures_dir: str | None = None, drawn=()) -> str:
     """The papers' headline findings (analysis.findings): the paper's statement, ✓/✗/?, the
     numbers behind each and its evidence as pictures (:func:`finding_figures`, where
     ``figures_dir`` is given), and its precondition with whether it held (the readout accuracy
@@ -343,7 +360,7 @@ def findings_section(found, figures_dir: str | None = None) -> str:
         if not f.table.empty:
             body.append(html_table(f.table))
         if figures_dir is not None:
-            body.append(finding_figures(f, figures_dir, getattr(f, "name", "") or f"finding{k + 1}"))
+            body.append(finding_figures(f, figures_dir, getattr(f, "name", "") or f"finding{k + 1}", drawn))
         if f.precondition:
             body.append(f"<p><b>Precondition</b> (fixed before any result): {html.escape(f.precondition)}</p>"
                         f"<p><b>Did it hold?</b> {html.escape(f.precondition_result)}</p>")

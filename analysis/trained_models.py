@@ -9,6 +9,7 @@ training worker draws its :func:`reconstruction_grid` tiles without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -86,25 +87,80 @@ def check_event_file(data: bytes, name: str = "event file") -> dict:
     return {"events": events, "last_step": last_step, "tags": sorted(tags)}
 
 
-def _trained_weights(path: str) -> list[tuple[dict, dict]]:
-    """(member config, weights) of each model with an encoder in a final checkpoint: failed members,
-    the ground-truth decoder and the composition tasks are left out."""
+# the models a report draws: VAEs (reconstructions, traversals, Hinton diagram, judged strip) and
+# M21's ground-truth decoder (its renderings of held-out factor values, judged: M21's Fig. 2); a
+# composition net reconstructs triplets, not images, and is not drawn
+DRAWN_TASKS = ("vae", "ground_truth_decoder")
+
+
+def _trained_weights(path: str, tasks=("vae",)) -> list[tuple[dict, dict]]:
+    """(member config, weights) of each model of ``tasks`` in a final checkpoint: failed members
+    and the other tasks are left out (by default, every model with an encoder)."""
     state = load(path)
     if not state.get("final"):
         raise CheckpointError(f"{path}: not a final trial checkpoint (the trial had not finished)")
     errors = {int(k) for k in state.get("errors", {})}
     return [(c, w) for k, (c, w) in enumerate(zip(state["config"]["members"], state["models"]))
-            if k not in errors and c.get("task", "vae") == "vae"]
+            if k not in errors and c.get("task", "vae") in tasks]
 
 
-def count_models(path: str) -> int:
-    """How many trained models a ``trainer.pt`` holds (0 if it is not a final checkpoint)."""
+def count_models(path: str, tasks=("vae",)) -> int:
+    """How many trained models of ``tasks`` a ``trainer.pt`` holds (0 if it is not a final
+    checkpoint)."""
     try:
-        return len(_trained_weights(path))
+        return len(_trained_weights(path, tasks))
     except CheckpointError as error:
         if "not a final trial checkpoint" in str(error):
             return 0
         raise
+
+
+@dataclass(frozen=True)
+class GridView:
+    """A procedural dataset without its images: its factor grid's ``classes`` (the trial's rows),
+    its space and ``observe`` (renders any grid point). What a judged strip and a ground-truth
+    decoder's rebuild read, without rendering the whole grid."""
+
+    name: str
+    classes: np.ndarray
+    factor_space: object
+    observe: object
+
+
+def grid_view(config: dict) -> GridView:
+    """The trial's procedural dataset as a :class:`GridView` (dataset, n_images, data_seed)."""
+    from data_pipeline import factor_space
+    from data_pipeline.datasets import grid_draw, render_stored
+    from data_pipeline.spaces import canonical_name
+
+    name = canonical_name(config["dataset"])
+    space = factor_space(name)
+    classes = space.classes_of(grid_draw(space, config.get("n_images"), config.get("data_seed", 0)))
+    return GridView(name, classes, space, functools.partial(render_stored, name))
+
+
+def load_decoder(path: str, member: int = 0):
+    """(decoder, config, grid view) of the ``member``-th ground-truth decoder of a ``trainer.pt``."""
+    from data_pipeline import get_split
+    from data_pipeline.datasets import dataset_channels
+    from models import ModelConfig, build_task_model
+
+    found = _trained_weights(path, ("ground_truth_decoder",))
+    if not 0 <= member < len(found):
+        raise CheckpointError(f"missing: {path} holds {len(found)} ground-truth decoder(s), "
+                              f"not member {member}")
+    config, weights = found[member]
+    view = grid_view(config)
+    split = get_split(config["dataset"], config["split"])
+    train = split.train_test_indices(view.classes, view.factor_space)[0]
+    model_config = ModelConfig.from_dict({**config, "channels": dataset_channels(view.name)})
+    decoder = build_task_model(model_config, view.classes, view.factor_space, train)
+    try:
+        decoder.load_state_dict(weights)  # its input range (low, high) included
+    except (RuntimeError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"{path}: corrupt, the weights do not fit the decoder its config "
+                              f"describes ({str(error).splitlines()[0]})") from error
+    return decoder.eval(), config, view
 
 
 def load_checkpoints(path: str) -> list[tuple]:
@@ -157,11 +213,32 @@ def judged_reconstructions(model, config: dict, data, path: str, *, n_images: in
     (``analysis.metrics.rendering_judge``) reads from the reconstruction and, after "seen", where
     that reading is a combination of the training part (a substitution). None where the data
     cannot render the judge's templates (no ``observe``)."""
+    from models import reconstruct
+
+    return judged_strip_of(lambda truth, classes: reconstruct(model, truth), config, data, path,
+                           n_images=n_images, seed=seed, title=title)
+
+
+def judged_renderings(decoder, config: dict, data, path: str, *, n_images: int = 8, seed: int = 0,
+                      title: str = "") -> str | None:
+    """M21's Fig. 2 for a ground-truth decoder: held-out images above the decoder's renderings of
+    their true factor values, captioned with the judge's reading (:func:`judged_strip_of`)."""
+    from analysis.task_nll import ground_truth_renderings
+
+    space = data.factor_space
+    return judged_strip_of(lambda truth, classes: ground_truth_renderings(decoder, space.raw_values(classes)),
+                           config, data, path, n_images=n_images, seed=seed, title=title)
+
+
+def judged_strip_of(render, config: dict, data, path: str, *, n_images: int = 8, seed: int = 0,
+                    title: str = "") -> str | None:
+    """The judged strip of a model's outputs ``render(truth images, their classes)`` for held-out
+    images of its split (:func:`judged_reconstructions`); None where the data cannot render the
+    judge's templates (no ``observe``)."""
     from analysis.evaluation import held_out_sample
     from analysis.figures import judged_strip
     from analysis.metrics.rendering_judge import judge_readings, read_right
     from data_pipeline import get_split
-    from models import reconstruct
 
     if data.observe is None:
         return None
@@ -170,7 +247,7 @@ def judged_reconstructions(model, config: dict, data, path: str, *, n_images: in
     test = split.train_test_indices(data.classes, space)[1]
     sample = held_out_sample(data, split, test, n_images, seed, n_nll=0)
     truth = sample[np.arange(len(sample))]
-    reconstructions = reconstruct(model, truth)
+    reconstructions = render(truth, sample.classes)
     factors = tuple(name for name in split.factor_names(space) if name in space.names)
     (read,) = judge_readings(space, factors, data.observe, sample.classes, reconstructions)
     right = read_right(space, factors, sample.classes, read).all(axis=1)
@@ -237,6 +314,17 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     return out
 
 
+def decoder_figures(path: str, out_dir: str, *, n_images: int = 8, seed: int = 0, member: int = 0) -> dict:
+    """A ground-truth decoder's picture: ``<trial_key>_judged.png`` (:func:`judged_renderings`)."""
+    decoder, config, view = load_decoder(path, member)
+    key = config.get("trial_key", os.path.basename(os.path.dirname(os.path.dirname(path))))
+    os.makedirs(out_dir, exist_ok=True)
+    label = f"{config.get('split')} · ground-truth decoder · seed {config.get('seed')}"
+    judged = judged_renderings(decoder, config, view, os.path.join(out_dir, f"{key}_judged.png"),
+                               n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
+    return {} if judged is None else {"judged": judged}
+
+
 @dataclass
 class DrawnModel:
     trial_key: str
@@ -244,6 +332,9 @@ class DrawnModel:
     tensorboard_dir: str | None
     figures: dict = field(default_factory=dict)  # kind → png path
     events: dict = field(default_factory=dict)  # check_event_file's summary
+    dataset: str = ""
+    split: str = ""
+    task: str = "vae"
 
 
 @dataclass
@@ -343,7 +434,7 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
     copies = tempfile.mkdtemp(prefix="disgen-checkpoints-")
     by_name = {experiment_name(location): _Experiment(location, copies) for location in experiments}
     drawn, skipped = [], []
-    rows = df.head(max_models).to_dict("records")
+    rows = spread(df, max_models).to_dict("records")
     for done, row in enumerate(rows, start=1):
         key, label = str(row["trial_key"]), label_of(row)
         experiment = by_name.get(str(row.get("experiment")), next(iter(by_name.values())))
@@ -360,10 +451,18 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
                 checkpoint, member = found
             events = experiment.check_events(tensorboard)
             checkpoint = experiment.local(checkpoint)
-            if count_models(checkpoint) == 0:
-                raise CheckpointError("no encoder to draw (a ground-truth decoder or composition task)")
-            drawn.append(DrawnModel(key, label, tensorboard, model_figures(checkpoint, figures_dir,
-                                                                           member=member), events))
+            task = row.get("task")
+            task = "vae" if task is None or pd.isna(task) else str(task)
+            if task == "ground_truth_decoder" and count_models(checkpoint, (task,)):
+                pictures = decoder_figures(checkpoint, figures_dir, member=_position(checkpoint, member, key))
+            elif task == "vae" and count_models(checkpoint):
+                pictures = model_figures(checkpoint, figures_dir, member=member)
+            else:
+                raise CheckpointError("no picture: a composition net reconstructs triplets, not images"
+                                      if task == "composition" else
+                                      f"no trained {task} in its checkpoint (the trial had not finished)")
+            drawn.append(DrawnModel(key, label, tensorboard, pictures, events, str(row.get("dataset", "")),
+                                    str(row.get("split", "")), task))
         except (CheckpointError, EventFileError) as error:
             skipped.append(SkippedModel(key, label, str(error)))
         except Exception as error:  # one broken model must not lose the whole report
@@ -371,3 +470,25 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
         if progress:
             progress(done, len(rows))
     return drawn, skipped
+
+
+def spread(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """At most ``n`` rows of ``df``, one per (dataset, split, task) first, in the order they first
+    appear, then the next of each, and so on: a report's few pictures cover every split it has."""
+    if df.empty or n <= 0:
+        return df.head(0)
+    keys = [c for c in ("dataset", "split", "task") if c in df.columns]
+    if not keys:
+        return df.head(n)
+    rank = df.groupby(keys, sort=False, dropna=False).cumcount()
+    first_seen = df.groupby(keys, sort=False, dropna=False).ngroup()
+    order = pd.DataFrame({"rank": rank, "group": first_seen, "row": range(len(df))}, index=df.index)
+    return df.loc[order.sort_values(["rank", "group", "row"]).index[:n]]
+
+
+def _position(path: str, member: int, key: str) -> int:
+    """A pack member's position among the checkpoint's ground-truth decoders (its decoders only are
+    counted), found by its trial key; ``member`` where the configs carry no key."""
+    configs = [c for c, _ in _trained_weights(path, ("ground_truth_decoder",))]
+    keys = [c.get("trial_key") for c in configs]
+    return keys.index(key) if key in keys else min(member, len(configs) - 1)

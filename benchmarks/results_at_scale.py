@@ -68,28 +68,30 @@ def _history(index: int) -> list[dict]:
 class _Trial:
     """What the results writer reads of a finished Tune trial."""
 
+    checkpoint = None  # no checkpoint left to remove
+
     def __init__(self, trial_id: str, config: dict, result: dict):
         self.trial_id, self.config, self.last_result = trial_id, config, result
 
 
 class _Log:
-    """What the trial's history writer reads of a model's log: its progress reports."""
+    """What the trial's history writer reads of a model's log: its trial and progress reports."""
 
-    def __init__(self, history: list[dict]):
-        self.history = history
+    def __init__(self, trial, history: list[dict]):
+        self.trial, self.history = trial, history
 
 
 def _complete(writer, experiment_dir: str, trial, index: int) -> None:
     """One finished trial, stored as the sweep stores it: the trial writes its history part, then
-    reports scalars, which the driver's callback commits."""
+    makes its final report (``sweeps.outcome.TrialOutcome``), which the driver's callback commits."""
+    from sweeps.outcome import ModelOutcome, TrialOutcome
     from sweeps.trainable import write_history
 
-    config = trial.to_dict()
-    member = {"config": config, **_metrics(index), "step": 400_000}
-    part = write_history(experiment_dir, [_Log(_history(index))], [member])
-    writer.on_trial_complete(index, [], _Trial(f"t{index:05d}", {"members": [config]},
-                                               {"done": True, "members": [member], "results_part": part,
-                                                "node_id": "n0"}))
+    member = ModelOutcome(trial, step=400_000, steps=400_000, metrics=_metrics(index))
+    part = write_history(experiment_dir, [_Log(trial, _history(index))], [member])
+    report = TrialOutcome([member], step=400_000, facts={"node_id": "n0"}, results_part=part).to_report()
+    # the Tune config names its members by trial key; the writer finds them in the plan
+    writer.on_trial_complete(index, [], _Trial(f"t{index:05d}", {"members": [trial.trial_key]}, report))
 
 
 def run_store(store: str, experiment_dir: str, n: int, limit_s: float) -> str:
@@ -98,7 +100,7 @@ def run_store(store: str, experiment_dir: str, n: int, limit_s: float) -> str:
     trials = _trials(n)
     import sweeps.trainable  # noqa: F401  (imported before the clock starts, as on a worker)
 
-    writer = ResultsWriter(experiment_dir, ())
+    writer = ResultsWriter(experiment_dir, trials)
     durations = []
     started = time.perf_counter()
     for index, trial in enumerate(trials):

@@ -316,9 +316,22 @@ def file_identity(source: RealFile, step: int) -> dict:
     return {"kind": "file", **source.identity, "rows_per_block": step}
 
 
+def mpi3d_variant(name: str) -> str:
+    """Which MPI3D set a dataset name means: ``mpi3d_real`` → real, ``mpi3d_realistic`` →
+    realistic, ``mpi3d`` and ``mpi3d_toy`` → toy (the sets share one factor grid)."""
+    from data_pipeline.loaders import MPI3D_NPZ
+
+    variant = str(name).lower().removeprefix("mpi3d").removeprefix("_") or "toy"
+    if variant not in MPI3D_NPZ:
+        raise KeyError(f"unknown MPI3D set {name!r}; choose mpi3d (toy), "
+                       + ", ".join(f"mpi3d_{v}" for v in MPI3D_NPZ))
+    return variant
+
+
 def real_file_path(dataset: str, data_dir=None) -> Path:
     """Where a dataset's real file is: its published name in ``data_dir``, else in
-    ``$DISGEN_DATA`` (dSprites: the npz, else the hdf5; ``labelled``: labelled.npz, else .h5)."""
+    ``$DISGEN_DATA`` (dSprites: the npz, else the hdf5; ``labelled``: labelled.npz, else .h5; MPI3D:
+    the variant the name gives, ``mpi3d_real`` → mpi3d_real.npz, plain ``mpi3d`` the toy set)."""
     from data_pipeline.loaders import DSPRITES_HDF5, DSPRITES_NPZ, MPI3D_NPZ, SHAPES3D_H5, data_path
 
     if str(dataset).lower() == "labelled":
@@ -326,6 +339,7 @@ def real_file_path(dataset: str, data_dir=None) -> Path:
             return data_path("labelled.npz", data_dir)
         except FileNotFoundError:
             return data_path("labelled.h5", data_dir)
+    named = str(dataset).lower()
     dataset = canonical_name(dataset)
     if dataset == "dsprites":
         try:
@@ -339,7 +353,7 @@ def real_file_path(dataset: str, data_dir=None) -> Path:
     if dataset == "shapes3d":
         return data_path(SHAPES3D_H5, data_dir)
     if dataset == "mpi3d":
-        return data_path(MPI3D_NPZ["toy"], data_dir)
+        return data_path(MPI3D_NPZ[mpi3d_variant(named)], data_dir)
     return data_path(f"{dataset}.npz", data_dir)
 
 

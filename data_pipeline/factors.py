@@ -143,3 +143,18 @@ class FactorSpace:
     def all_classes(self) -> np.ndarray:
         """Every class tuple of the grid, in flat-index order."""
         return self.classes_of(np.arange(self.n_images))
+
+
+def nearest_classes(values: np.ndarray, space: FactorSpace) -> tuple[np.ndarray, int | None, float]:
+    """Factor classes of raw label values (N, factors), each matched to the nearest value of its
+    factor's grid: (classes, the first column whose worst match lies off its grid by more than
+    1e-3 of the grid's range (or of 1), or None, and that worst distance). The callers say what an
+    off-grid column means for their file."""
+    classes = np.empty(values.shape, dtype=np.int64)
+    for col, grid in enumerate(space.values):
+        distance = np.abs(values[:, col, None] - grid[None, :])
+        classes[:, col] = distance.argmin(axis=1)
+        worst = distance.min(axis=1).max() if len(values) else 0.0
+        if worst > 1e-3 * max(1.0, float(np.ptp(grid))):
+            return classes, col, float(worst)
+    return classes, None, 0.0

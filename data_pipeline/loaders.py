@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from data_pipeline.datasets import GroundTruthDataset, as_channels_first
-from data_pipeline.factors import FactorSpace
+from data_pipeline.factors import FactorSpace, nearest_classes
 from data_pipeline.sources import SOURCES
 from data_pipeline.spaces import dsprites_space, mpi3d_space, shapes3d_space, sprite_space
 
@@ -141,14 +141,10 @@ def _npz_arrays(path, keys) -> dict:
 
 def _classes_from_values(values: np.ndarray, space: FactorSpace, source) -> np.ndarray:
     """Factor classes of raw label values, matching each to the nearest grid value."""
-    classes = np.empty(values.shape, dtype=np.int64)
-    for col, grid in enumerate(space.values):
-        distance = np.abs(values[:, col, None] - grid[None, :])
-        classes[:, col] = distance.argmin(axis=1)
-        worst = distance.min(axis=1).max() if len(values) else 0.0
-        if worst > 1e-3 * max(1.0, float(np.ptp(grid))):
-            raise ValueError(f"{source}: labels of factor {space.names[col]!r} are off the grid "
-                             f"{np.round(grid, 4).tolist()} (worst distance {worst:.4g})")
+    classes, col, worst = nearest_classes(values, space)
+    if col is not None:
+        raise ValueError(f"{source}: labels of factor {space.names[col]!r} are off the grid "
+                         f"{np.round(space.values[col], 4).tolist()} (worst distance {worst:.4g})")
     return classes
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from data_pipeline.datasets import GroundTruthDataset
-from data_pipeline.factors import FactorSpace
+from data_pipeline.factors import FactorSpace, nearest_classes
 
 # the factor space (the nine label columns, the eight colours and their hues) is declared with every
 # dataset's, in data_pipeline.spaces; re-exported here
@@ -139,16 +139,12 @@ def label_classes(labels: np.ndarray, space: FactorSpace, source) -> np.ndarray:
     sizes = np.asarray(space.sizes)
     if integral and len(values) and (values >= 0).all() and (values < sizes).all():
         return values.astype(np.int64)
-    classes = np.empty(values.shape, dtype=np.int64)
-    for col, grid in enumerate(space.values):
-        distance = np.abs(values[:, col, None] - grid[None, :])
-        classes[:, col] = distance.argmin(axis=1)
-        worst = distance.min(axis=1).max() if len(values) else 0.0
-        if worst > 1e-3 * max(1.0, float(np.ptp(grid))):
-            raise FingerDataError(
-                f"{source}: labels: column {col} ({space.names[col]}) holds neither class numbers "
-                f"0…{space.sizes[col] - 1} nor values of its grid {np.round(grid, 4).tolist()} "
-                f"(worst distance {worst:.4g})")
+    classes, col, worst = nearest_classes(values, space)
+    if col is not None:
+        raise FingerDataError(
+            f"{source}: labels: column {col} ({space.names[col]}) holds neither class numbers "
+            f"0…{space.sizes[col] - 1} nor values of its grid {np.round(space.values[col], 4).tolist()} "
+            f"(worst distance {worst:.4g})")
     return classes
 
 

@@ -90,7 +90,8 @@ def by_filename(filename: str) -> Source | None:
 
 
 # The file ``python -m data_pipeline.download`` fetches for each dataset of data_source real.
-DEFAULT_FILE = {"dsprites": "dsprites", "shapes3d": "3dshapes", "mpi3d": "mpi3d_toy"}
+DEFAULT_FILE = {"dsprites": "dsprites", "shapes3d": "3dshapes", "mpi3d": "mpi3d_toy",
+                "mpi3d_toy": "mpi3d_toy", "mpi3d_realistic": "mpi3d_realistic", "mpi3d_real": "mpi3d_real"}
 
 
 def download_hint(dataset: str, data_dir=None) -> str | None:

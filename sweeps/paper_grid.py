@@ -274,8 +274,9 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
 
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
     # or malformed real file or prepared folder stops the run before Ray starts.
-    return Sweep(options, name=options.name or default_experiment_name(preset, scale, options.budget), preset=preset,
-                 spec=spec, seeds=seeds, trials=tuple(trials), data=plan_data(trials, data_dir))
+    name = options.name or default_experiment_name(preset, scale, options.budget)
+    return Sweep(options, name=name, preset=preset, spec=spec, seeds=seeds, trials=tuple(trials),
+                 data=plan_data(trials, data_dir))
 
 
 def plan(options: SweepOptions, given=None) -> Sweep:

@@ -69,10 +69,12 @@ M22_CONDITIONS = [  # the conditions M22's composition runs train on
     {"dataset": "dsprites", "split": "shape2tx"},  # M22's sqr2tx
     {"dataset": "shapes3d", "split": "shape2ohue"},
     {"dataset": "shapes3d", "split": "fhue2whue"},
-    # MPI3D: four shapes at one horizontal-axis position (run-composition.sh lines 402-471): cyl2vx
-    # (a failure) and bkg2cyl (a success)
-    {"dataset": "mpi3d", "split": "cyl2vx+four_shapes+fix_hx"},
-    {"dataset": "mpi3d", "split": "bkg2cyl+four_shapes+fix_hx"},
+    # MPI3D real (M22's analyse_models.sh and run-composition.sh read the real set): four shapes at
+    # one horizontal-axis position (run-composition.sh lines 402-471): cyl2vx (a failure) and bkg2cyl
+    # (a success). With --data-source real the trials read mpi3d_real.npz; procedurally, disgen's
+    # MPI3D stand-in (the same factor grid)
+    {"dataset": "mpi3d_real", "split": "cyl2vx+four_shapes+fix_hx"},
+    {"dataset": "mpi3d_real", "split": "bkg2cyl+four_shapes+fix_hx"},
     {"dataset": "circles", "split": "shape2px"},
     {"dataset": "circles", "split": "midpos"},
     {"dataset": "simple", "split": "shape2px"},
@@ -100,9 +102,10 @@ def m22_composition_nets(dataset: str, split: str) -> list[dict]:
                  "lr": 3e-4 if dataset == "circles" else 1e-4}]
     # dSprites and 3DShapes: abdi, lr 1e-4, 100 epochs, VAE and WAE losses; MPI3D: montero, the VAE
     # loss 50 epochs on cyl2vx and 100 on bkg2cyl, WAE-MMD 200 epochs at batch 64
-    network = {"architecture": "montero" if dataset == "mpi3d" else "abdi", "lr": 1e-4, "batch_size": 64}
-    vae_epochs = (50 if split.startswith("cyl2vx") else 100) if dataset == "mpi3d" else 100
-    wae_epochs = 200 if dataset == "mpi3d" else 100
+    mpi3d = dataset.startswith("mpi3d")
+    network = {"architecture": "montero" if mpi3d else "abdi", "lr": 1e-4, "batch_size": 64}
+    vae_epochs = (50 if split.startswith("cyl2vx") else 100) if mpi3d else 100
+    wae_epochs = 200 if mpi3d else 100
     return [{**M22_COMPOSITION, **loss, **network, "latent_op": op, "epochs": epochs}
             for loss, epochs in ((M22_VAE_LOSS, vae_epochs), (M22_WAE_LOSS, wae_epochs)) for op in M22_OPS]
 
@@ -136,7 +139,7 @@ def m22_runs() -> list[dict]:
     for condition in M22_CONDITIONS:
         dataset = condition["dataset"]
         models = m22_composition_nets(dataset, condition["split"])
-        if dataset in ("dsprites", "shapes3d", "mpi3d"):
+        if dataset in ("dsprites", "shapes3d", "mpi3d_real"):
             models.append(m22_cascade_vae(dataset))
         if dataset in ("dsprites", "shapes3d"):
             models.append(m22_lie_group_vae(dataset))

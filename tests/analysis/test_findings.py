@@ -8,6 +8,8 @@ rule simulated for its power; D21's correlation within each supervision group; o
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -506,6 +508,14 @@ def test_m22_neither_failing_is_no_contradiction():
     # half the images each way: the encoder is unclear, and so is the verdict
     assert F.m22_diagnosis(m22_table({"sqr2scl": 0.5, "shape2tx": 0.5}, FAILING,
                                      DECODER_BELOW)).status == F.INCONCLUSIVE
+
+
+def test_m22_says_the_nll_levels_its_ratios_divide():
+    """A ratio near 1 between NLLs that are all high is models that reconstruct nothing: the text
+    gives the mean held-out, in-distribution and training NLL beside the ratio."""
+    found = F.m22_diagnosis(m22_table(SNAPS, {"sqr2scl": 1.0, "shape2tx": 1.0}))
+    assert found.status == F.INCONCLUSIVE
+    assert re.search(r"mean NLL \d+ held-out, 100 in-distribution, 100 training nats", found.result)
 
 
 def test_m22_is_judged_on_m22s_models_only():

@@ -44,7 +44,8 @@ def test_warm_ups_and_milestones_scale_and_off_stays_off():
     # D21 at small: 40,000 steps, lr halved at 15,000 and 30,000
     assert scaled["steps"] == 20000 and scaled["lr_milestones"] == (7500, 15000)
     assert scaled_budget(dataclasses.replace(config, kl_warmup_steps=0), 0.5)["kl_warmup_steps"] == 0
-    assert scaled_budget(dataclasses.replace(config, kl_warmup_steps=1), 0.1)["kl_warmup_steps"] == 1  # never rounds to off
+    # a schedule that is on never rounds to off
+    assert scaled_budget(dataclasses.replace(config, kl_warmup_steps=1), 0.1)["kl_warmup_steps"] == 1
     assert scaled_budget(config, 1.0)["steps"] == config.steps
 
 

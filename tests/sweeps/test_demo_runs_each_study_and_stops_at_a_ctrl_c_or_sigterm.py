@@ -25,8 +25,8 @@ def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c_or_si
     monkeypatch.setattr(sweeps.paper_grid, "run", run)
     argv = ["--studies", "montero2021,montero2022,dittadi2021", "--storage-path", str(tmp_path), "--no-open"]
     assert demo.main(argv) == code
-    assert calls == [(preset, {"scale": "demo", "storage_path": str(tmp_path), "resume": False, "budget": 1.0})
-                     for preset in ("montero2021", "montero2022")]
+    asked = {"scale": "demo", "storage_path": str(tmp_path), "resume": False, "budget": 1.0}
+    assert calls == [(preset, asked) for preset in ("montero2021", "montero2022")]
     out = capsys.readouterr().out
     assert "montero2021: 1 of 2 models finished in" in out
     stopped = tmp_path / "montero2022-demo"

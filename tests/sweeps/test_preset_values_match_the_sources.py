@@ -53,8 +53,8 @@ def test_montero2022_runs_m22s_models_at_m22s_settings():
     others = composition[~composition["dataset"].isin(["circles", "simple"])]
     assert set(others["decoder"]) == {"mirror"} and set(others["batch_size"]) == {64}
     assert set(zip(others["dataset"], others["architecture"])) == {
-        ("dsprites", "abdi"), ("shapes3d", "abdi"), ("mpi3d", "montero")}
-    mpi3d = others[others["dataset"] == "mpi3d"]
+        ("dsprites", "abdi"), ("shapes3d", "abdi"), ("mpi3d_real", "montero")}
+    mpi3d = others[others["dataset"] == "mpi3d_real"]  # M22 read MPI3D real
     assert set(mpi3d["split"]) == {"cyl2vx+four_shapes+fix_hx", "bkg2cyl+four_shapes+fix_hx"}
     assert set(zip(mpi3d["split"].str[:6], mpi3d["objective"], mpi3d["epochs"])) == {
         ("cyl2vx", "vae", 50), ("bkg2cy", "vae", 100), ("cyl2vx", "wae_mmd", 200), ("bkg2cy", "wae_mmd", 200)}
@@ -65,7 +65,7 @@ def test_montero2022_runs_m22s_models_at_m22s_settings():
     assert set(cascade["discrete_warmup_steps"]) == {80_000} and set(cascade["lr"]) == {3e-4}
     assert set(cascade["duplicate_penalty"]) == {1e-3} and set(cascade["cascade_steps"]) == {20_000}
     assert set(zip(cascade["dataset"], cascade["discrete_categories"], cascade["epochs"])) == {
-        ("dsprites", 3, 40), ("shapes3d", 4, 60), ("mpi3d", 4, 60)}
+        ("dsprites", 3, 40), ("shapes3d", 4, 60), ("mpi3d_real", 4, 60)}
     lie = configs[configs["objective"] == "lie_group_vae"]
     assert set(lie["epochs"]) == {100} and set(lie["batch_size"]) == {256} and set(lie["lr"]) == {1e-4}
     assert set(zip(lie["dataset"], lie["lie_matrix_size"], lie["hessian_weight"])) == {
