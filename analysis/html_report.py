@@ -310,7 +310,11 @@ JUDGED_CAPTION = (
     "rendering judge reads (red: a rule factor read wrong; “seen”: read as a training combination)")
 # which drawn models a finding shows: the ground-truth decoder's finding its decoders' renderings,
 # the end-to-end finding its VAEs' reconstructions
-FINDING_TASKS = {"m21_ground_truth_decoder": "ground_truth_decoder", "m21_held_out": "vae"}
+FINDING_TASKS = {"m21_ground_truth_decoder": "ground_truth_decoder", "m21_held_out": "vae",
+                 "m22_diagnosis": "composition"}
+WHAT_IS_DRAWN = {"ground_truth_decoder": "renderings of the true factor values",
+                 "composition": "predictions of them as targets composed from training images",
+                 "vae": "reconstructions"}
 
 
 def finding_figures(finding, figures_dir: str, name: str, drawn=()) -> str:
@@ -327,7 +331,7 @@ def finding_figures(finding, figures_dir: str, name: str, drawn=()) -> str:
     task = FINDING_TASKS.get(name)
     if task and {"dataset", "split"} <= set(table.columns):
         splits = set(zip(table["dataset"].astype(str), table["split"].astype(str)))
-        what = "renderings of the true factor values" if task == "ground_truth_decoder" else "reconstructions"
+        what = WHAT_IS_DRAWN[task]
         for model in drawn:
             if model.task == task and (model.dataset, model.split) in splits and "judged" in model.figures:
                 parts.append(html_image(model.figures["judged"], JUDGED_CAPTION.format(

@@ -87,10 +87,10 @@ def check_event_file(data: bytes, name: str = "event file") -> dict:
     return {"events": events, "last_step": last_step, "tags": sorted(tags)}
 
 
-# the models a report draws: VAEs (reconstructions, traversals, Hinton diagram, judged strip) and
-# M21's ground-truth decoder (its renderings of held-out factor values, judged: M21's Fig. 2); a
-# composition net reconstructs triplets, not images, and is not drawn
-DRAWN_TASKS = ("vae", "ground_truth_decoder")
+# the models a report draws: VAEs (reconstructions, traversals, Hinton diagram, judged strip),
+# M21's ground-truth decoder (its renderings of held-out factor values, judged: M21's Fig. 2) and a
+# composition net (its predictions of held-out targets composed from training images, judged)
+DRAWN_TASKS = ("vae", "ground_truth_decoder", "composition")
 
 
 def _trained_weights(path: str, tasks=("vae",)) -> list[tuple[dict, dict]]:
@@ -141,26 +141,32 @@ def grid_view(config: dict) -> GridView:
 
 def load_decoder(path: str, member: int = 0):
     """(decoder, config, grid view) of the ``member``-th ground-truth decoder of a ``trainer.pt``."""
+    return load_task_model(path, "ground_truth_decoder", member)
+
+
+def load_task_model(path: str, task: str, member: int = 0, view=None):
+    """(model, config, data) of the ``member``-th model of ``task`` in a ``trainer.pt`` (counted
+    among that task's models): a ground-truth decoder or a composition net rebuilt from its config
+    (its factor grid: ``view``, by default a :class:`GridView`) and loaded with its weights."""
     from data_pipeline import get_split
     from data_pipeline.datasets import dataset_channels
     from models import ModelConfig, build_task_model
 
-    found = _trained_weights(path, ("ground_truth_decoder",))
+    found = _trained_weights(path, (task,))
     if not 0 <= member < len(found):
-        raise CheckpointError(f"missing: {path} holds {len(found)} ground-truth decoder(s), "
-                              f"not member {member}")
+        raise CheckpointError(f"missing: {path} holds {len(found)} {task} model(s), not member {member}")
     config, weights = found[member]
-    view = grid_view(config)
+    view = view or grid_view(config)
     split = get_split(config["dataset"], config["split"])
     train = split.train_test_indices(view.classes, view.factor_space)[0]
     model_config = ModelConfig.from_dict({**config, "channels": dataset_channels(view.name)})
-    decoder = build_task_model(model_config, view.classes, view.factor_space, train)
+    model = build_task_model(model_config, view.classes, view.factor_space, train)
     try:
-        decoder.load_state_dict(weights)  # its input range (low, high) included
+        model.load_state_dict(weights)  # a decoder's input range (low, high) included
     except (RuntimeError, TypeError, AttributeError) as error:
-        raise CheckpointError(f"{path}: corrupt, the weights do not fit the decoder its config "
+        raise CheckpointError(f"{path}: corrupt, the weights do not fit the {task} model its config "
                               f"describes ({str(error).splitlines()[0]})") from error
-    return decoder.eval(), config, view
+    return model.eval(), config, view
 
 
 def load_checkpoints(path: str) -> list[tuple]:
@@ -314,6 +320,45 @@ def model_figures(path: str, out_dir: str, *, n_images: int = 8, n_steps: int = 
     return out
 
 
+def judged_compositions(net, config: dict, data, path: str, *, n_images: int = 8, seed: int = 0,
+                        title: str = "") -> str | None:
+    """A composition net's judged strip: held-out images above the net's predictions of them as
+    targets, each composed (as its evaluation composes them) from a reference and a transform of the
+    dataset's images and the action that tells them apart (:func:`judged_strip_of`). ``data`` needs
+    its images (the whole grid: the composition task's)."""
+    from analysis.task_nll import composition_predictions
+    from models.composition import TripletSampler
+
+    sampler = TripletSampler(data.classes, np.arange(len(data.classes)))
+
+    def render(truth, classes):
+        reference, transform, served, action = sampler.sample_onto_classes(
+            classes, np.random.default_rng([seed, 7]))
+        if len(served) != len(classes):  # a held-out image no triplet of the grid composes
+            raise CheckpointError("no picture: some held-out images cannot be composed from the "
+                                  "dataset's images (the composition task needs the whole grid)")
+        return composition_predictions(net, data.images, reference, transform, action)
+
+    return judged_strip_of(render, config, data, path, n_images=n_images, seed=seed, title=title)
+
+
+def composition_figures(path: str, out_dir: str, *, n_images: int = 8, seed: int = 0,
+                        member: int = 0) -> dict:
+    """A composition net's picture: ``<trial_key>_judged.png`` (:func:`judged_compositions`), on its
+    dataset rendered whole (Circles: 1,024 images)."""
+    from data_pipeline import load_procedural
+
+    config = _trained_weights(path, ("composition",))[member][0]
+    data = load_procedural(config["dataset"], config.get("n_images"), seed=config.get("data_seed", 0))
+    net, config, data = load_task_model(path, "composition", member, data)
+    key = config.get("trial_key", os.path.basename(os.path.dirname(os.path.dirname(path))))
+    os.makedirs(out_dir, exist_ok=True)
+    label = f"{config.get('split')} · composition {config.get('latent_op')} · seed {config.get('seed')}"
+    judged = judged_compositions(net, config, data, os.path.join(out_dir, f"{key}_judged.png"),
+                                 n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
+    return {} if judged is None else {"judged": judged}
+
+
 def decoder_figures(path: str, out_dir: str, *, n_images: int = 8, seed: int = 0, member: int = 0) -> dict:
     """A ground-truth decoder's picture: ``<trial_key>_judged.png`` (:func:`judged_renderings`)."""
     decoder, config, view = load_decoder(path, member)
@@ -453,14 +498,13 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
             checkpoint = experiment.local(checkpoint)
             task = row.get("task")
             task = "vae" if task is None or pd.isna(task) else str(task)
-            if task == "ground_truth_decoder" and count_models(checkpoint, (task,)):
-                pictures = decoder_figures(checkpoint, figures_dir, member=_position(checkpoint, member, key))
+            if task in ("ground_truth_decoder", "composition") and count_models(checkpoint, (task,)):
+                draw = decoder_figures if task == "ground_truth_decoder" else composition_figures
+                pictures = draw(checkpoint, figures_dir, member=_position(checkpoint, member, key, task))
             elif task == "vae" and count_models(checkpoint):
                 pictures = model_figures(checkpoint, figures_dir, member=member)
             else:
-                raise CheckpointError("no picture: a composition net reconstructs triplets, not images"
-                                      if task == "composition" else
-                                      f"no trained {task} in its checkpoint (the trial had not finished)")
+                raise CheckpointError(f"no trained {task} in its checkpoint (the trial had not finished)")
             drawn.append(DrawnModel(key, label, tensorboard, pictures, events, str(row.get("dataset", "")),
                                     str(row.get("split", "")), task))
         except (CheckpointError, EventFileError) as error:
@@ -486,9 +530,9 @@ def spread(df: pd.DataFrame, n: int) -> pd.DataFrame:
     return df.loc[order.sort_values(["rank", "group", "row"]).index[:n]]
 
 
-def _position(path: str, member: int, key: str) -> int:
-    """A pack member's position among the checkpoint's ground-truth decoders (its decoders only are
+def _position(path: str, member: int, key: str, task: str) -> int:
+    """A pack member's position among the checkpoint's models of ``task`` (those only are
     counted), found by its trial key; ``member`` where the configs carry no key."""
-    configs = [c for c, _ in _trained_weights(path, ("ground_truth_decoder",))]
+    configs = [c for c, _ in _trained_weights(path, (task,))]
     keys = [c.get("trial_key") for c in configs]
     return keys.index(key) if key in keys else min(member, len(configs) - 1)

@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     out = os.path.join(args.storage_path, report_folder(args.budget))
     from analysis.report import main as report_main
 
-    code = report_main([*present, "--out", out, "--max-models", "3", "--no-progress"])
+    # five pictures: one model of each split the reconstruction findings read (M21's three decoders,
+    # M22's two CompositionNets; analysis.trained_models.spread)
+    code = report_main([*present, "--out", out, "--max-models", "5", "--no-progress"])
     for preset, seconds in times.items():
         print(f"{preset}: {seconds / 60:.1f} min" + (" (some trials failed; rerun to resume them)"
                                                       if preset in failed else ""))

@@ -75,7 +75,8 @@ def test_the_decoder_finding_shows_each_splits_picture_under_its_numbers(tmp_pat
     drawn = [T.DrawnModel("k", "vae β=1 seed 0", None, {"judged": str(png)}, {}, "dsprites", split,
                           "ground_truth_decoder") for split in ("blank_side", "shape2tx")]
     drawn.append(T.DrawnModel("v", "vae", None, {"judged": str(png)}, {}, "dsprites", "blank_side", "vae"))
-    found = [f for f in F.findings(decoders({**RATIOS, "leave1out": 1.0})) if f.name == "m21_ground_truth_decoder"]
+    found = [f for f in F.findings(decoders({**RATIOS, "leave1out": 1.0}))
+             if f.name == "m21_ground_truth_decoder"]
     page = findings_section(found, None, drawn)
     assert "<img" not in page  # no figures folder: the numbers alone
     page = findings_section(found, str(tmp_path), drawn)
@@ -83,3 +84,37 @@ def test_the_decoder_finding_shows_each_splits_picture_under_its_numbers(tmp_pat
     assert shown == 2 and 'alt="v_judged.png"' not in page  # its decoders only, one a split
     assert "renderings of the true factor values" in page and "blank_side · vae β=1 seed 0" in page
     assert set(images(page)) == {"finding_m21_ground_truth_decoder_forest.png", "k_judged.png"}
+
+
+@pytest.mark.slow  # Circles' 1,024 images and judge templates: about 3 s
+def test_a_composition_nets_picture_shows_its_predictions_of_held_out_targets(tmp_path, monkeypatch):
+    from analysis.task_nll import composition_predictions
+    from data_pipeline import load_procedural
+    from models.composition import TripletSampler
+
+    config = {**CONFIG, "task": "composition", "architecture": "kim", "decoder": "sbd3",
+              "latent_op": "fixed_interpolation", "trial_key": "comp"}
+    data = load_procedural("circles")
+    train = get_split("circles", "midpos").train_test_indices(data.classes, data.factor_space)[0]
+    net = build_task_model(ModelConfig.from_dict({**config, "channels": 1}), data.classes, data.factor_space,
+                           train)
+    (tmp_path / "checkpoint").mkdir()
+    save_final(str(tmp_path / "checkpoint"), [net.state_dict()], [5], {}, [[]], {"members": [config]})
+    drawn = {}
+    monkeypatch.setattr(figures, "judged_strip", lambda truth, out, captions, ok, path, title="":
+                        drawn.update(truth=truth, out=out, captions=captions) or path)
+    pictures = T.composition_figures(str(tmp_path / "checkpoint"), str(tmp_path / "figures"), n_images=4)
+    assert pictures == {"judged": str(tmp_path / "figures" / "comp_judged.png")}
+    assert drawn["truth"].shape == drawn["out"].shape == (4, 1, 64, 64) and len(drawn["captions"]) == 4
+    # the bottom row is the saved net's prediction of each held-out image, composed from two grid
+    # images that differ in one factor, as its evaluation composes them
+    space = data.factor_space
+    held = get_split("circles", "midpos").test_grid_indices(space)
+    rows = [int(np.flatnonzero((data.images == image).all(axis=(1, 2, 3)))[0]) for image in drawn["truth"]]
+    assert set(rows) <= set(held.tolist())
+    sampler = TripletSampler(data.classes, np.arange(len(data.classes)))
+    reference, transform, served, action = sampler.sample_onto_classes(data.classes[rows],
+                                                                       np.random.default_rng([0, 7]))
+    assert len(served) == 4
+    expected = composition_predictions(net.eval(), data.images, reference, transform, action)
+    np.testing.assert_allclose(drawn["out"], expected, rtol=0, atol=1e-6)

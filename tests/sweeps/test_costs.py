@@ -75,7 +75,7 @@ def test_the_three_demos_train_within_their_budget_by_the_cost_model():
     # from the burgess network and overestimates these networks here: measured 45 min 27 s where it
     # priced 68 minutes, and 29.7 minutes where it priced 64 (benchmarks/README.md; docs/presets.md,
     # "The estimate"), factors 0.67 and 0.46. It prices the demo of 2026-11-28 at 92 minutes, which
-    # per-step times measured here put at about 56 (docs/presets.md); 95 by the model is the ceiling
+    # took 53 min 24 s (factor 0.58); 95 by the model is the ceiling
     minutes = sum(costs.preset_cost(p, "demo")["cpu_core_hours"] for p in ("montero2021", "montero2022",
                                                                            "dittadi2021")) * 60 / 2
     assert 50 < minutes < 95, minutes
