@@ -268,8 +268,9 @@ PRESETS: dict[str, dict] = {
             "interpolation and fixed_interpolation, VAE and WAE-MMD losses, all three images "
             "reconstructed (abdi on dSprites and 3DShapes, montero on MPI3D; kim encoder with the sbd3 "
             "spatial broadcast decoder on Circles and Simple), CascadeVAE and LieGroupVAE; on dSprites "
-            "shape2tx, 3DShapes shape2ohue and fhue2whue, MPI3D cyl2vx+four_shapes+fix_hx and "
-            "bkg2cyl+four_shapes+fix_hx, Circles and Simple shape2px and midpos"
+            "shape2tx, 3DShapes shape2ohue and fhue2whue, MPI3D real (mpi3d_real.npz with --data-source "
+            "real) cyl2vx+four_shapes+fix_hx and bkg2cyl+four_shapes+fix_hx, Circles and Simple shape2px "
+            "and midpos"
         ),
         # M22's code: 10 latents; each run sets its network, lr, batch and epochs (M22_RUNS)
         "fixed": {"latent_dim": 10, "data_seed": 0, "metrics": MONTERO_METRICS},

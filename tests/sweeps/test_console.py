@@ -153,6 +153,19 @@ def test_a_sigterm_stops_a_tune_run_as_ctrl_c_does_and_a_second_one_stops_at_onc
     from sweeps.errors import Terminated
 
     interrupts = []
+    # Python's own Ctrl-C handler, whatever an earlier test in this process left (Ray installs its
+    # own on ray.init): the test's "raises KeyboardInterrupt" is that handler's; put back after
+    found = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _stops_as_ctrl_c_does(StopSignal, Terminated, interrupts)
+    finally:
+        signal.signal(signal.SIGINT, found)
+
+
+def _stops_as_ctrl_c_does(StopSignal, Terminated, interrupts):  # noqa: N803
+    import signal
+
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
 
     def tune_handler(signum, frame):  # as Tune's (ray.tune.tune._setup_signal_catching): once
