@@ -87,12 +87,6 @@ def check_event_file(data: bytes, name: str = "event file") -> dict:
     return {"events": events, "last_step": last_step, "tags": sorted(tags)}
 
 
-# the models a report draws: VAEs (reconstructions, traversals, Hinton diagram, judged strip),
-# M21's ground-truth decoder (its renderings of held-out factor values, judged: M21's Fig. 2) and a
-# composition net (its predictions of held-out targets composed from training images, judged)
-DRAWN_TASKS = ("vae", "ground_truth_decoder", "composition")
-
-
 def _trained_weights(path: str, tasks=("vae",)) -> list[tuple[dict, dict]]:
     """(member config, weights) of each model of ``tasks`` in a final checkpoint: failed members
     and the other tasks are left out (by default, every model with an encoder)."""
@@ -139,34 +133,33 @@ def grid_view(config: dict) -> GridView:
     return GridView(name, classes, space, functools.partial(render_stored, name))
 
 
-def load_decoder(path: str, member: int = 0):
-    """(decoder, config, grid view) of the ``member``-th ground-truth decoder of a ``trainer.pt``."""
-    return load_task_model(path, "ground_truth_decoder", member)
-
-
-def load_task_model(path: str, task: str, member: int = 0, view=None):
-    """(model, config, data) of the ``member``-th model of ``task`` in a ``trainer.pt`` (counted
-    among that task's models): a ground-truth decoder or a composition net rebuilt from its config
-    (its factor grid: ``view``, by default a :class:`GridView`) and loaded with its weights."""
-    from data_pipeline import get_split
+def load_task_model(path: str, task: str, key: str | None = None, member: int = 0):
+    """(model, config, data) of one model of ``task`` in a ``trainer.pt``: the one whose trial key
+    is ``key``, else the ``member``-th of that task's models. A ground-truth decoder or a composition
+    net, rebuilt from its config and loaded with its weights; its data a :class:`GridView` for the
+    decoder (no image rendered) and the dataset rendered for the net (its triplets read images)."""
+    from data_pipeline import get_split, load_procedural
     from data_pipeline.datasets import dataset_channels
     from models import ModelConfig, build_task_model
 
     found = _trained_weights(path, (task,))
-    if not 0 <= member < len(found):
-        raise CheckpointError(f"missing: {path} holds {len(found)} {task} model(s), not member {member}")
-    config, weights = found[member]
-    view = view or grid_view(config)
+    keys = [c.get("trial_key") for c, _ in found]
+    position = keys.index(key) if key in keys else member
+    if not 0 <= position < len(found):
+        raise CheckpointError(f"missing: {path} holds {len(found)} {task} model(s), not member {position}")
+    config, weights = found[position]
+    data = load_procedural(config["dataset"], config.get("n_images"), seed=config.get("data_seed", 0)) \
+        if task == "composition" else grid_view(config)
     split = get_split(config["dataset"], config["split"])
-    train = split.train_test_indices(view.classes, view.factor_space)[0]
-    model_config = ModelConfig.from_dict({**config, "channels": dataset_channels(view.name)})
-    model = build_task_model(model_config, view.classes, view.factor_space, train)
+    train = split.train_test_indices(data.classes, data.factor_space)[0]
+    model_config = ModelConfig.from_dict({**config, "channels": dataset_channels(data.name)})
+    model = build_task_model(model_config, data.classes, data.factor_space, train)
     try:
         model.load_state_dict(weights)  # a decoder's input range (low, high) included
     except (RuntimeError, TypeError, AttributeError) as error:
         raise CheckpointError(f"{path}: corrupt, the weights do not fit the {task} model its config "
                               f"describes ({str(error).splitlines()[0]})") from error
-    return model.eval(), config, view
+    return model.eval(), config, data
 
 
 def load_checkpoints(path: str) -> list[tuple]:
@@ -342,31 +335,24 @@ def judged_compositions(net, config: dict, data, path: str, *, n_images: int = 8
     return judged_strip_of(render, config, data, path, n_images=n_images, seed=seed, title=title)
 
 
-def composition_figures(path: str, out_dir: str, *, n_images: int = 8, seed: int = 0,
-                        member: int = 0) -> dict:
-    """A composition net's picture: ``<trial_key>_judged.png`` (:func:`judged_compositions`), on its
-    dataset rendered whole (Circles: 1,024 images)."""
-    from data_pipeline import load_procedural
+# each task model's judged strip
+_JUDGED = {"ground_truth_decoder": judged_renderings, "composition": judged_compositions}
 
-    config = _trained_weights(path, ("composition",))[member][0]
-    data = load_procedural(config["dataset"], config.get("n_images"), seed=config.get("data_seed", 0))
-    net, config, data = load_task_model(path, "composition", member, data)
+
+def task_figures(path: str, out_dir: str, task: str, *, key: str | None = None, member: int = 0,
+                 n_images: int = 8, seed: int = 0) -> dict:
+    """A ground-truth decoder's or a composition net's picture, ``<trial_key>_judged.png``: the
+    decoder's renderings of held-out factor values (:func:`judged_renderings`), the net's
+    predictions of held-out targets (:func:`judged_compositions`), on its dataset (Circles' whole
+    grid: 1,024 images). The model is the checkpoint's of trial ``key`` (else its ``member``-th)."""
+    model, config, data = load_task_model(path, task, key, member)
     key = config.get("trial_key", os.path.basename(os.path.dirname(os.path.dirname(path))))
     os.makedirs(out_dir, exist_ok=True)
-    label = f"{config.get('split')} · composition {config.get('latent_op')} · seed {config.get('seed')}"
-    judged = judged_compositions(net, config, data, os.path.join(out_dir, f"{key}_judged.png"),
-                                 n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
-    return {} if judged is None else {"judged": judged}
-
-
-def decoder_figures(path: str, out_dir: str, *, n_images: int = 8, seed: int = 0, member: int = 0) -> dict:
-    """A ground-truth decoder's picture: ``<trial_key>_judged.png`` (:func:`judged_renderings`)."""
-    decoder, config, view = load_decoder(path, member)
-    key = config.get("trial_key", os.path.basename(os.path.dirname(os.path.dirname(path))))
-    os.makedirs(out_dir, exist_ok=True)
-    label = f"{config.get('split')} · ground-truth decoder · seed {config.get('seed')}"
-    judged = judged_renderings(decoder, config, view, os.path.join(out_dir, f"{key}_judged.png"),
-                               n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
+    name = ("ground-truth decoder" if task == "ground_truth_decoder"
+            else f"composition {config.get('latent_op')}")
+    label = f"{config.get('split')} · {name} · seed {config.get('seed')}"
+    judged = _JUDGED[task](model, config, data, os.path.join(out_dir, f"{key}_judged.png"),
+                           n_images=n_images, seed=seed, title=f"What the judge reads, {label}")
     return {} if judged is None else {"judged": judged}
 
 
@@ -498,9 +484,8 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
             checkpoint = experiment.local(checkpoint)
             task = row.get("task")
             task = "vae" if task is None or pd.isna(task) else str(task)
-            if task in ("ground_truth_decoder", "composition") and count_models(checkpoint, (task,)):
-                draw = decoder_figures if task == "ground_truth_decoder" else composition_figures
-                pictures = draw(checkpoint, figures_dir, member=_position(checkpoint, member, key, task))
+            if task in _JUDGED:
+                pictures = task_figures(checkpoint, figures_dir, task, key=key, member=member)
             elif task == "vae" and count_models(checkpoint):
                 pictures = model_figures(checkpoint, figures_dir, member=member)
             else:
@@ -529,10 +514,3 @@ def spread(df: pd.DataFrame, n: int) -> pd.DataFrame:
     order = pd.DataFrame({"rank": rank, "group": first_seen, "row": range(len(df))}, index=df.index)
     return df.loc[order.sort_values(["rank", "group", "row"]).index[:n]]
 
-
-def _position(path: str, member: int, key: str, task: str) -> int:
-    """A pack member's position among the checkpoint's models of ``task`` (those only are
-    counted), found by its trial key; ``member`` where the configs carry no key."""
-    configs = [c for c, _ in _trained_weights(path, (task,))]
-    keys = [c.get("trial_key") for c in configs]
-    return keys.index(key) if key in keys else min(member, len(configs) - 1)

@@ -26,7 +26,7 @@ from analysis import storage
 from data_pipeline.cli import HelpFormatter
 from sweeps import paper_grid
 from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
-from sweeps.options import DEFAULT_STORAGE
+from sweeps.options import DEFAULT_STORAGE, OPTIONS
 from sweeps.plan_record import PLAN_FILE
 
 STUDIES = ("montero2021", "montero2022", "dittadi2021")
@@ -100,9 +100,8 @@ def run_study(preset: str, storage_path: str, budget: float = 1.0) -> tuple[int,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     studies = _studies(args.studies)
-    if not (args.budget > 0 and args.budget != float("inf")):
-        raise SystemExit(f"error: --budget must be a finite number > 0 (0.5 halves every training budget); "
-                         f"got {args.budget:g}")
+    if problem := OPTIONS["budget"].problem(args.budget):  # the sweep's own rule, before any study runs
+        raise SystemExit(f"error: {problem}")
     times, failed = {}, []
     if not args.report_only:
         for preset in studies:

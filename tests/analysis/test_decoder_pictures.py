@@ -41,7 +41,8 @@ def test_the_decoder_picture_shows_its_renderings_of_held_out_values(tmp_path, m
     drawn = {}
     monkeypatch.setattr(figures, "judged_strip", lambda truth, out, captions, ok, path, title="":
                         drawn.update(truth=truth, out=out, captions=captions, ok=ok) or path)
-    pictures = T.decoder_figures(str(tmp_path / "checkpoint"), str(tmp_path / "figures"), n_images=5)
+    pictures = T.task_figures(str(tmp_path / "checkpoint"), str(tmp_path / "figures"), "ground_truth_decoder",
+                              n_images=5)
     assert pictures == {"judged": str(tmp_path / "figures" / "gtdec_judged.png")}
     space = factor_space("circles")
     captions = drawn["captions"]
@@ -56,7 +57,8 @@ def test_the_decoder_picture_shows_its_renderings_of_held_out_values(tmp_path, m
     values = space.raw_values(space.classes_of(held[rows]))
     np.testing.assert_allclose(drawn["out"], ground_truth_renderings(decoder, values), rtol=0, atol=1e-6)
     monkeypatch.undo()  # the real figure, once
-    real = T.decoder_figures(str(tmp_path / "checkpoint"), str(tmp_path / "real"), n_images=3)
+    real = T.task_figures(str(tmp_path / "checkpoint"), str(tmp_path / "real"), "ground_truth_decoder",
+                           n_images=3)
     assert open(real["judged"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -103,7 +105,8 @@ def test_a_composition_nets_picture_shows_its_predictions_of_held_out_targets(tm
     drawn = {}
     monkeypatch.setattr(figures, "judged_strip", lambda truth, out, captions, ok, path, title="":
                         drawn.update(truth=truth, out=out, captions=captions) or path)
-    pictures = T.composition_figures(str(tmp_path / "checkpoint"), str(tmp_path / "figures"), n_images=4)
+    pictures = T.task_figures(str(tmp_path / "checkpoint"), str(tmp_path / "figures"), "composition",
+                              n_images=4)
     assert pictures == {"judged": str(tmp_path / "figures" / "comp_judged.png")}
     assert drawn["truth"].shape == drawn["out"].shape == (4, 1, 64, 64) and len(drawn["captions"]) == 4
     # the bottom row is the saved net's prediction of each held-out image, composed from two grid
