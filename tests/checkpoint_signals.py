@@ -58,27 +58,32 @@ class CheckpointSignals:
             assert time.monotonic() < deadline and alive(), "no checkpoint signal arrived"
             time.sleep(0.05)
 
-    def release_all(self) -> None:
-        """Release every signal waiting; a signal still being written (its ``.tmp``) is left to
-        arrive (deleting it there failed the worker's rename, and with it the trial)."""
+    def release_all(self) -> list[str]:
+        """Release every signal waiting; their names. A signal still being written (its ``.tmp``)
+        is left to arrive (deleting it there failed the worker's rename, and with it the trial)."""
+        released = []
         for path in self.folder.iterdir():
             if not path.name.endswith(".tmp"):
                 path.unlink(missing_ok=True)
+                released.append(path.name)
+        return released
 
     @contextlib.contextmanager
     def releasing(self):
-        """Release every signal as it arrives, for as long as the block runs."""
+        """Release every signal as it arrives, for as long as the block runs; the block is given
+        the list of the names released, which grows as they arrive."""
         stop = threading.Event()
+        released: list[str] = []
 
         def release():
             while not stop.is_set():
-                self.release_all()
+                released.extend(self.release_all())
                 stop.wait(0.05)
 
         thread = threading.Thread(target=release, daemon=True)
         thread.start()
         try:
-            yield
+            yield released
         finally:
             stop.set()
             thread.join()

@@ -13,6 +13,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ray.init would otherwise write a token to ~/.ray
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# MLflow's telemetry: importing mlflow outside a test (at collection, a module that imports
+# sweeps.tracking) sets $_MLFLOW_TELEMETRY_SESSION_ID, and its background thread unsets it once its
+# configuration cannot be fetched (no network here), at a moment no test controls, so the process-state
+# check failed whichever test was running then, in some orders only. The tests send no telemetry:
+# it is off before anything imports MLflow, here and in every process the tests start.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # Checkpoint signals (tests/checkpoint_signals.py): every ray.init of this process and of the
 # drivers it starts (which inherit this environment) gives its workers the signals' setup hook; they
 # act only while the folder exists, i.e. inside a test that uses the ``checkpoint_signals`` fixture.

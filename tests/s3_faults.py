@@ -10,11 +10,16 @@ path, headers)`` matches with a 503 SlowDown (S3's answer to a burst) instead of
 ``FaultyS3(endpoint, atomic_conditions=True)`` also forwards conditional writes (a PUT with
 ``If-None-Match`` or ``If-Match``) one at a time, as S3 applies them atomically: moto 5.2.5 checks
 the condition and then writes, unlocked, so two concurrent ``If-None-Match: *`` PUTs of one key can
-both succeed there (seen once in 20 races of 8 drivers), which S3 never allows."""
+both succeed there (seen once in 20 races of 8 drivers), which S3 never allows.
+
+``age(path, seconds)`` makes the object at ``path`` (``/bucket/key``) read as written ``seconds``
+earlier (its ``Last-Modified`` moved back), until it is written again (a new ETag): time passing on
+the store, for a test of a lease, without waiting for it."""
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http.client
 import http.server
 import threading
@@ -41,6 +46,8 @@ class FaultyS3:
         self.rules: list[list] = []  # [rule, times left or None]
         self.requests: list[tuple[str, str, int]] = []
         self.ranged: list[str] = []  # the paths of requests that asked for a byte range
+        self.aged: dict[str, tuple[str, float]] = {}  # path -> (its ETag when aged, seconds)
+        self.etags: dict[str, str] = {}  # path -> the ETag of the last answer about it
         self.lock = threading.Lock()
         self.conditional = threading.Lock() if atomic_conditions else contextlib.nullcontext()
         proxy = self
@@ -76,9 +83,16 @@ class FaultyS3:
                 if "range" in {k.lower() for k in headers}:
                     proxy.ranged.append(self.path)
                 self.send_response(response.status)
+                path = self.path.split("?", 1)[0]
+                if response.status < 300 and response.getheader("ETag"):
+                    proxy.etags[path] = response.getheader("ETag")
+                aged = proxy.aged.get(path)
                 for name, value in response.getheaders():
                     if name.lower() not in ("content-length", "transfer-encoding", "connection", "server",
                                             "date"):
+                        if name.lower() == "last-modified" and aged and response.getheader("ETag") == aged[0]:
+                            value = email.utils.formatdate(
+                                email.utils.parsedate_to_datetime(value).timestamp() - aged[1], usegmt=True)
                         self.send_header(name, value)
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(data)))
@@ -131,6 +145,12 @@ class FaultyS3:
     def heal(self) -> None:
         with self.lock:
             self.rules = []
+
+    def age(self, path: str, seconds: float) -> None:
+        """The object at ``path`` (``/bucket/key``), as last written or read through the proxy, reads
+        as last written ``seconds`` earlier than it was, until it is written again."""
+        assert path in self.etags, f"{path}: no object written or read through the proxy to age"
+        self.aged[path] = (self.etags[path], seconds)
 
     def failed(self) -> int:
         return sum(status == 503 for *_, status in self.requests)

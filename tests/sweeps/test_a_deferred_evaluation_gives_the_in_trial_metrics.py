@@ -65,6 +65,6 @@ def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_met
     assert not differing  # the very same numbers
     assert in_trial["test_nll"] > 0 and in_trial["d_score"] >= 0
     assert out["history"] == history and out["step"] == 10
-    assert out["metrics"]["eval_started_at"] < out["metrics"]["eval_ended_at"]
+    assert all(isinstance(out["metrics"][name], float) for name in timings)  # recorded, for the row
     assert any(name.startswith("events.out.tfevents")
                for name in storage.list_names(storage.join(experiment, trial.dirname)))

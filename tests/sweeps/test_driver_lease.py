@@ -2,13 +2,16 @@
 own clock once it is not, so a driver on a new head machine takes over the folder of one that died
 with no manual step, and a live driver's renewed lease is never taken; a driver whose renewal is
 refused (another took the lock) stops as a Ctrl-C stops it, with exit 1 and its resume command.
-Locally and on S3 (moto on loopback, behind the proxy that applies conditional writes atomically)."""
+Locally and on S3 (moto on loopback, behind the proxy that applies conditional writes atomically).
+Time passes on the store, not in the test: a lock is made to read as written long ago (``age``:
+its modification time moved back; on S3 the proxy's ``Last-Modified``), so nothing waits for a
+lease to run out."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
-import time
 
 import pytest
 from s3_faults import FaultyS3
@@ -18,20 +21,39 @@ from sweeps import lock as lock_module
 from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE, ExperimentLock
 
-pytestmark = pytest.mark.slow  # each waits for a lease of 2 s to run out, or a renewal
-
 OLD_HEAD = {"host": "old-head", "boot_id": "the-old-head-machine", "pid": 4242, "started": 1.0,
             "token": "old"}
 
 
+class Store:
+    """An experiment folder (``url``), and ``age(seconds)``: its lock reads as last written that
+    long ago."""
+
+    def __init__(self, url: str, proxy: FaultyS3 | None = None):
+        self.url, self.proxy = url, proxy
+
+    def age(self, seconds: float) -> None:
+        if self.proxy is not None:
+            self.proxy.age("/" + storage.join(self.url, LOCK_FILE).removeprefix("s3://"), seconds)
+        else:
+            path = os.path.join(self.url, LOCK_FILE)
+            then = os.stat(path).st_mtime - seconds
+            os.utime(path, (then, then))
+
+
 @pytest.fixture(params=["local", "s3"])
-def experiment_url(request, tmp_path, monkeypatch):
+def store(request, tmp_path, monkeypatch):
     if request.param == "s3":
         proxy = FaultyS3(request.getfixturevalue("s3_server")["AWS_ENDPOINT_URL"], atomic_conditions=True)
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         request.addfinalizer(proxy.close)
-        return "s3://disgen-test/runs/exp"
-    return str(tmp_path / "exp")
+        return Store("s3://disgen-test/runs/exp", proxy)
+    return Store(str(tmp_path / "exp"))
+
+
+@pytest.fixture
+def experiment_url(store):
+    return store.url
 
 
 def write_lock(url, record):
@@ -48,58 +70,53 @@ def on_the_old_head(monkeypatch):
     return lambda: monkeypatch.setattr(lock_module, "_me", me)
 
 
-def test_an_expired_lease_from_another_host_is_taken_over(experiment_url, capsys):
-    write_lock(experiment_url, OLD_HEAD)
-    lock = ExperimentLock(experiment_url, lease_s=2)
-    with pytest.raises(UsageError, match="host old-head, pid 4242.*its lease runs out in [12] s"):
+def test_an_expired_lease_from_another_host_is_taken_over(store, capsys):
+    write_lock(store.url, OLD_HEAD)
+    lock = ExperimentLock(store.url, lease_s=120)
+    with pytest.raises(UsageError, match=r"host old-head, pid 4242.*its lease runs out in \d+ s"):
         lock.acquire()  # fresh: its driver may be alive
-    time.sleep(3.2)
+    store.age(200)  # not renewed since, for longer than its lease
     lock.acquire()
     try:
         assert "taking over a stale lock" in capsys.readouterr().out
         assert lock.read()["token"] == lock.record["token"] != "old"
     finally:
         lock.release()
-    assert ExperimentLock(experiment_url).read() is None
+    assert ExperimentLock(store.url).read() is None
 
 
-def test_a_renewed_lease_is_refused_however_long_ago_it_was_taken(experiment_url, monkeypatch):
+def test_a_renewed_lease_is_refused_however_long_ago_it_was_taken(store, monkeypatch):
     back = on_the_old_head(monkeypatch)
-    holder = ExperimentLock(experiment_url, lease_s=2, renew_s=0.4)
+    holder = ExperimentLock(store.url, lease_s=120, renew_s=3600)  # renewed below, by hand
     holder.acquire()
     back()
     try:
-        time.sleep(4.5)  # more than twice the lease since it was taken
-        with pytest.raises(UsageError, match="host old-head.*its lease was renewed [01] s ago"):
-            ExperimentLock(experiment_url, lease_s=2).acquire()
+        store.age(1000)  # taken long ago: stale, had it not been renewed since
+        assert holder.renew()
+        with pytest.raises(UsageError, match=r"host old-head.*its lease was renewed \d+ s ago"):
+            ExperimentLock(store.url, lease_s=120).acquire()
         assert holder.lost is None and holder.read()["token"] == holder.record["token"]
     finally:
         holder.release()
 
 
-def test_a_resume_from_a_new_host_after_the_old_driver_died_needs_no_manual_step(experiment_url,
-                                                                                   monkeypatch):
+def test_a_resume_from_a_new_host_after_the_old_driver_died_needs_no_manual_step(store, monkeypatch):
     back = on_the_old_head(monkeypatch)
-    old = ExperimentLock(experiment_url, lease_s=2, renew_s=0.3)
+    old = ExperimentLock(store.url, lease_s=120, renew_s=3600)
     old.acquire()
     back()
-    time.sleep(1)
     old._stop.set()  # the old head dies: no more renewals, no release
     old._thread.join()
-    new = ExperimentLock(experiment_url, lease_s=2)
-    deadline = time.monotonic() + 10
-    while True:  # the same command, run again until the lease has run out
-        try:
-            new.acquire()
-            break
-        except UsageError as refusal:
-            assert "the same command then takes the folder over" in str(refusal)
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+    new = ExperimentLock(store.url, lease_s=120)
+    with pytest.raises(UsageError, match="the same command then takes the folder over"):
+        new.acquire()  # its lease has not run out yet
+    store.age(200)  # now it has
+    new.acquire()  # the same command, run again
     assert new.read()["host"] != "old-head"
     new.release()
 
 
+@pytest.mark.slow  # a renewal thread, every 0.2 s
 def test_a_driver_whose_renewal_is_refused_learns_it_and_leaves_the_other_drivers_lock(experiment_url):
     lost = threading.Event()
     lock = ExperimentLock(experiment_url, renew_s=0.2, on_lost=lambda reason: lost.set())
@@ -111,6 +128,7 @@ def test_a_driver_whose_renewal_is_refused_learns_it_and_leaves_the_other_driver
     assert ExperimentLock(experiment_url).read() == OLD_HEAD
 
 
+@pytest.mark.slow  # imports Ray
 def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, capsys, monkeypatch):
     import sweeps.tuner
     from sweeps.paper_grid import main
@@ -132,6 +150,7 @@ def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, ca
     assert json.loads((tmp_path / "exp" / LOCK_FILE).read_text()) == OLD_HEAD  # the other's, untouched
 
 
+@pytest.mark.slow  # imports Ray
 def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
     import signal
 
