@@ -391,10 +391,15 @@ def _trials(pairs: list[_Pair]) -> pa.Table:
     return _latest(pa.concat_tables([TRIALS_SCHEMA.empty_table(), *tables]), KEYS[TRIALS_FILE])
 
 
-def _finished_keys(table: pa.Table) -> set[str]:
-    """The trial keys of the finished models in a trials table."""
-    finished = pc.equal(table.column("status").cast(pa.string()), "finished").fill_null(False)
-    return set(table.filter(finished).column("trial_key").to_pylist())
+def _statuses(table: pa.Table) -> dict[str, str]:
+    """Each model's status in a trials table, as readers see it: ``finished`` where it has a
+    finished row, else its latest row's (failed or stopped)."""
+    statuses: dict[str, str] = {}
+    for key, status in zip(table.column("trial_key").to_pylist(),
+                           table.column("status").cast(pa.string()).to_pylist()):
+        if statuses.get(key) != "finished":
+            statuses[key] = status
+    return statuses
 
 
 def _history(fs: pafs.FileSystem, pairs: list[_Pair], missing_ok=False) -> pa.Table:
@@ -488,8 +493,8 @@ def compact(experiment) -> int:
 
 class ResultsStore:
     """An experiment's results as the one process that commits them (a sweep's driver) keeps them:
-    the keys of the finished models stored (``keys``), read once when opened, and the parts
-    committed since the last fold.
+    each stored model's status (``statuses``: finished, failed or stopped) and the keys of the
+    finished ones (``keys``), read once when opened, and the parts committed since the last fold.
     ``commit`` writes a finished trial's trials part; every ``compact_every`` commits, ``fold``
     turns those parts into one folded pair, so readers merge a bounded number of files and no
     commit rewrites what earlier ones wrote. ``compact`` ends a run."""
@@ -499,7 +504,8 @@ class ResultsStore:
         self.compact_every = compact_every
         self.fs, self.inner = resolve(self.experiment)
         pairs = _retrying(lambda: _committed(self.fs, self.inner))
-        self.keys: set[str] = _finished_keys(_trials(pairs)) if pairs else set()
+        self.statuses: dict[str, str] = _statuses(_trials(pairs)) if pairs else {}
+        self.keys: set[str] = {key for key, status in self.statuses.items() if status == "finished"}
         # committed parts that no folded pair holds yet (a previous run's, then this one's)
         self.unfolded = [_Pair(p.name, p.trials_path, p.history_path, p.trials)
                          for p in pairs if p.name and not p.name.startswith(COMPACTED)]
@@ -515,6 +521,7 @@ class ResultsStore:
         table = to_table(rows, TRIALS_SCHEMA)
         _write_part(self.experiment, part, TRIALS_FILE, table)
         self.keys.update(row["trial_key"] for row in rows if row.get("status") == "finished")
+        self.statuses.update({row["trial_key"]: row.get("status") for row in rows})
         self.unfolded.append(_Pair(part, _part_path(self.inner, part, TRIALS_FILE),
                                    _part_path(self.inner, part, HISTORY_FILE), table))
         if len(self.unfolded) >= self.compact_every:

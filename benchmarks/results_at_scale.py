@@ -66,9 +66,10 @@ def _history(index: int) -> list[dict]:
 
 
 class _Trial:
-    """What the results writer reads of a finished Tune trial."""
+    """What the results writer reads of a finished Tune trial (``sweeps.ray_edge.TrialView``)."""
 
     checkpoint = None  # no checkpoint left to remove
+    status, error = "TERMINATED", None
 
     def __init__(self, trial_id: str, config: dict, result: dict):
         self.trial_id, self.config, self.last_result = trial_id, config, result
@@ -83,7 +84,7 @@ class _Log:
 
 def _complete(writer, experiment_dir: str, trial, index: int) -> None:
     """One finished trial, stored as the sweep stores it: the trial writes its history part, then
-    makes its final report (``sweeps.outcome.TrialOutcome``), which the driver's callback commits."""
+    makes its final report (``sweeps.outcome.TrialOutcome``), which the driver's results writer commits."""
     from sweeps.outcome import ModelOutcome, TrialOutcome
     from sweeps.trainable import write_history
 
@@ -91,16 +92,17 @@ def _complete(writer, experiment_dir: str, trial, index: int) -> None:
     part = write_history(experiment_dir, [_Log(trial, _history(index))], [member])
     report = TrialOutcome([member], step=400_000, facts={"node_id": "n0"}, results_part=part).to_report()
     # the Tune config names its members by trial key; the writer finds them in the plan
-    writer.on_trial_complete(index, [], _Trial(f"t{index:05d}", {"members": [trial.trial_key]}, report))
+    writer.completed(_Trial(f"t{index:05d}", {"members": [trial.trial_key]}, report))
 
 
 def run_store(store: str, experiment_dir: str, n: int, limit_s: float) -> str:
+    from analysis.storage import ResultsStore
     from sweeps.results import ResultsWriter
 
     trials = _trials(n)
     import sweeps.trainable  # noqa: F401  (imported before the clock starts, as on a worker)
 
-    writer = ResultsWriter(experiment_dir, trials)
+    writer = ResultsWriter(ResultsStore(experiment_dir), trials)
     durations = []
     started = time.perf_counter()
     for index, trial in enumerate(trials):

@@ -95,6 +95,11 @@ def _rows(dataset: str, rows_per_block: int | None) -> int:
     return rows_per_block or prepared.rows_per_block(_image_shape(dataset))
 
 
+# The private Ray names this module uses (Ray Data's edge), each checked against the Ray version it
+# was read from (tests/sweeps/test_ray_edge.py, with the sweep side's: sweeps.ray_edge.PRIVATE).
+PRIVATE = {"ray._private.services.canonicalize_bootstrap_address": "where --address auto would connect"}
+
+
 def missing_cluster(address: str | None) -> str | None:
     """Why ``ray.init(address)`` would find no cluster to join, as one line; None if it would.
 

@@ -1,53 +1,49 @@
 """A trial's checkpoints: written beside its training, and found again when it resumes.
 
-**In training** a trial's checkpoints are disgen's own, not Tune's: ``CheckpointWriter`` copies
+**In training** a trial's checkpoints are disgen's own: ``CheckpointWriter`` copies
 the trainer's state (on the device's host, the only pause the training sees) and one background
 thread writes it, one file per model (``models.checkpoint``), straight into the trial's folder on
 storage as ``training_checkpoint_<step>``, sealed last (``SEAL``); the next checkpoint waits for the
-previous one. The newest two are kept. The trial's progress reports to Tune carry no checkpoint, so
-Tune neither uploads one inside ``tune.report`` while the GPU waits nor deletes one before its own
-state names the next. **The final checkpoint** (the trained weights, one file per model, so that an
-evaluation task reads its own member's file) is reported to Tune as before; once the driver has it
-(``sweeps.results.ResultsWriter``), the trial's in-training checkpoints are removed
+previous one. The newest two are kept. The trial's progress reports carry no checkpoint, so Tune
+neither uploads one while the GPU waits nor deletes one. **The final checkpoint** (the trained
+weights, one file per model, so that an evaluation task reads its own member's file) goes with the
+trial's final report, and Tune copies it into the trial's folder (``trial_folder``); once the driver
+has it (``sweeps.results.ResultsWriter``), the trial's in-training checkpoints are removed
 (``remove_training_checkpoints``).
 
-A trial that starts again (a failed worker, a lost node, a resumed driver) goes on from the
-newest complete checkpoint in its folder on storage (``newest_checkpoint``), whatever checkpoint
-Tune's record names, if any. The in-training checkpoints live in the folder disgen names for the
-trial by its whole key, or its pack's whole id (``checkpoint_folder``), under the ``checkpoints``
-prefix of its storage, not in Tune's trial folder: a trial that runs again as a new Tune trial (its
-driver died before Tune saved its state) gets a Tune folder with a suffix, but finds them; no two
-trials share the folder. Experiments from before this layout kept them in the trial's Tune folder
-(named by 6 characters of the key, which two trials could share); they are read there too
-(``legacy_checkpoint_folder``), and only the checkpoints whose seal names this trial's keys count,
-or are deleted.
+A trial that starts again (a failed worker that Tune retries, a lost node, a resumed driver's new
+Tune run) goes on from the newest complete checkpoint on storage (``newest_checkpoint``): its
+in-training checkpoints live in the folder disgen names for the trial by its whole key, or its
+pack's whole id (``checkpoint_folder``), under the ``checkpoints`` prefix of its storage, which no
+other trial shares; its final checkpoint in its Tune folder, named by 6 characters of the key
+(``trial_folder``, where experiments from before that layout also kept their in-training ones),
+which two trials could share: only the checkpoints whose seal names this trial's keys count, or are
+deleted. Nothing Tune recorded is asked.
 
 A checkpoint's seal names its trial's keys and each file's size and SHA-256: a checkpoint counts
 only where its seal is this trial's, every file has its size, and, once read, its hash
-(``check_files``, also for the one member a deferred evaluation reads). Tune's own checkpoint (what
-``tune.get_checkpoint`` gives) is taken unsealed only where it has no seal at all (Tune's from
-before seals); one whose seal is another trial's or does not match its files is refused.
+(``check_files``, also for the one member a deferred evaluation reads).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import os
-import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from ray import tune
 
+from analysis import storage
 from models import checkpoint as trainer_file
 from sweeps.packing import dirname
 from sweeps.trials import TrialConfig
 
-# In-training checkpoints, written by ``CheckpointWriter``; Tune's own are ``checkpoint_<index>``.
+# In-training checkpoints, written by ``CheckpointWriter``; the final one Tune names ``checkpoint_<index>``.
 TRAINING_PREFIX = "training_checkpoint_"
 # The prefix that holds the trials' in-training checkpoint folders (``checkpoint_folder``).
 CHECKPOINTS = "checkpoints"
@@ -157,10 +153,9 @@ def _sealed(filesystem, path: str, members: Sequence[TrialConfig]) -> dict | Non
     return sealed if sizes == list(sealed["files"].values()) else None
 
 
-def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
-                        folder: str) -> list[tuple[dict, tune.Checkpoint]]:
-    """The complete checkpoints in the trial's folder on storage, as (seal, checkpoint); storage
-    that does not answer fails the trial (Tune retries it)."""
+def _stored_checkpoints(members: Sequence[TrialConfig], filesystem, folder: str) -> list[tuple[dict, str]]:
+    """The complete checkpoints of the trial in ``folder`` on storage, as (seal, path); storage that
+    does not answer fails the trial (Tune retries it)."""
     from pyarrow import fs
 
     entries = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
@@ -170,51 +165,45 @@ def _stored_checkpoints(members: Sequence[TrialConfig], filesystem,
         if entry.type == fs.FileType.Directory and name.startswith(("checkpoint_", TRAINING_PREFIX)):
             sealed = _sealed(filesystem, entry.path, members)
             if sealed is not None:
-                found.append((sealed, tune.Checkpoint(entry.path, filesystem=filesystem)))
+                found.append((sealed, entry.path))
     return found
 
 
-def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folder: str, given: tune.Checkpoint | None,
-                      others: Sequence[str] = ()) -> tuple[tune.Checkpoint, dict] | None:
-    """The checkpoint a trial goes on from, and its state: the one that goes furthest of Tune's
-    (``given``, from ``tune.get_checkpoint``) and the complete ones in the trial's ``folder`` on
-    storage (a pyarrow ``filesystem``) and in the ``others`` (Tune's folder of the trial, where its
-    final checkpoint goes, if that is not ``folder``). Tune's record
-    can name an older checkpoint than storage holds, or one already deleted, or none: a driver that
-    died after a newer checkpoint registered and before Tune saved its state, or a resume that
-    restores only the newest of an extended experiment's Tune runs. A checkpoint whose state does
-    not read back whole, or goes less far than its seal says, is passed over for the next; one that
-    cannot be read for another reason (storage that does not answer) fails the trial. Each file of
-    a sealed checkpoint must have the SHA-256 its seal names (``check_files``). Tune's ``given``
-    checkpoint is taken unsealed only where it has no seal at all; one whose seal is another
-    trial's, or does not match its files, is refused."""
-    candidates = [found for place in dict.fromkeys([folder, *others])
+@contextlib.contextmanager
+def local_copy(filesystem, path: str) -> Iterator[str]:
+    """The checkpoint folder ``path`` of the pyarrow ``filesystem`` as a local folder: itself on a
+    local file system, else a temporary copy."""
+    from pyarrow import fs
+
+    if isinstance(filesystem, fs.LocalFileSystem):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="disgen-checkpoint-") as local:
+        fs.copy_files(path, local, source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
+        yield local
+
+
+def newest_checkpoint(members: Sequence[TrialConfig], filesystem, folders: Sequence[str]
+                      ) -> tuple[str, dict] | None:
+    """The checkpoint a trial goes on from, and its state: the one that goes furthest of the
+    complete ones in ``folders`` on storage (a pyarrow ``filesystem``: the trial's
+    ``checkpoint_folder`` and its ``trial_folder``), a final one before any other. A checkpoint
+    whose state does not read back whole, or goes less far than its seal says, or whose files do
+    not have the SHA-256 its seal names (``check_files``), is passed over for the next; one that
+    cannot be read for another reason (storage that does not answer) fails the trial, which Tune
+    retries: never a silent start from an older checkpoint, or from step 0."""
+    candidates = [found for place in dict.fromkeys(folders)
                   for found in _stored_checkpoints(members, filesystem, place)]
-    if given is not None and not any(c.path == given.path for _, c in candidates):
-        given_fs = getattr(given, "filesystem", None) or filesystem
-        if _read_seal(given_fs, given.path) is None:
-            # Tune's own, from before seals: tried after every sealed one that goes further
-            candidates.append(({"step": -1, "final": False}, given))
-        else:
-            sealed = _sealed(given_fs, given.path, members)
-            if sealed is None:
-                print(f"disgen: Tune's checkpoint {given.path} is refused: its seal is another trial's "
-                      "or does not match its files", file=sys.stderr, flush=True)
-            else:
-                candidates.append((sealed, given))
     candidates.sort(key=lambda c: (bool(c[0].get("final")), c[0]["step"]), reverse=True)
-    for sealed, checkpoint in candidates:
+    for sealed, path in candidates:
         try:
-            with checkpoint.as_directory() as folder:
-                if "files" in sealed:
-                    check_files(folder, sealed)
+            with local_copy(filesystem, path) as folder:
+                check_files(folder, sealed)
                 state = trainer_file.load(folder)
         except (FileNotFoundError, trainer_file.CheckpointError, CheckpointMismatch):
             continue  # gone, torn or changed meanwhile: the next one back
-        # any other error (storage that does not answer) fails the trial, which Tune retries: never
-        # a silent start from an older checkpoint, or from step 0
-        if sealed["step"] in (-1, _reach(state["histories"])):
-            return checkpoint, state
+        if sealed["step"] == _reach(state["histories"]):
+            return path, state
     return None
 
 
@@ -229,27 +218,28 @@ def checkpoint_due(step: int, total_steps: int, every_steps: int, every_seconds:
     return by_steps or bool(every_seconds and seconds_since >= every_seconds)
 
 
-def checkpoint_folder(storage, members: Sequence[TrialConfig]) -> str:
-    """The folder of a trial's in-training checkpoints, on the pyarrow file system of ``storage``
-    (a trial's or a worker's Tune ``StorageContext``), named by the trial's whole key (a pack's
-    whole id), the same whichever Tune trial runs it: ``<experiment>/checkpoints/<name>`` on a file
-    system; on an object store under the bucket's own ``checkpoints/`` prefix,
-    ``<bucket>/checkpoints/<experiment's path in the bucket>/<name>``, which the bucket's lifecycle
-    rule for rotated checkpoints covers (cluster/iam/create_bucket.py)."""
+def checkpoint_folder(experiment_dir: str, members: Sequence[TrialConfig]) -> tuple[object, str]:
+    """(the pyarrow file system, the folder) of a trial's in-training checkpoints, named by the
+    trial's whole key (a pack's whole id), the same whichever Tune trial runs it:
+    ``<experiment>/checkpoints/<name>`` on a file system; on an object store under the bucket's own
+    ``checkpoints/`` prefix, ``<bucket>/checkpoints/<experiment's path in the bucket>/<name>``,
+    which the bucket's lifecycle rule for rotated checkpoints covers (cluster/iam/create_bucket.py)."""
     from pyarrow import fs
 
-    experiment, name = storage.experiment_fs_path.rstrip("/"), dirname(members, full=True)
-    if isinstance(storage.storage_filesystem, fs.LocalFileSystem):
-        return f"{experiment}/{CHECKPOINTS}/{name}"
+    filesystem, experiment = storage.resolve(experiment_dir)
+    experiment, name = experiment.rstrip("/"), dirname(members, full=True)
+    if isinstance(filesystem, fs.LocalFileSystem):
+        return filesystem, f"{experiment}/{CHECKPOINTS}/{name}"
     bucket, _, inner = experiment.partition("/")
-    return f"{bucket}/{CHECKPOINTS}/{inner}/{name}"
+    return filesystem, f"{bucket}/{CHECKPOINTS}/{inner}/{name}"
 
 
-def legacy_checkpoint_folder(storage, members: Sequence[TrialConfig]) -> str:
-    """Where experiments from before ``checkpoint_folder``'s layout kept a trial's in-training
-    checkpoints: ``<experiment>/<the trial's name with 6 characters of its key>`` (a folder two
-    trials could share); read on a resume, never written."""
-    return f"{storage.experiment_fs_path.rstrip('/')}/{dirname(members)}"
+def trial_folder(experiment_dir: str, members: Sequence[TrialConfig]) -> str:
+    """A trial's Tune folder on its experiment's file system: ``<experiment>/<the trial's name with
+    6 characters of its key>`` (a folder two trials could share), where Tune keeps its final
+    checkpoint, and experiments from before ``checkpoint_folder``'s layout kept its in-training
+    ones."""
+    return f"{storage.resolve(experiment_dir)[1].rstrip('/')}/{dirname(members)}"
 
 
 def snapshot(value):

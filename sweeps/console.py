@@ -28,18 +28,11 @@ progress report, the header gives ``sweeps/costs.py``'s a-priori estimate.
 
 from __future__ import annotations
 
-import logging
 import math
-import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 
-from ray import tune
-
-from sweeps.errors import Terminated, raise_terminated
 from sweeps.packing import dirname, members_of, outcome_of
 from sweeps.packing import planned as as_planned_trials
 from sweeps.trials import TrialConfig
@@ -86,15 +79,17 @@ class Console:
     each running Tune trial last reported. ``LiveView`` feeds it Tune's events; it prints."""
 
     def __init__(self, name: str, planned: Sequence[TrialConfig], finished_keys=(), base_trials=(),
-                 samples: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
+                 models: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
         # what the Tune trials' configs name: the planned trials (Optuna's base), by key
         self.name, self.base_trials, self.gpus = name, as_planned_trials(base_trials or planned), gpus
         self.stream, self.clock = stream, clock
         self.work = {t.trial_key: _work(t) for t in planned}
-        self.models = samples if samples is not None else len(planned)
+        # how many models the sweep has: the planned ones, or as many as Optuna samples from them
+        self.models = models if models is not None else len(planned)
         mean = sum(self.work.values()) / max(1, len(self.work))
-        self.total_work = mean * samples if samples is not None else sum(self.work.values())
-        self.done_before = {k for k in finished_keys if k in self.work} if samples is None else set()
+        self.mean_work = mean  # a sampled model's, which the plan does not hold
+        self.total_work = mean * self.models
+        self.done_before = set(finished_keys)
         self.done: set[str] = set(self.done_before)
         self.failed: set[str] = set()
         self.timings: list[tuple[float, float]] = []  # (train, eval) seconds of the models finished
@@ -124,7 +119,7 @@ class Console:
         self.announced = True
         from sweeps.costs import CPU_IMAGES_PER_SECOND, gpu_flops_per_second, training_flops_per_image
 
-        left = self.total_work - sum(self.work[k] for k in self.done)
+        left = self.total_work - sum(self.work.get(k, self.mean_work) for k in self.done)
         if self.gpus > 0:
             rate = gpu_flops_per_second() / training_flops_per_image("burgess", 64, 1, 10)
             cost = f"{left / rate / 3600:.2g} V100-GPU-hours"
@@ -152,9 +147,10 @@ class Console:
         if result.get("done"):
             return
         first, self.reported = not self.reported, True
-        if trial.trial_id not in self.latest:
-            restored = result.get("training_iteration", 1) > result.get("iterations_since_restore", 1)
-            self.baseline[trial.trial_id] = self._fraction(trial, result) if restored else 0.0
+        if trial.trial_id not in self.latest:  # a trial that went on from a checkpoint counts what is new
+            resumed_at = {**result, "step": result.get("resumed_at", 0)}
+            self.baseline[trial.trial_id] = self._fraction(trial, resumed_at)
+            self.trials = [t for t in self.trials if t.trial_id != trial.trial_id] + [trial]
         self.latest[trial.trial_id] = result
         if first:
             self.table(force=True)
@@ -192,11 +188,10 @@ class Console:
 
     def error(self, trial) -> None:
         self.latest.pop(trial.trial_id, None)
-        error = getattr(trial, "error_file", None)
         for member in self.members(trial):
             self.failed.add(member.trial_key)
-        self.print(f"{self.stamp()} FAILED {dirname(self.members(trial))} "
-                   f"(its error: {error or 'in errors.jsonl'})")
+        self.print(f"{self.stamp()} FAILED {dirname(self.members(trial))}: "
+                   f"{trial.error or 'its error is in errors-parts/ (analysis.load_errors)'}")
 
     def step(self, trials) -> None:
         self.trials = trials
@@ -221,8 +216,8 @@ class Console:
         """(work done in all, work done since this run started): a finished model counts whole, a
         running one by the fraction of its steps done (since this run first saw it, for the
         second), less the share of its time that its evaluation will take."""
-        finished = sum(self.work.get(k, 0.0) for k in self.done)
-        since = finished - sum(self.work.get(k, 0.0) for k in self.done_before)
+        finished = sum(self.work.get(k, self.mean_work) for k in self.done)
+        since = finished - sum(self.work.get(k, self.mean_work) for k in self.done_before)
         trained = 1.0 - self.evaluation_share()
         for trial in self.running():
             work = sum(self.work.get(m.trial_key) or _work(m) for m in self.members(trial)) * trained
@@ -280,202 +275,26 @@ class Console:
                 _number(result.get("loss")), f"{speed:.0f}" if isinstance(speed, (int, float)) else "—")
 
 
-class LiveView(tune.Callback):
-    """Tune's events, handed to the experiment's ``Console``. Tune keeps its callbacks in its
-    saved state; the console stays with the driver (a restored run is given a fresh LiveView:
-    ``sweeps.tuner``)."""
+class LiveView:
+    """The sweep's trial events (``sweeps.ray_edge.Events``), handed to its ``Console``: a listener."""
 
     def __init__(self, console: Console):
         self.console = console
 
-    def __getstate__(self):
-        return {"console": None}
+    def announce(self) -> None:
+        self.console.announce()
 
-    def setup(self, **info):
-        if self.console:
-            self.console.announce()
+    def started(self, trial) -> None:
+        self.console.trial_started()
 
-    def on_trial_start(self, iteration, trials, trial, **info):
-        if self.console:
-            self.console.trial_started()
+    def progress(self, trial, result: dict) -> None:
+        self.console.result(trial, result)
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        if self.console:
-            self.console.trials = trials
-            self.console.result(trial, result)
+    def completed(self, trial) -> None:
+        self.console.complete(trial)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        if self.console:
-            self.console.complete(trial)
+    def failed(self, trial) -> None:
+        self.console.error(trial)
 
-    def on_trial_error(self, iteration, trials, trial, **info):
-        if self.console:
-            self.console.error(trial)
-
-    def on_step_end(self, iteration, trials, **info):
-        if self.console:
-            self.console.step(trials)
-
-
-# -- Tune's own messages ------------------------------------------------------------------------------
-
-# Tune's hint to resume with its own API: the command line prints the --resume command instead.
-_RESTORE_HINT = "Tuner.restore("
-_STOP_SIGNAL = "Stop signal received"
-_NOT_COMPLETE = "Trials did not complete"
-_NO_METRICS = "Failed to fetch metrics for"  # a trial that had not started when the run stopped
-_FILTERED = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
-NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"
-
-
-class _TuneMessages(logging.Filter):
-    """Drops Tune's restore hint always; in the quiet view, also its lists of unfinished trials and
-    of trials without results, and says in disgen's words what its stop message says."""
-
-    def __init__(self, verbose: bool, stop: StopSignal | None = None):
-        super().__init__()
-        self.verbose, self.stop = verbose, stop
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if _RESTORE_HINT in message:
-            return False
-        if self.verbose:
-            return True
-        if message.startswith((_NOT_COMPLETE, _NO_METRICS)):
-            return False
-        if message.startswith(_STOP_SIGNAL):
-            if self.stop is not None and self.stop.signum == signal.SIGTERM:
-                record.msg = ("SIGTERM (e.g. `ray job stop`): stopping the sweep and saving its state "
-                              "(finished models are stored; a second SIGTERM stops at once)")
-            else:
-                record.msg = ("Ctrl-C: stopping the sweep and saving its state (finished models "
-                              "are stored; Ctrl-C again stops at once)")
-            record.args = ()
-        return True
-
-
-class TuneOutput:
-    """While Tune runs: its messages filtered (``_TuneMessages``); in the quiet view, its output
-    engine off and its INFO lines (the experiment state it wrote, its run time) left out.
-
-    Ray 2.60's default output engine prints its experiment box and "View detailed results here"
-    whatever the verbosity (``ray.tune.experimental.output``, ``experiment_started``); its legacy
-    engine (``RAY_AIR_NEW_OUTPUT=0``) at verbosity 0 prints nothing. ``tune.run`` reads the variable
-    when it starts, so it is set for the run only."""
-
-    def __init__(self, verbose: bool, stop: StopSignal | None = None):
-        self.verbose = verbose
-        self.filter = _TuneMessages(verbose, stop)
-        self.saved: tuple = ()
-
-    def __enter__(self):
-        tune_logger = logging.getLogger("ray.tune")
-        self.saved = (tune_logger.level, os.environ.get(NEW_OUTPUT))
-        for name in _FILTERED:
-            logging.getLogger(name).addFilter(self.filter)
-        if not self.verbose:
-            tune_logger.setLevel(max(logging.WARNING, tune_logger.getEffectiveLevel()))
-            os.environ[NEW_OUTPUT] = "0"
-        return self
-
-    def __exit__(self, *exc):
-        level, engine = self.saved
-        for name in _FILTERED:
-            logging.getLogger(name).removeFilter(self.filter)
-        logging.getLogger("ray.tune").setLevel(level)
-        if engine is None:
-            os.environ.pop(NEW_OUTPUT, None)
-        else:
-            os.environ[NEW_OUTPUT] = engine
-        return False
-
-
-def quiet_worker() -> None:
-    """In a trial's worker: leave out Ray Train's line for every checkpoint it saves ('Checkpoint
-    successfully created at ...'), which Ray forwards to the driver's console."""
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-
-
-class StopSignal(tune.Callback):
-    """Notices the Ctrl-C (SIGINT), or the SIGTERM (``ray job stop``), that stops a Tune run.
-
-    Tune's SIGINT handler ends the run, and ``Tuner.fit()`` returns normally; Tune then marks the
-    trials it stopped as terminated, finished or not. So the command line asks this callback: at
-    ``setup`` (Tune's handler is in place by then) it puts itself in front of Tune's handler, notes
-    the signal and hands it on. Tune (Ray 2.60, ``ray.tune.tune._setup_signal_catching``) handles
-    SIGINT (and SIGUSR1) only, and ``ray.init`` leaves SIGTERM to a handler that exits at once; so
-    a SIGTERM is handed to Tune's SIGINT handler too, and ends the run the same way. Tune's handler
-    puts back the SIGINT handler that was there before the run, so a second Ctrl-C raises
-    ``KeyboardInterrupt`` at once; a second SIGTERM does the same, raising ``Terminated``
-    (``sweeps.errors``). ``signum`` is the signal that stopped the sweep (None: none did).
-
-    Used as a context manager around the runs, it puts back the SIGINT and SIGTERM handlers that
-    were there before (Tune leaves its own in place after a run that was not interrupted, where a
-    later Ctrl-C would do nothing); inside it, outside Tune's runs, a SIGTERM raises ``Terminated``
-    as a Ctrl-C raises ``KeyboardInterrupt``."""
-
-    def __init__(self):
-        self.received = threading.Event()
-        self.reason: str | None = None  # why the sweep stops, where it is not a signal
-        self.signum: int | None = None  # the signal that stopped it: SIGINT or SIGTERM
-        self._before: dict = {}
-        self._tune_handler = None
-
-    def __getstate__(self):  # Tune keeps its callbacks in its saved state
-        return {}
-
-    def __setstate__(self, state):
-        self.__init__()
-
-    def setup(self, **info):
-        if threading.current_thread() is not threading.main_thread():
-            return
-        tune_handler = signal.getsignal(signal.SIGINT)
-        if not callable(tune_handler):
-            return
-
-        def on_interrupt(signum, frame):
-            self.signum = self.signum or signal.SIGINT
-            self.received.set()
-            tune_handler(signum, frame)
-
-        def on_terminate(signum, frame):
-            if self.received.is_set():  # stopping already: at once, as a second Ctrl-C
-                self.signum = signal.SIGTERM
-                raise Terminated()
-            self.signum = signal.SIGTERM
-            self.received.set()
-            tune_handler(signal.SIGINT, frame)
-
-        self._tune_handler = tune_handler
-        signal.signal(signal.SIGINT, on_interrupt)
-        signal.signal(signal.SIGTERM, on_terminate)
-
-    def request(self, reason: str) -> None:
-        """Stop the sweep as a Ctrl-C does, for ``reason`` (the results store keeps failing): Tune
-        ends its run, saves its state and leaves the unfinished trials to a resume. Outside a
-        Tune run (or off the main thread), the sweep only notes it: nothing more is started."""
-        if self.reason is None:
-            self.reason = reason
-        self.received.set()
-        if self._tune_handler is not None:
-            try:
-                self._tune_handler(signal.SIGINT, None)
-            except ValueError:
-                # asked off the main thread (the driver lock's lease, sweeps/lock.py): Tune's handler
-                # has set its stop event, and only its putting back of a signal handler failed
-                pass
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-            signal.signal(signal.SIGTERM, raise_terminated)
-        return self
-
-    def __exit__(self, *exc):
-        self._tune_handler = None
-        for signum, handler in self._before.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        self._before = {}
-        return False
+    def step(self, trials) -> None:
+        self.console.step(trials)

@@ -16,6 +16,7 @@ from analysis import storage
 from sweeps.costs import training_steps, trials_cost
 from sweeps.options import Sweep, SweepOptions
 from sweeps.packing import ASSUMED_GPU_BYTES, make_packs, pack_size_and_reason
+from sweeps.search import search_of
 from sweeps.trials import TrialConfig
 
 # How a pack is named in the listing: the model settings its members share (sweeps.packing.shared_key)
@@ -28,8 +29,8 @@ NOT_VARYING = ("trial_key", "condition", "preset", "scale")
 def _pack_size(options: SweepOptions, trials: Sequence[TrialConfig]) -> tuple[int, str]:
     """The pack size a run would use, and why; where only a running Ray can tell (the GPUs of an
     unnamed cluster, a GPU's free memory), what is assumed."""
-    requested = options.pack_size
-    if options.search == "optuna" or options.scheduler == "asha":
+    requested, search = options.pack_size, search_of(options.search)
+    if search.decides_one_by_one or options.scheduler == "asha":
         return 1, f"1: --search {options.search} and --scheduler {options.scheduler} decide trial by trial"
     gpus = options.gpus_per_trial
     if gpus is None:
@@ -126,16 +127,15 @@ def plan_text(sweep: Sweep) -> str:
     lines = [f"Plan of {sweep.preset} at scale {options.scale}, seeds {sweep.seeds} (dry run: no Ray "
              "started, nothing written)",
              f"  results:     {where}"]
-    if options.search == "optuna":
-        lines.append(f"  search:      optuna, {options.num_samples} trials sampled from the {len(trials)} "
-                     "planned")
+    search = search_of(options.search)
+    lines += search.dry_run_lines(options, trials)
     gpu_text = ("1 GPU if the cluster has GPUs, else none (decided when Ray starts)" if gpus is None
                 else f"{gpus:g} GPU")
     lines.append(f"  per trial:   {cpus:g} CPU and {gpu_text}")
-    if gpus is None:
+    if gpus is None and search.defers_evaluation(1.0):
         lines.append("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
                      f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")
-    elif gpus > 0 and options.search == "grid":
+    elif search.defers_evaluation(gpus or 0.0):
         lines.append(f"  evaluation:  in CPU-only Ray tasks of {cpus:g} CPU each, one per model, once its "
                      "trial has trained (the GPU goes to the next trial)")
     else:

@@ -1,5 +1,5 @@
-"""Errors the command line reports as one line with exit code 2, and the SIGTERM that stops a
-sweep as Ctrl-C does (``Terminated``, exit code 143)."""
+"""Errors the command line reports as one line with exit code 2, the SIGTERM that stops a sweep as
+Ctrl-C does (``Terminated``, exit code 143), and what stops a running sweep (``StopSignal``)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,54 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+class StopSignal:
+    """Why a running sweep stops: a Ctrl-C or a SIGTERM (``signum``), or a ``request`` (``reason``:
+    the results store kept failing, another driver took the lock's lease). ``received`` is set
+    either way.
+
+    While Tune runs, ``sweeps.ray_edge`` puts a handler in front of Tune's own SIGINT handler that
+    notes the signal (``noted``) and hands it on, so Tune ends its run; and sets ``interrupt``, which
+    ends it the same way for a ``request``. Tune then marks the trials it stopped as terminated,
+    finished or not, and ``Tuner.fit`` returns normally: the driver asks this object what happened.
+
+    Used as a context manager around the runs (on the main thread), it puts back the SIGINT and
+    SIGTERM handlers that were there before (Tune leaves its own in place after a run that was not
+    interrupted, where a later Ctrl-C would do nothing); inside it, outside Tune's runs, a SIGTERM
+    raises ``Terminated`` as a Ctrl-C raises ``KeyboardInterrupt``."""
+
+    def __init__(self):
+        self.received = threading.Event()
+        self.reason: str | None = None  # why the sweep stops, where it is not a signal
+        self.signum: int | None = None  # the signal that stopped it: SIGINT or SIGTERM
+        self.interrupt = None  # ends the Tune run now (set while one runs)
+        self._before: dict = {}
+
+    def noted(self, signum: int) -> None:
+        """A signal that stops the sweep (the first one names it)."""
+        self.signum = self.signum or signum
+        self.received.set()
+
+    def request(self, reason: str) -> None:
+        """Stop the sweep as a Ctrl-C does, for ``reason``: Tune ends its run and leaves the
+        unfinished trials to a resume. Outside a Tune run, the sweep only notes it: nothing more is
+        started."""
+        if self.reason is None:
+            self.reason = reason
+        self.received.set()
+        if self.interrupt is not None:
+            self.interrupt()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+            signal.signal(signal.SIGTERM, raise_terminated)
+        return self
+
+    def __exit__(self, *exc):
+        self.interrupt = None
+        for signum, handler in self._before.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._before = {}
+        return False

@@ -11,9 +11,9 @@ CPUs allow, from that checkpoint (``DeferredEvaluations``, fed by the results wr
 
 Nothing is lost or stored twice: a model's row is committed once, by the driver, with its loss
 history, which its evaluation task read from the checkpoint; a driver killed while evaluations
-run leaves trials that Tune records as finished and that have no rows, and ``--resume`` evaluates
-those models from their final checkpoints (``start`` skips every model that has a row or is being
-evaluated), without training them again. Tune sees scalars only, as before.
+run leaves trained models without rows, and ``--resume`` runs their trials again: each finds its
+final checkpoint (``sweeps.checkpoints.newest_checkpoint``), trains nothing and is evaluated
+(``start`` skips every model that has a row or is being evaluated). Tune sees scalars only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
-import ray
 from torch.utils.tensorboard import SummaryWriter
 
 from analysis import storage
@@ -201,32 +200,19 @@ def evaluate_saved(job: dict) -> dict:
     return {"metrics": metrics, "history": history, "step": step}
 
 
-# a CPU-only task: no GPU is reserved for it; a worker that dies is retried, a metric that raises is not
-_evaluate_remotely = ray.remote(num_gpus=0, max_retries=2)(evaluate_saved)
-
-
 class DeferredEvaluations:
     """The driver's evaluations of trained models: for each Tune trial that trained on a GPU and
-    ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel.
+    ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel
+    through ``tasks`` (``sweeps.ray_edge.RemoteTasks``: ``submit``, ``done``, ``result``).
     ``finished`` gives each trial's outcome (``sweeps.outcome.TrialOutcome``) once all its
     evaluations have ended, its members' metrics and histories filled in, for the results writer
-    to commit. One per experiment and
-    driver (``of``), shared by every Tune run of the sweep and by the resume's repair."""
+    to commit. One per sweep, made by its driver."""
 
-    _OPEN: dict[str, DeferredEvaluations] = {}
-
-    def __init__(self, experiment_dir: str):
+    def __init__(self, experiment_dir: str, tasks):
         self.experiment_dir = storage.normalise(experiment_dir)
+        self.tasks = tasks
         self.pending: dict[str, dict] = {}  # trial id → {"outcome", "refs": {ref: position}, "done"}
         self.failed = 0  # evaluations that raised
-
-    @classmethod
-    def of(cls, experiment_dir: str, fresh: bool = False) -> DeferredEvaluations:
-        """The experiment's evaluations on this driver (``fresh``: none yet, as a sweep starts)."""
-        key = storage.normalise(experiment_dir)
-        if fresh or key not in cls._OPEN:
-            cls._OPEN[key] = cls(key)
-        return cls._OPEN[key]
 
     def __len__(self) -> int:
         return sum(len(p["refs"]) for p in self.pending.values())
@@ -236,18 +222,19 @@ class DeferredEvaluations:
         return {p["outcome"].members[k].trial.trial_key for p in self.pending.values()
                 for k in p["refs"].values()}
 
-    def _checkpoint_location(self, checkpoint) -> str:
-        """A Tune checkpoint's folder as a path or URI under the experiment's storage."""
+    def _checkpoint_location(self, path: str) -> str:
+        """A final checkpoint's folder (its path on the experiment's file system) as a path or URI
+        under the experiment's storage."""
         filesystem, inner = storage.resolve(self.experiment_dir)
-        path = checkpoint.path
         if not storage.is_remote(self.experiment_dir):
             return path
         if not path.startswith(inner + "/"):
             raise ValueError(f"checkpoint {path}: not under the experiment's storage {self.experiment_dir}")
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
-    def start(self, outcome: TrialOutcome, checkpoint, stored: set[str]) -> int:
-        """Evaluate the trained models of a Tune trial's ``outcome`` from its final ``checkpoint``:
+    def start(self, outcome: TrialOutcome, checkpoint: str | None, stored: set[str]) -> int:
+        """Evaluate the trained models of a Tune trial's ``outcome`` from its final ``checkpoint``
+        (its folder's path on the experiment's file system):
         those that trained to the end and have no row in ``stored`` and no evaluation running.
         Returns how many started."""
         if checkpoint is None:
@@ -263,9 +250,9 @@ class DeferredEvaluations:
             job = {"config": member.trial.to_dict(), "position": position, "checkpoint": location,
                    "reference": outcome.data_reference, "cpus": outcome.cpus_per_trial,
                    "tensorboard": storage.join(self.experiment_dir, folder)}
-            task = _evaluate_remotely.options(num_cpus=outcome.cpus_per_trial,
-                                              name=f"evaluate {member.trial.trial_key}")
-            refs[task.remote(job)] = position
+            task = self.tasks.submit(evaluate_saved, job, outcome.cpus_per_trial,
+                                     f"evaluate {member.trial.trial_key}")
+            refs[task] = position
         if refs:
             self.pending[outcome.trial_id or location] = {"outcome": outcome, "refs": refs, "done": {}}
         return len(refs)
@@ -276,14 +263,13 @@ class DeferredEvaluations:
         those whose evaluation failed, each with its error."""
         while self.pending:
             refs = [ref for p in self.pending.values() for ref in p["refs"] if ref not in p["done"]]
-            ready, _ = ray.wait(refs, num_returns=1 if wait else len(refs), timeout=None if wait else 0,
-                                fetch_local=True)
+            ready = self.tasks.done(refs, wait)
             if not ready and not wait:
                 return
             for ref in ready:
                 owner = next(p for p in self.pending.values() if ref in p["refs"])
                 try:
-                    owner["done"][ref] = ray.get(ref)
+                    owner["done"][ref] = self.tasks.result(ref)
                 except Exception as error:  # the task's own error (a metric's, a lost file's): recorded
                     self.failed += 1
                     owner["done"][ref] = {"error": f"evaluation failed: {type(error).__name__}: "

@@ -9,7 +9,7 @@ arguments and its signature, the checks a value meets (on construction: a bad on
 (``options_table``; ``write_options_table()`` rewrites it).
 
 ``Sweep`` is what ``sweeps.paper_grid.plan`` makes of the options: the options with the planned
-trials, their data and where the experiment goes, read by the tuner (``sweeps.tuner.run_sweep``).
+trials, their data and where the experiment goes, read by the driver (``sweeps.driver.run``).
 ``TrialRun`` is the part of it each Tune trial reads (``sweeps.trainable.train_trial``).
 """
 
@@ -281,8 +281,9 @@ class SweepOptions:
             if problem := declared.problem(getattr(self, declared.name)):
                 raise UsageError(problem)
         from sweeps.packing import check_pack_size
+        from sweeps.search import search_of
 
-        check_pack_size(self.pack_size, self.search, self.scheduler)
+        check_pack_size(self.pack_size, search_of(self.search).decides_one_by_one or self.scheduler == "asha")
         if self.gpu_memory is not None and not self.dry_run:
             raise UsageError("--gpu-memory plans a --dry-run for a card the planner cannot see; a run "
                              "measures the GPU it gets (drop --gpu-memory, or add --dry-run)")
@@ -325,7 +326,7 @@ def run_signature(first: inspect.Parameter) -> inspect.Signature:
 class Sweep:
     """A planned sweep (``sweeps.paper_grid.plan``): its options, its trials (each complete and
     frozen) and the data they read (by reference), and where the experiment goes. ``plan_trials``
-    (a dry run) leaves the experiment's fields unset; the tuner adds the pack size once Ray tells
+    (a dry run) leaves the experiment's fields unset; the driver adds the pack size once Ray tells
     it and the datasets' shared references once rendered."""
 
     options: SweepOptions
@@ -339,7 +340,15 @@ class Sweep:
     experiment_dir: str | None = None
     record: dict | None = None  # plan.json's content (sweeps.plan_record)
     added: tuple = ()  # the trials a resume adds to the experiment
-    pack_size: int | None = None  # known once Ray has measured the GPU share (sweeps.tuner)
+    pack_size: int | None = None  # known once Ray has measured the GPU share (sweeps.driver.ready)
+    gpus: float | None = None  # the GPUs each trial reserves, known once Ray runs (sweeps.driver.ready)
+
+    @property
+    def search(self):
+        """How the sweep picks its trials (``sweeps.search``): ``GridSearch`` or ``OptunaSearch``."""
+        from sweeps.search import search_of
+
+        return search_of(self.options.search)
 
     @property
     def shared_dir(self) -> str | None:
@@ -350,15 +359,15 @@ class Sweep:
     @functools.cached_property
     def base_trials(self) -> PlannedTrials:
         """The trials indexed by key (``sweeps.packing.PlannedTrials``), what the Tune trials'
-        configs name: built once per record, for the tuner, its callbacks and the trainable."""
+        configs name: built once per record, for the driver, its listeners and the trainable."""
         from sweeps.packing import PlannedTrials
 
         return PlannedTrials(self.trials)
 
     @property
     def planned(self) -> int:
-        """The Tune trials the sweep runs: its trials, or ``--num-samples`` with ``--search optuna``."""
-        return self.options.num_samples if self.options.search == "optuna" else len(self.trials)
+        """The models the sweep runs: its trials, or ``--num-samples`` with ``--search optuna``."""
+        return self.search.count(self.options, self.trials)
 
 
 @dataclass(frozen=True)

@@ -131,16 +131,15 @@ def shared_key(trial: TrialConfig) -> str:
     return json.dumps(shared, sort_keys=True, default=str)
 
 
-def check_pack_size(requested: str | int | None, search: str | None = None,
-                    scheduler: str | None = None) -> int | str:
+def check_pack_size(requested: str | int | None, one_by_one: bool = False) -> int | str:
     """``--pack-size`` checked, the one place it is: a whole number >= 1, or ``auto`` (None is
-    ``auto``); more than 1 only where trials are not decided one by one (``search`` Optuna,
-    ``scheduler`` ASHA). The size, or ``AUTO``."""
+    ``auto``); more than 1 only where trials are not decided ``one_by_one`` (``--search optuna``,
+    ``--scheduler asha``). The size, or ``AUTO``."""
     if requested in (None, AUTO):
         return AUTO
     if isinstance(requested, bool) or not str(requested).isdigit() or int(requested) < 1:
         raise UsageError(f"--pack-size: must be a whole number >= 1 or 'auto'; got {requested!r}")
-    if int(requested) > 1 and (search == "optuna" or scheduler == "asha"):
+    if int(requested) > 1 and one_by_one:
         raise UsageError("--pack-size > 1 cannot be combined with --search optuna or --scheduler "
                          "asha, which decide trial by trial; use --pack-size 1")
     return int(requested)

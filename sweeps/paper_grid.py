@@ -30,21 +30,19 @@ from models.config import scaled_budget
 from sweeps import plan_record
 from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
 from sweeps.grid import (
-    check_search_bounds,
     default_seeds,
     get_spec,
     load_grid_file,
     parse_seeds,
     pin_setting,
-    search_space,
     trial_configs,
-    unpin_axis,
     with_dataset,
 )
 from sweeps.lock import ExperimentLock
 from sweeps.options import KEYWORDS, OPTIONS, Sweep, SweepOptions, run_signature
 from sweeps.plan_record import PLAN_FILE
 from sweeps.presets import PRESETS
+from sweeps.search import search_of
 from sweeps.trials import TrialConfig
 
 GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
@@ -203,10 +201,7 @@ def load_spec(options: SweepOptions) -> tuple[dict, str]:
                              f"{options.data_source} (or pass --data-source {source})")
     elif options.pinned_data_source:
         spec = pin_setting(spec, "data_source", options.pinned_data_source)
-    if options.search == "optuna":
-        for setting in search_space(spec, preset):
-            spec = unpin_axis(spec, setting)
-    return spec, preset
+    return search_of(options.search).prepare_spec(spec, preset), preset
 
 
 def seed_list(seeds) -> list[int]:
@@ -231,8 +226,9 @@ def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
                          "settings), or a grid instead")
     if options.seeds is not None:
         raise UsageError("--seeds makes trials from a grid; the trials given carry their own seed")
-    if options.search != "grid":
-        raise UsageError("--search optuna samples a grid's search space; pass a grid, not a list of trials")
+    if not search_of(options.search).takes_trial_lists:
+        raise UsageError(f"--search {options.search} samples a grid's search space; pass a grid, not a list "
+                         "of trials")
     trials = []
     for index, trial in enumerate(given):
         if not isinstance(trial, Mapping):
@@ -268,8 +264,7 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
         trials = [t.replace(preset, **scaled_budget(t.model, options.budget)) for t in trials]
     check_data_dir(options)
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
-    if options.search == "optuna":
-        check_search_bounds(spec, preset, trials[0])
+    search_of(options.search).check(spec, preset, trials[0])
     from sweeps.data import plan_data
 
     # Planned here, on the driver, from labels and manifests only (never images), so that a missing
@@ -369,30 +364,28 @@ def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
     print(f"Resume with:  {resume_command(argv)}", flush=True)
 
 
-def execute(options: SweepOptions, given=None) -> tuple[Sweep, dict]:
+def execute(options: SweepOptions, given=None):
     """Plan, lock and run the sweep that ``options`` describe (the command line's, or ``run``'s
-    keyword arguments; ``given``: ``run``'s list of trials): (its plan, ``sweeps.tuner.run_sweep``'s
-    summary, with the ``planned`` count). Bad input raises a ``UsageError`` before Ray starts; a
-    Ctrl-C raises ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted``
-    after."""
+    keyword arguments; ``given``: ``run``'s list of trials): (its plan, ``sweeps.driver.run``'s
+    ``SweepSummary``). Bad input raises a ``UsageError`` before Ray starts; a Ctrl-C raises
+    ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted`` after."""
     sweep = plan(options, given)
-    from sweeps.console import StopSignal  # imports Ray: only once the input is known to be good
+    from sweeps import driver  # imports Ray: only once the input is known to be good
+    from sweeps.errors import StopSignal
 
     stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
     lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
     try:
-        from sweeps.tuner import run_sweep
-
-        summary = run_sweep(sweep, stop)
+        summary = driver.run(sweep, stop)
     except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
         raise SweepInterrupted(sweep.experiment_dir, sweep.planned, None, signum=stop_signal(stop)) from None
     finally:
         lock.release()
-    if summary.get("interrupted"):
-        raise SweepInterrupted(sweep.experiment_dir, sweep.planned, summary["finished"],
-                               summary.get("stopped_by"), summary.get("signal") or signal.SIGINT)
-    return sweep, {**summary, "planned": sweep.planned}
+    if summary.interrupted:
+        raise SweepInterrupted(sweep.experiment_dir, sweep.planned, summary.finished, summary.stop.reason,
+                               summary.stop.signum or signal.SIGINT)
+    return sweep, summary
 
 
 def run(grid_or_trials="default", **options):
@@ -424,7 +417,7 @@ def run(grid_or_trials="default", **options):
         options["grid"] = grid_or_trials
     else:
         given = grid_or_trials
-    return execute(SweepOptions(**options), given)[1]["trials"]
+    return execute(SweepOptions(**options), given)[1].trials
 
 
 # the signature IDEs and help() show: every keyword with its default and type (sweeps.options)
@@ -462,23 +455,22 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
-    planned = summary["planned"]
-    print(f"\n{summary['finished']} of {planned} trials finished "
-          f"in {summary['seconds']:.0f} s; results in {sweep.experiment_dir}")
-    if summary["failed"]:
-        print(f"{summary['failed']} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
+    print(f"\n{summary.finished} of {sweep.planned} trials finished "
+          f"in {summary.seconds:.0f} s; results in {sweep.experiment_dir}")
+    if summary.failed:
+        print(f"{summary.failed} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
               "(analysis.load_errors) and rerun with --resume")
-    if summary["trials"] is not None and len(summary["trials"]):
+    if summary.trials is not None and len(summary.trials):
         print()
-        print(trials_text(summary["trials"]))
+        print(trials_text(summary.trials))
         print()
-        print(correlation_text(summary["trials"]))
-        seeds = seed_text(summary["trials"])
+        print(correlation_text(summary.trials))
+        seeds = seed_text(summary.trials)
         if seeds:
             print()
             print(seeds)
     print_commands(sweep.experiment_dir, argv)
-    return 0 if not summary["failed"] else 1
+    return 0 if not summary.failed else 1
 
 
 if __name__ == "__main__":

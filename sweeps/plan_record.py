@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from analysis import storage
 from sweeps.errors import UsageError
+from sweeps.search import search_of
 from sweeps.trials import NOT_IN_KEY, TrialConfig
 
 PLAN_FILE = "plan.json"
@@ -104,7 +105,7 @@ def check_resume(experiment_dir: str, record: dict) -> list[str]:
     why = None
     if diff["removed"] or diff["changed"]:
         why = "an extension may only add trials; this grid drops or changes trials the experiment has"
-    elif diff["modes"] or record["search"] != "grid" or record["scheduler"] != "none":
+    elif diff["modes"] or not search_of(record["search"]).extendable or record["scheduler"] != "none":
         why = "only a plain grid search (--search grid, --scheduler none) can be extended"
     if why:
         raise UsageError(f"--resume: the grid differs from the one {experiment_dir} was started with, and "

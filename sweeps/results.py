@@ -1,16 +1,16 @@
-"""The results writer: a Tune callback that commits each finished trial's rows as one part, and
-a row for each model that failed or was stopped.
+"""The results writer: a listener of a sweep's trial events (``sweeps.ray_edge.Events``) that
+commits each finished trial's rows as one part, and a row for each model that failed or was stopped.
 
 A finished trial that evaluated its models writes their loss history itself, as a history part in
 the experiment's storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics
 and the part's name. This callback, on the driver, then writes the trials part of the same name,
 which is the commit (``analysis/storage.py``): a crash before it leaves history that no reader
-sees, and the resume stores the trial (``repair``). A trial that held a GPU reports its models as
-trained but not evaluated: the callback starts their evaluations in CPU-only tasks
+sees, and the resume runs the trial again, from its final checkpoint. A trial that held a GPU
+reports its models as trained but not evaluated: the writer starts their evaluations in CPU-only tasks
 (``sweeps.evaluation.DeferredEvaluations``) and, at each trial's end, commits its models with the
 histories the tasks read from its checkpoint, as a new part. The driver keeps the stored trial
-keys in memory (one ``ResultsStore`` per experiment, read once when a sweep starts), so a commit
-never reads what earlier ones wrote, and a resumed trial never gets a second row.
+keys in memory (one ``ResultsStore`` per sweep, read once when it starts, handed to the writer),
+so a commit never reads what earlier ones wrote, and a resumed trial never gets a second row.
 
 Every row holds every setting the model ran with (``TrialConfig.effective_settings``, and what the
 run resolved: the images of a whole grid, the steps of an epoch budget, the transfer factor), its
@@ -22,10 +22,10 @@ A write that fails with an error of the store (an ``OSError``: S3's 503s, a drop
 tried again, ``WRITE_ATTEMPTS`` times in all, after ``WRITE_BACKOFF_S`` seconds, then twice that,
 and so on. Where it still fails, the callback stops the sweep as a Ctrl-C does
 (``sweeps.console.StopSignal.request``): Tune saves its state, the running trials stop at their
-last checkpoint, the command prints how to resume, and the callbacks write nothing more. Nothing is
-lost: the resume stores the finished trials whose rows did not land (``repair``), evaluates again
-the models whose evaluation was not stored, and runs the rest. Each file is written whole or not at
-all (``analysis.storage.write_whole``), so a failed try leaves nothing a reader sees.
+last checkpoint, the command prints how to resume, and the writer writes nothing more. Nothing is
+lost: the resume runs every trial whose rows did not land again, each from its newest checkpoint
+(a trained one is evaluated without training again). Each file is written whole or not at all
+(``analysis.storage.write_whole``), so a failed try leaves nothing a reader sees.
 """
 
 from __future__ import annotations
@@ -35,19 +35,14 @@ import json
 import os
 import time
 
-from ray import tune
-
 from analysis import storage
 from analysis.loading import ERRORS_PARTS
 from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
-from sweeps.evaluation import DeferredEvaluations
 from sweeps.outcome import RUN_FACTS, TrialOutcome
 from sweeps.packing import members_of, outcome_of, planned, tensorboard_folder
 from sweeps.trials import TrialConfig
-
-_STORES: dict[str, ResultsStore] = {}  # this driver's open experiments, by folder
 
 # A failed write to the results store is tried this many times in all, the first wait this long,
 # doubled each time (1 + 2 + 4 + 8 s: about 15 s before the sweep stops).
@@ -75,16 +70,6 @@ def retried(action, what: str, attempts: int | None = None, backoff_s: float | N
             print(f"warning: {what} failed ({type(error).__name__}: {error}); trying again in {wait:g} s",
                   flush=True)
             time.sleep(wait)
-
-
-def results_store(experiment_dir: str, fresh: bool = False) -> ResultsStore:
-    """The driver's ``ResultsStore`` of an experiment, opened on first use (or again, ``fresh``,
-    when a sweep starts: its stored keys are read then, once). The results callback, the repair on
-    resume and the final compaction share it; a restored Tune run's callback finds it here."""
-    key = storage.normalise(experiment_dir)
-    if fresh or key not in _STORES:
-        _STORES[key] = ResultsStore(key)
-    return _STORES[key]
 
 
 # Settings whose effective value only the run knows, taken from a finished model's result: the
@@ -139,26 +124,14 @@ def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) ->
 
 
 def unfinished_rows(experiment: str, trial, base_trials, status: str, error: str | None = None) -> list[dict]:
-    """The rows of a Tune trial's models that did not finish: ``failed`` (the trial errored, for
-    good) or ``stopped`` (ASHA stopped it early), with the step they reached, where and on what."""
+    """The rows of a Tune trial's models (a ``sweeps.ray_edge.TrialView``) that did not finish:
+    ``failed`` (the trial errored, for good) or ``stopped`` (ASHA stopped it early), with the step
+    they reached, where and on what."""
     result = trial.last_result or {}
     facts = {**provenance.software(), **{k: result[k] for k in ("node_id", "device") if k in result},
              "step": result.get("step"), "error": error}
     return [{**trial_row(experiment, member, facts, status), "trial_id": trial.trial_id,
              "tensorboard_dir": member.dirname} for member in members_of(trial.config, base_trials)]
-
-
-def error_text(trial) -> str:
-    """A failed Tune trial's error in one line (the last line of its last failure in Tune's error
-    file, where the exception's type and message are); the file's name where it cannot be read."""
-    path = getattr(trial, "error_file", None)
-    try:
-        with open(path) as file:
-            lines = [line.strip() for line in file.read().split("Failure # ")[-1].splitlines()]
-    except (OSError, TypeError):
-        return f"failed (see {path})" if path else "failed"
-    lines = [line for line in lines[1:] if line]
-    return lines[-1] if lines else f"failed (see {path})"
 
 
 def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
@@ -177,59 +150,20 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
     return store.commit(part, rows)
 
 
-def repair(store: ResultsStore, outcomes, checkpoints=None,
-           evaluations: DeferredEvaluations | None = None) -> int:
-    """Store the models of finished Tune trials that have no trials row (the driver died between
-    Tune recording a trial as finished and its rows being committed; the trial's history part is
-    in place). ``outcomes``: the trials' outcomes (``sweeps.packing.outcome_of`` of a ResultGrid's
-    ``metrics``; None for a trial that did not finish). The models
-    of a trial that trained but was never evaluated (the driver died first) are evaluated instead,
-    by ``evaluations``, from the trial's checkpoint in ``checkpoints`` (a ResultGrid's
-    ``checkpoint``, in the same order); the caller then collects them. Returns the models stored."""
-    stored = 0
-    checkpoints = checkpoints if checkpoints is not None else [None] * len(outcomes)
-    for outcome, checkpoint in zip(outcomes, checkpoints):
-        if outcome is None:
-            continue
-        if not outcome.evaluated:
-            if evaluations is not None:
-                try:
-                    evaluations.start(outcome, checkpoint, store.keys)
-                except ValueError as error:  # no checkpoint to evaluate from: the trial must train again
-                    print(f"warning: {error}; its models stay without rows", flush=True)
-        else:
-            stored += sum(row["status"] == "finished" for row in _commit(store, outcome))
-    return stored
-
-
-class ResultsWriter(tune.Callback):
+class ResultsWriter:
     """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results, and
-    the rows of models that failed or were stopped. Errors also go to ``errors.jsonl``; for a
-    remote store it edits a local copy of that file and writes it back whole. Every write is
-    ``retried``; one that keeps failing stops the sweep through ``stop`` (the run's
-    ``StopSignal``; without one, it raises ``StorageFailed``), and nothing more is written."""
+    the rows of models that failed or were stopped; errors also go to ``errors-parts/``. A trial
+    that trained on a GPU has its models evaluated by ``evaluations``
+    (``sweeps.evaluation.DeferredEvaluations``) and is committed once they end (``collect``, at
+    every step of the run). Every write is ``retried``; one that keeps failing stops the sweep
+    through ``stop`` (its ``sweeps.errors.StopSignal``; without one, it raises ``StorageFailed``),
+    and nothing more is written. Its methods are a listener's of ``sweeps.ray_edge.Events``."""
 
-    def __init__(self, experiment_dir: str, base_trials=(), store: ResultsStore | None = None, stop=None):
-        self.experiment_dir = experiment_dir
+    def __init__(self, store: ResultsStore, base_trials=(), stop=None, evaluations=None):
+        self.store, self.experiment_dir = store, store.experiment
         self.base_trials = planned(base_trials)  # the planned trials a Tune trial's config names
-        self._store = store or results_store(experiment_dir, fresh=True)
-        self.stop = stop
+        self.stop, self.evaluations = stop, evaluations
         self.failure: str | None = None  # the write that kept failing, once one has
-
-    def __getstate__(self):  # Tune keeps its callbacks in its state: the store stays with the driver
-        return {**self.__dict__, "_store": None, "stop": None}
-
-    @property
-    def store(self) -> ResultsStore:
-        """The store given, or (in a restored Tune run) the driver's open one."""
-        if self._store is None:
-            self._store = results_store(self.experiment_dir)
-        return self._store
-
-    @property
-    def evaluations(self) -> DeferredEvaluations:
-        """The driver's evaluations in flight for this experiment (never pickled with Tune's state)."""
-        return DeferredEvaluations.of(self.experiment_dir)
 
     def _write(self, what: str, action) -> bool:
         """Run the write ``action``, ``retried``; True where it succeeded. Where it keeps failing,
@@ -248,40 +182,37 @@ class ResultsWriter(tune.Callback):
             self.stop.request(f"the results could not be written to {self.experiment_dir} ({error})")
             return False
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def completed(self, trial) -> None:
         """Store the trial's models: one row each, finished or failed (a pack member that diverged,
-        also in errors.jsonl); a trial that ASHA stopped early, ``stopped``; or, if it trained them
+        also in errors-parts/); a trial that ASHA stopped early, ``stopped``; or, if it trained them
         without evaluating (it held a GPU), start their evaluations. A model whose finished row is
-        already stored keeps it: a driver killed after the commit but before Tune saved the trial as
-        finished lets the resume run the trial again."""
+        already stored keeps it."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
-            part, rows = storage.new_part(), unfinished_rows(
-                experiment_name(self.store.experiment), trial, self.base_trials, "stopped")
-            self._write(f"storing the stopped trial {trial.trial_id}", lambda: self.store.commit(part, rows))
+            self._commit_unfinished(trial, "stopped")
             return
         outcome = outcome_of({"trial_id": trial.trial_id, **result}, trial.config, self.base_trials)
         if trial.checkpoint is not None:  # the final one: the in-training ones are spent
-            _remove_training_checkpoints(trial, outcome.trials)
-        if not outcome.evaluated:
-            self._errors(outcome)
-            if self.failure is not None:  # stopping: the resume evaluates its models
-                return
-            try:
-                self.evaluations.start(outcome, trial.checkpoint, self.store.keys)
-            except Exception as error:  # not the trial's fault: it stays finished, --resume evaluates it
-                self.evaluations.failed += 1
-                for member in outcome.members:
-                    self._error({"trial_key": member.trial.trial_key, "trial_id": trial.trial_id,
-                                 "error": f"evaluation not started: {type(error).__name__}: {error}"})
-        else:
+            _remove_training_checkpoints(self.experiment_dir, outcome.trials)
+        if outcome.evaluated:
             self.store_result(outcome)
+            return
+        self._errors(outcome)
+        if self.failure is not None:  # stopping: the resume evaluates its models
+            return
+        try:
+            self.evaluations.start(outcome, trial.checkpoint, self.store.keys)
+        except Exception as error:  # not the trial's fault: --resume runs it again, and evaluates it
+            self.evaluations.failed += 1
+            for member in outcome.members:
+                self._error({"trial_key": member.trial.trial_key, "trial_id": trial.trial_id,
+                             "error": f"evaluation not started: {type(error).__name__}: {error}"})
 
-    def on_step_end(self, iteration, trials, **info):
+    def step(self, trials=()) -> None:
         self.collect()
 
     def store_result(self, outcome: TrialOutcome) -> None:
-        """Commit a finished trial's models, and record the members that failed in errors.jsonl."""
+        """Commit a finished trial's models, and record the members that failed in errors-parts/."""
         if self._write(f"storing the trial {outcome.trial_id}", lambda: _commit(self.store, outcome)):
             self._errors(outcome)
 
@@ -289,7 +220,7 @@ class ResultsWriter(tune.Callback):
         """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
         end); the trials committed."""
         done = 0
-        for outcome in self.evaluations.finished(wait):
+        for outcome in self.evaluations.finished(wait) if self.evaluations is not None else ():
             self.store_result(outcome)
             done += 1
         return done
@@ -300,16 +231,17 @@ class ResultsWriter(tune.Callback):
                 self._error({"trial_key": member.trial.trial_key, "trial_id": outcome.trial_id,
                              "error": member.error})
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def failed(self, trial) -> None:
         """Store a ``failed`` row for each of the trial's models (with the error's last line), and
-        the error file in errors.jsonl."""
-        error = error_text(trial)
-        part, rows = storage.new_part(), unfinished_rows(
-            experiment_name(self.store.experiment), trial, self.base_trials, "failed", error)
-        self._write(f"storing the failed trial {trial.trial_id}", lambda: self.store.commit(part, rows))
+        the error in errors-parts/."""
+        self._commit_unfinished(trial, "failed", trial.error)
         for member in members_of(trial.config, self.base_trials):
-            self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id, "error": error,
-                         "error_file": getattr(trial, "error_file", None)})
+            self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id, "error": trial.error})
+
+    def _commit_unfinished(self, trial, status: str, error: str | None = None) -> None:
+        part, rows = storage.new_part(), unfinished_rows(
+            experiment_name(self.store.experiment), trial, self.base_trials, status, error)
+        self._write(f"storing the {status} trial {trial.trial_id}", lambda: self.store.commit(part, rows))
 
     def _error(self, record: dict) -> None:
         """Record a failed trial as a new part of ``errors-parts/`` (one JSON line, written whole):
@@ -328,20 +260,19 @@ class ResultsWriter(tune.Callback):
         storage.write_whole(fs, inner, content)
 
 
-def _remove_training_checkpoints(trial, members) -> None:
+def _remove_training_checkpoints(experiment_dir: str, members) -> None:
     """Delete a trial's in-training checkpoints once its final one (the trained models) is on
-    storage and Tune's; one that cannot be deleted now stays, costing only its storage."""
-    from sweeps.checkpoints import checkpoint_folder, legacy_checkpoint_folder, remove_training_checkpoints
+    storage; one that cannot be deleted now stays, costing only its storage."""
+    from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints, trial_folder
 
     try:
-        filesystem = trial.storage.storage_filesystem
-        remove_training_checkpoints(filesystem, checkpoint_folder(trial.storage, members), members,
-                                    unsealed=True)
-        # an experiment from before the layout: only this trial's (by their seals) in the shared folder
-        remove_training_checkpoints(filesystem, legacy_checkpoint_folder(trial.storage, members), members)
+        filesystem, folder = checkpoint_folder(experiment_dir, members)
+        remove_training_checkpoints(filesystem, folder, members, unsealed=True)
+        # an experiment from before the layout: only this trial's (by their seals) in its Tune folder
+        remove_training_checkpoints(filesystem, trial_folder(experiment_dir, members), members)
     except OSError as error:
-        print(f"warning: the in-training checkpoints of trial {trial.trial_id} stay on storage "
-              f"({error})", flush=True)
+        print(f"warning: the in-training checkpoints of {members[0].dirname} stay on storage ({error})",
+              flush=True)
 
 
 def read_trials(experiment_dir: str):

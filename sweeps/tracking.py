@@ -43,12 +43,12 @@ from collections.abc import Sequence
 
 import ray
 from ray.air.integrations.mlflow import MLflowLoggerCallback
-from ray.air.integrations.wandb import WandbLoggerCallback, _clean_log
-from ray.air.util.node import _force_on_current_node
+from ray.air.integrations.wandb import WandbLoggerCallback
 
 from analysis.schema import HISTORY_SCHEMA
 from sweeps.outcome import TrialOutcome, is_final
 from sweeps.packing import dirname, members_of, planned
+from sweeps.ray_edge import clean_for_wandb, on_this_node
 from sweeps.trials import TrialConfig
 
 KEY_TAG = "trial_key"
@@ -199,7 +199,7 @@ def actor_environment(environment: dict, key_folder: str) -> dict:
     """The environment variables the W&B logging actor gets in its runtime_env: the driver's
     ``WANDB_*`` settings less the API key, which goes as the project's other secrets do, as a file
     (the Ray token's ``~/.ray/auth_token``): written here, mode 0600, in the private folder
-    ``key_folder`` on the driver's node, where the actor runs (``_force_on_current_node``); only
+    ``key_folder`` on the driver's node, where the actor runs (``sweeps.ray_edge.on_this_node``); only
     its path (``DISGEN_WANDB_KEY_FILE``) is in the runtime_env, which Ray's dashboard shows."""
     env = {k: v for k, v in environment.items() if k.startswith("WANDB_") and k != API_KEY}
     if environment.get(API_KEY):
@@ -267,6 +267,7 @@ class WandbRuns(WandbLoggerCallback):
         self.experiment_name = experiment_name
         self.base_trials = planned(base_trials)
         self._actors: dict = {}  # trial → its logging actor, until the trial ends
+        self._runs_actor = None  # the actor class, made once (``_actor_class``)
         self._ending: dict = {}  # the end call of each trial's last actor → (trial, actor)
 
     def _members(self, trial) -> list[TrialConfig]:
@@ -290,12 +291,12 @@ class WandbRuns(WandbLoggerCallback):
         # a Ray worker may have been started before they were set; the API key does not (a
         # runtime_env is shown on Ray's dashboard): ``actor_environment``. Not restarted: an actor
         # that dies costs its trial's W&B records, never the sweep
-        if not self._remote_logger_class:
+        if self._runs_actor is None:
             self._key_folder = tempfile.TemporaryDirectory(prefix="disgen-wandb-")  # removed at exit
             env = actor_environment(dict(os.environ), self._key_folder.name)
-            self._remote_logger_class = ray.remote(
-                num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env})(_ModelRunsActor)
-        return self._remote_logger_class
+            self._runs_actor = ray.remote(num_cpus=0, **on_this_node(), runtime_env={"env_vars": env})(
+                _ModelRunsActor)
+        return self._runs_actor
 
     def log_trial_start(self, trial):
         if trial in self._actors:
@@ -307,7 +308,7 @@ class WandbRuns(WandbLoggerCallback):
             config = {**member.to_dict(), **run_tags(member, trial, self.experiment_name, self.base_trials)}
             runs.append(dict(id=wandb_run_id(self.experiment_name, member.trial_key), name=member.dirname,
                              resume="allow", allow_val_change=True, group=self.group, project=self.project,
-                             config=_clean_log(config), **self.kwargs))
+                             config=clean_for_wandb(config), **self.kwargs))
         self._actors[trial] = self._actor_class().remote(trial.local_path, runs)
 
     def log_trial_result(self, iteration, trial, result):

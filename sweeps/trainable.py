@@ -1,6 +1,6 @@
-"""The Ray Tune trainable: the only place that touches Ray's trial API.
-
-One call trains one model, or one pack of models (``sweeps.packing``). Its data comes from
+"""A Tune trial's work, in plain Python: ``train_trial`` trains, evaluates and reports one model, or
+one pack of models (``sweeps.packing``), through the ``TrialContext`` it is handed (Ray Tune's, from
+``sweeps.ray_edge``; a test's own). Its data comes from
 ``data_pipeline`` (the trial is handed a dataset reference, which this node's cache materialises
 once and memory-maps: ``data_pipeline.node_cache``), and each model trains on its own split's
 training rows. One model takes the plain path, ``models.build_trainer``: one ``Trainer``, one
@@ -41,11 +41,10 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
-import ray
 import torch
-from ray import tune
 
 from analysis import storage
 from data_pipeline.node_cache import NodeCacheFull, open_reference
@@ -56,11 +55,10 @@ from sweeps.checkpoints import (
     CheckpointWriter,
     checkpoint_due,
     checkpoint_folder,
-    legacy_checkpoint_folder,
     newest_checkpoint,
     seal,
+    trial_folder,
 )
-from sweeps.console import quiet_worker
 from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
 from sweeps.options import TrialRun
 from sweeps.outcome import ModelOutcome, TrialOutcome
@@ -68,6 +66,18 @@ from sweeps.packing import members_of
 from sweeps.provenance import provenance
 from sweeps.results import history_rows
 from sweeps.trials import TrialConfig
+
+
+class TrialContext(Protocol):
+    """What a trial needs of whatever runs it (``sweeps.ray_edge.RayTrialContext`` for Ray Tune):
+    the node it runs on, its working folder (where, on remote storage, its TensorBoard files go
+    for Tune to sync), and ``report``: a progress or final report, the final one with the folder
+    of its final checkpoint."""
+
+    node_id: str
+    working_dir: str
+
+    def report(self, metrics: dict, checkpoint_dir: str | None = None) -> None: ...
 
 
 def _pack_progress(reports: dict[int, dict], members: int) -> dict:
@@ -116,13 +126,13 @@ def _ood2_sets(members: Sequence[TrialConfig], references: dict) -> dict:
     return out
 
 
-def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull) -> None:
+def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull, context: TrialContext) -> None:
     """The trial's final report when its dataset cannot fit in this node's cache: each model failed
     with the error (one ``failed`` row each, naming the size needed, the limit and how to raise it).
     A report, not a raise: Tune would retry a raise up to --max-failures times, failing the same way."""
     message = f"{type(error).__name__}: {error}"
-    tune.report(TrialOutcome([ModelOutcome(m, step=0, error=message) for m in members], step=0,
-                             facts={"node_id": ray.get_runtime_context().get_node_id()}).to_report())
+    context.report(TrialOutcome([ModelOutcome(m, step=0, error=message) for m in members], step=0,
+                                facts={"node_id": context.node_id}).to_report())
 
 
 def gpu_settings(gpus_per_trial: float) -> GPUSettings:
@@ -147,20 +157,17 @@ def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GP
                          factor_space=data.factor_space, settings=settings)
 
 
-def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], storage_context,
-                            folder: str) -> tuple[dict | None, str | None]:
-    """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``), if any: in
-    its checkpoint ``folder`` on Tune's storage (``storage_context``), or the one Tune restored.
-    Returns (training, checkpoint): training is None if it goes on (from the start or a
-    checkpoint, whose path is returned); if training had already finished (a final checkpoint),
-    the models' trained weights are loaded and the training's record is returned (its timings,
-    where saved)."""
-    found = newest_checkpoint(members, storage_context.storage_filesystem, folder, tune.get_checkpoint(),
-                              others=[legacy_checkpoint_folder(storage_context, members),
-                                      storage_context.trial_fs_path])
+def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], filesystem,
+                            folders: Sequence[str]) -> tuple[dict | None, str | None]:
+    """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``) in
+    ``folders`` of the pyarrow ``filesystem``, if any. Returns (training, checkpoint): training is
+    None if it goes on (from the start or a checkpoint, whose path is returned); if training had
+    already finished (a final checkpoint), the models' trained weights are loaded and the
+    training's record is returned (its timings, where saved)."""
+    found = newest_checkpoint(members, filesystem, folders)
     if found is None:
         return None, None
-    state = found[1]
+    path, state = found
     for log, history in zip(logs, state["histories"]):
         log.history = history
     if not state.get("final"):
@@ -168,29 +175,31 @@ def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[Tri
         for log, member in zip(logs, trainer.members):
             # TensorBoard drops what an earlier worker wrote after the checkpoint: no curve doubles back
             log.purge_step = member.step + 1
-        return None, found[0].path
+        return None, path
     for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
         member.model.load_state_dict(weights)
         member.step = step
         log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
     trainer.load_errors(state.get("errors", {}))  # a lone model's raise: it never has a final checkpoint
-    return state.get("config", {}).get("training", {}), found[0].path
+    return state.get("config", {}).get("training", {}), path
 
 
 def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every: int,
-           checkpoint_every: int, node_id: str, checkpoint_seconds: float = 0.0) -> None:
-    """Train, reporting progress to Tune and checkpointing (through ``writer``, in the background)
+           checkpoint_every: int, context: TrialContext, checkpoint_seconds: float = 0.0) -> None:
+    """Train, reporting progress (``context``) and checkpointing (through ``writer``, in the background)
     every ``checkpoint_every`` steps or ``checkpoint_seconds`` (``checkpoint_due``). A lone model
     whose loss diverges fails its trial (Tune retries or records it); a pack member stops alone."""
     last_checkpoint = time.monotonic()
+    # where it went on from a checkpoint, its reports say so (the console's ETA counts what is new)
+    resumed = {"resumed_at": start} if (start := min(m.step for m in trainer.members)) else {}
     for reports in trainer.member_reports(report_every):
         for k, report in reports.items():
             if "error" not in report:
                 logs[k].progress(report, lambda k=k: trainer.current_model(k))
-        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": node_id,
-                    "device": trainer.device.type, "total_steps": trainer.total_steps}
+        progress = {**_pack_progress(reports, len(trainer.members)), "node_id": context.node_id,
+                    "device": trainer.device.type, "total_steps": trainer.total_steps, **resumed}
         step = progress["step"]
-        tune.report(progress)
+        context.report(progress)
         if checkpoint_due(step, trainer.total_steps, checkpoint_every, checkpoint_seconds,
                           time.monotonic() - last_checkpoint):
             for log in logs:  # TensorBoard holds every step up to the checkpoint a restore starts from
@@ -245,71 +254,90 @@ def write_history(experiment_dir: str, logs: list[ModelLog], results: list[Model
     return part
 
 
-def train_trial(config: dict, run_info: TrialRun) -> None:
+def train_trial(config: dict, run_info: TrialRun, context: TrialContext) -> None:
     """Train, evaluate and report one Tune trial: a model, or a pack of models (``sweeps.packing``).
     ``run_info`` holds the dataset references (``DataConfig.key`` → ``DatasetReference``), the
-    experiment's folder or URI (for the history part), the TensorBoard root, the CPUs and GPUs per
-    trial, whether evaluation is deferred to CPU-only tasks, the checkpoint intervals (steps and
-    seconds), whether the worker's own output is shown, and the planned trials
-    (``sweeps.packing.PlannedTrials``), through which ``config`` names its members: their trial
-    keys, or for Optuna a planned trial and the values sampled for it. Every report carries the
-    members' trial keys at most, never their settings: Tune writes the config into each result."""
+    experiment's folder or URI (for the history part and the checkpoints), the TensorBoard root, the
+    CPUs and GPUs per trial, whether evaluation is deferred to CPU-only tasks, the checkpoint
+    intervals (steps and seconds) and the planned trials (``sweeps.packing.PlannedTrials``), through
+    which ``config`` names its members: their trial keys, or for Optuna a planned trial and the
+    values sampled for it. ``context`` reports (``TrialContext``). Every report carries the members'
+    trial keys at most, never their settings: Tune writes the config into each result."""
     cpus = run_info.cpus_per_trial
-    if not run_info.verbose:
-        quiet_worker()
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.base_trials)
-    first = members[0]
     try:
-        reference, data = _dataset(first, run_info.datasets)
+        reference, data = _dataset(members[0], run_info.datasets)
         ood2 = _ood2_sets(members, run_info.datasets)
     except NodeCacheFull as error:
-        return _report_no_room(members, error)
+        return _report_no_room(members, error, context)
     by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
     rows = [by_split[m.data.split] for m in members]  # (split, training rows, held-out rows) of each
     trainer = _build(members, data, rows, gpu_settings(run_info.gpus_per_trial))
-    root = run_info.tensorboard_root or os.getcwd()
-    log_dirs = [os.path.join(root, m.dirname) if run_info.tensorboard_root or len(members) > 1 else root
-                for m in members]
-    logs = [ModelLog(m, data, r[1], r[2], d, t.total_steps)
-            for m, r, d, t in zip(members, rows, log_dirs, trainer.members)]
-
-    node_id = ray.get_runtime_context().get_node_id()  # which machine ran it, in every report
-    began, started = time.time(), time.perf_counter()
-    storage_context = tune.get_context().get_storage()
-    checkpoints = checkpoint_folder(storage_context, members)  # …/checkpoints/<trial's name by its whole key>
-    training, resumed_from = _resume_from_checkpoint(trainer, logs, members, storage_context, checkpoints)
-    writer = CheckpointWriter(storage_context.storage_filesystem, checkpoints, members, resumed_from)
-    try:
-        if training is None:
-            _train(trainer, logs, writer, first.evaluation.report_every, run_info.checkpoint_every,
-                   node_id, run_info.checkpoint_seconds)
-    except BaseException:
-        writer.close(raise_error=False)  # the trial fails with training's error, not a write's
-        raise
-    writer.close()
-    if not training:  # trained now (or restored from an older final checkpoint, without its timings)
-        training = {"started_at": began, "ended_at": time.time(), "seconds": time.perf_counter() - started}
+    logs = _logs(members, data, rows, trainer, run_info.tensorboard_root or context.working_dir,
+                 separate=bool(run_info.tensorboard_root))
+    training = _training(trainer, logs, members, run_info, context)
     trained = _trained(trainer, members, training, reference, len(data))
     final = TrialOutcome(trained, step=max(m.step for m in trainer.members),
-                         facts={"node_id": node_id, **provenance(trainer.device)})
-    if run_info.deferred_evaluation:
-        # the GPU is freed for the next trial; the driver evaluates the models from the checkpoint
-        for log in logs:
-            log.close()
-        # the OOD2 sets' references travel with the dataset's (sweeps.evaluation.evaluate_saved)
-        sets = {key: {scenario: ref.to_dict() for scenario, (ref, _) in by.items()}
-                for key, by in ood2.items()}
-        final = dataclasses.replace(final, evaluated=False, cpus_per_trial=cpus,
-                                    data_reference={**reference.to_dict(), "ood2": sets})
+                         facts={"node_id": context.node_id, **provenance(trainer.device)})
+    if run_info.deferred_evaluation:  # the GPU is freed for the next trial; the driver evaluates
+        final = _deferred(final, logs, reference, ood2, cpus)
     else:  # a lone model's report holds its metrics too, for Optuna, ASHA and Tune's table (to_report)
         results = _evaluate(trainer, logs, trained, data, rows, cpus, ood2)
         final = dataclasses.replace(final, members=results,
                                     results_part=write_history(run_info.experiment_dir, logs, results))
+    _report_final(final, trainer, members, logs, training, context)
+
+
+def _logs(members: Sequence[TrialConfig], data, rows: list[tuple], trainer, root: str,
+          separate: bool) -> list[ModelLog]:
+    """Each model's TensorBoard log: a folder of its own under ``root`` (the experiment's, where
+    ``separate``; else the trial's working folder, which holds a lone model's log itself)."""
+    folders = [os.path.join(root, m.dirname) if separate or len(members) > 1 else root for m in members]
+    return [ModelLog(m, data, r[1], r[2], folder, t.total_steps)
+            for m, r, folder, t in zip(members, rows, folders, trainer.members)]
+
+
+def _training(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], run_info: TrialRun,
+              context: TrialContext) -> dict:
+    """Train the models, from the trial's newest checkpoint if it has one, checkpointing as they go;
+    the training's record (when it started and ended, its seconds). A final checkpoint found
+    (training was over) gives its own record, and nothing trains."""
+    began, started = time.time(), time.perf_counter()
+    filesystem, folder = checkpoint_folder(run_info.experiment_dir, members)  # …/checkpoints/<whole key>
+    training, resumed_from = _resume_from_checkpoint(
+        trainer, logs, members, filesystem, [folder, trial_folder(run_info.experiment_dir, members)])
+    if training is None:
+        writer = CheckpointWriter(filesystem, folder, members, resumed_from)
+        try:
+            _train(trainer, logs, writer, members[0].evaluation.report_every, run_info.checkpoint_every,
+                   context, run_info.checkpoint_seconds)
+        except BaseException:
+            writer.close(raise_error=False)  # the trial fails with training's error, not a write's
+            raise
+        writer.close()
+    # trained now (or restored from an older final checkpoint, without its timings)
+    seconds = time.perf_counter() - started
+    return training or {"started_at": began, "ended_at": time.time(), "seconds": seconds}
+
+
+def _deferred(final: TrialOutcome, logs: list[ModelLog], reference, ood2: dict, cpus: float) -> TrialOutcome:
+    """The outcome of trained models whose evaluation the driver does: their dataset and OOD2 sets
+    by reference (``sweeps.evaluation.evaluate_saved``) and the CPUs an evaluation takes."""
+    for log in logs:
+        log.close()
+    sets = {key: {scenario: ref.to_dict() for scenario, (ref, _) in by.items()} for key, by in ood2.items()}
+    return dataclasses.replace(final, evaluated=False, cpus_per_trial=cpus,
+                               data_reference={**reference.to_dict(), "ood2": sets})
+
+
+def _report_final(final: TrialOutcome, trainer, members: Sequence[TrialConfig], logs: list[ModelLog],
+                  training: dict, context: TrialContext) -> None:
+    """The trial's final report, with its final checkpoint: the trained weights, one file per model."""
     with tempfile.TemporaryDirectory() as folder:
         trainer_file.save_final(folder, [m.model.state_dict() for m in trainer.members],
                                 [m.step for m in trainer.members], trainer.errors,
                                 [log.history for log in logs],
                                 {"members": [m.to_dict() for m in members], "training": training})
         seal(folder, members, [log.history for log in logs], final=True)
-        tune.report(final.to_report(), checkpoint=tune.Checkpoint.from_directory(folder))
+        context.report(final.to_report(), checkpoint_dir=folder)

@@ -5,7 +5,8 @@ Inside a test that uses the ``checkpoint_signals`` fixture (tests/conftest.py), 
 ``DISGEN_CHECKPOINT_SIGNAL_DIR`` exists, and the Ray workers of every sweep signal there and wait:
 
 - a trial's worker, once the checkpoint of a step is whole on storage (written by
-  ``sweeps.checkpoints.CheckpointWriter`` and sealed): the file ``<trial dir name>-<step>``;
+  ``sweeps.checkpoints.CheckpointWriter`` and sealed): the file ``<trial's whole name>-<step>``
+  (``sweeps.packing.dirname(members, full=True)``: the name ends in the whole trial key or pack id);
 - an evaluation task (``sweeps.evaluation.evaluate_saved``), before it reads its checkpoint: the
   file ``evaluation-<trial key>``.
 
@@ -128,7 +129,7 @@ def signal(name: str) -> None:
 
 
 def _at_checkpoints(checkpoints) -> None:
-    """A trial's in-training checkpoint signals ``<trial dir name>-<step>`` once it is whole on
+    """A trial's in-training checkpoint signals ``<trial's whole name>-<step>`` once it is whole on
     storage (the worker waits for its writer first, so it trains no further meanwhile)."""
     writer = checkpoints.CheckpointWriter
     save = writer.save
@@ -137,7 +138,7 @@ def _at_checkpoints(checkpoints) -> None:
     def saving(self, trainer_state, histories):
         save(self, trainer_state, histories)
         self.wait()
-        trial = os.path.basename(checkpoints.tune.get_context().get_trial_dir().rstrip("/"))
+        trial = os.path.basename(self.folder.rstrip("/"))  # the trial's name with its whole key
         signal(f"{trial}-{checkpoints._reach(histories)}")
 
     writer.save = saving

@@ -1,10 +1,12 @@
-"""The house rules, checked from the source: no import circles, no Ray below sweeps, every
-imported package declared, and no references to documents outside the repository."""
+"""The house rules, checked from the source: no import circles, no Ray below sweeps and in sweeps
+only at its edge, every imported package declared, and no references to documents outside the
+repository."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 import tomllib
@@ -111,6 +113,53 @@ def test_models_data_pipeline_and_analysis_know_nothing_of_ray():
             imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                          if isinstance(node, ast.ImportFrom) and not node.level}
             assert "ray" not in imported, f"{name} imports ray"
+
+
+# The sweep side's Ray: its edge (every Ray call) and the trackers, which keep Tune's logger callbacks.
+RAY_IN_SWEEPS = {"sweeps/ray_edge.py", "sweeps/tracking.py"}
+# The Ray modules whose private names a module may use: the two edges (sweeps', Ray Data's prepare)
+PRIVATE_RAY_ALLOWED = {"sweeps/ray_edge.py", "data_pipeline/prepare.py"}
+
+
+def imports_ray(text: str) -> bool:
+    return re.search(r"^\s*(import ray|from ray)\b", text, re.M) is not None
+
+
+def private_ray_names(text: str) -> list[str]:
+    """The private Ray names a module uses: a name with a leading underscore imported from a Ray
+    module or reached through one (``ray._private...``), or a private attribute of a Tune object
+    that disgen has read (``tuner._local_tuner``, W&B's ``_remote_logger_class``)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray":
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            found += [node.module] if "._" in f".{node.module}" else []
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("ray") and "._" in a.name]
+        elif isinstance(node, ast.Attribute) and node.attr in ("_local_tuner", "_remote_logger_class"):
+            found.append(node.attr)
+    return found
+
+
+def test_in_sweeps_only_the_edge_and_the_trackers_import_ray():
+    importers = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "sweeps").glob("*.py"))
+                 if imports_ray(path.read_text())}
+    assert importers == RAY_IN_SWEEPS
+
+
+def test_private_ray_names_appear_only_at_the_edges():
+    used = {str(path.relative_to(ROOT)): private_ray_names(path.read_text()) for path in modules().values()}
+    assert {path for path, names in used.items() if names} <= PRIVATE_RAY_ALLOWED, used
+    assert used["sweeps/ray_edge.py"]  # the check sees the edge's own
+
+
+def test_the_ray_checks_find_planted_uses():
+    assert imports_ray("import os\n    from ray import tune\n") and not imports_ray("x = 'import ray'\n")
+    assert private_ray_names("from ray.air.util.node import _force_on_current_node\n") == [
+        "ray.air.util.node._force_on_current_node"]
+    assert private_ray_names("from ray._private.services import find\nt._local_tuner\n") == [
+        "ray._private.services", "_local_tuner"]
+    assert private_ray_names("from ray.tune import Tuner\n") == []
 
 
 # the import name → the distribution that provides it, where they differ

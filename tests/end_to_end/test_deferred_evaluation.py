@@ -33,9 +33,8 @@ def result_lines(trial_dir) -> list[dict]:
 
 
 def is_checkpoint_of(signal_name: str, trial_key: str) -> bool:
-    """Whether a training checkpoint's signal (``<trial dir name>-<step>``) is ``trial_key``'s (a
-    trial's folder name ends in six characters of its key)."""
-    return signal_name.rsplit("-", 1)[0].endswith(trial_key[:6])
+    """Whether a training checkpoint's signal (``<trial's whole name>-<step>``) is ``trial_key``'s."""
+    return signal_name.rsplit("-", 1)[0].endswith(trial_key)
 
 
 def hold_in_pairs(signals, count: int, driver, log_text) -> tuple[list[tuple[str, str]], str]:

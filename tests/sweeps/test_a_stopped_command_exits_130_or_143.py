@@ -1,4 +1,4 @@
-"""A Ctrl-C or SIGTERM outside Tune's run (``sweeps.tuner.run_sweep`` replaced by one that raises
+"""A Ctrl-C or SIGTERM outside Tune's run (``sweeps.driver.run`` replaced by one that raises
 it) or while the sweep is planned: exit code 130 or 143, what to run next, the folder's lock freed,
 no traceback."""
 
@@ -14,12 +14,12 @@ from sweeps.paper_grid import main
 ], ids=["ctrl-c", "sigterm"])
 def test_a_ctrl_c_or_sigterm_outside_tunes_run_exits_130_or_143_with_the_resume_command_and_frees_the_folder(
         tmp_path, capsys, monkeypatch, stop, code, said):
-    import sweeps.tuner
+    import sweeps.driver
 
     def interrupted(sweep, signal=None):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
         raise stop
 
-    monkeypatch.setattr(sweeps.tuner, "run_sweep", interrupted)
+    monkeypatch.setattr(sweeps.driver, "run", interrupted)
     argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
     assert main(argv) == code
     out = capsys.readouterr().out

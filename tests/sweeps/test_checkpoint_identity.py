@@ -1,19 +1,18 @@
 """A trial's checkpoints are its own by its whole key (``sweeps.checkpoints``): the folder of its
 in-training checkpoints is named by the whole trial key, so two trials whose names collide on the
 old 6-character short key each resume their own step and lose nothing; pruning and clean-up touch
-only checkpoints whose seal names the trial; Tune's checkpoint is taken unsealed only where it has
-no seal at all; every file's SHA-256 in the seal is checked on a resume and by a deferred
-evaluation's read of its member."""
+only checkpoints whose seal names the trial; a checkpoint in the trial's Tune folder (named by the
+short key) counts only where its seal is the trial's; every file's SHA-256 in the seal is checked
+on a resume and by a deferred evaluation's read of its member."""
 
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+import pathlib
 
 import pyarrow.fs
 import pytest
 import torch
-from ray import tune
 
 from models import checkpoint as trainer_file
 from sweeps.checkpoints import (
@@ -21,10 +20,10 @@ from sweeps.checkpoints import (
     CheckpointMismatch,
     CheckpointWriter,
     checkpoint_folder,
-    legacy_checkpoint_folder,
     newest_checkpoint,
     remove_training_checkpoints,
     seal,
+    trial_folder,
 )
 from sweeps.evaluation import _final_member
 from sweeps.packing import dirname
@@ -58,13 +57,17 @@ def histories(step):
 
 
 def storage(tmp_path):
-    return SimpleNamespace(experiment_fs_path=str(tmp_path / "exp"), storage_filesystem=LOCAL)
+    """An experiment's folder."""
+    return str(tmp_path / "exp")
 
 
-def resumed(members, where, given=None):
+def folder_of(where, members) -> str:
+    return checkpoint_folder(where, members)[1]
+
+
+def resumed(members, where):
     """(step, weight) of the checkpoint the trial goes on from, reading both of its folders."""
-    found = newest_checkpoint(members, LOCAL, checkpoint_folder(where, members), given,
-                              others=[legacy_checkpoint_folder(where, members)])
+    found = newest_checkpoint(members, LOCAL, [folder_of(where, members), trial_folder(where, members)])
     if found is None:
         return None
     return found[1]["histories"][0][-1]["step"], float(found[1]["trainer"]["members"][0]["model"]["w"][0])
@@ -79,9 +82,9 @@ def old_checkpoint(folder, members, step, value):
 def test_two_trials_that_collide_on_the_short_name_each_resume_their_own_step(tmp_path):
     a, b = colliding()
     where = storage(tmp_path)
-    assert checkpoint_folder(where, a) != checkpoint_folder(where, b)
-    assert checkpoint_folder(where, a).endswith("/checkpoints/" + dirname(a, full=True))
-    writers = {id(m): CheckpointWriter(LOCAL, checkpoint_folder(where, m), m) for m in (a, b)}
+    assert folder_of(where, a) != folder_of(where, b)
+    assert folder_of(where, a).endswith("/checkpoints/" + dirname(a, full=True))
+    writers = {id(m): CheckpointWriter(LOCAL, folder_of(where, m), m) for m in (a, b)}
     for step in (10, 20, 30):  # written turn about, as two trials on two workers would
         for members, value in ((a, 1.0), (b, 2.0)):
             writers[id(members)].save(state(step, value + step), histories(step))
@@ -91,28 +94,28 @@ def test_two_trials_that_collide_on_the_short_name_each_resume_their_own_step(tm
     assert resumed(a, where) == (30, 31.0)
     assert resumed(b, where) == (30, 32.0)
     for members in (a, b):  # each keeps its newest two: nothing of its own pruned by the other
-        assert sorted(os.listdir(checkpoint_folder(where, members))) == [
+        assert sorted(os.listdir(folder_of(where, members))) == [
             f"{TRAINING_PREFIX}{s:010d}" for s in (20, 30)]
 
 
 def test_an_old_experiments_shared_short_folder_still_resumes_each_trial_and_is_cleaned_by_seal(tmp_path):
     a, b = colliding()
     where = storage(tmp_path)
-    shared = legacy_checkpoint_folder(where, a)
-    assert shared == legacy_checkpoint_folder(where, b)  # the old layout: one folder for both
+    shared = trial_folder(where, a)
+    assert shared == trial_folder(where, b)  # the old layout: one folder for both
     old_checkpoint(f"{shared}/{TRAINING_PREFIX}{20:010d}", a, 20, 21.0)
     old_checkpoint(f"{shared}/{TRAINING_PREFIX}{30:010d}", b, 30, 32.0)
     assert resumed(a, where) == (20, 21.0)
     assert resumed(b, where) == (30, 32.0)
     # a goes on, writing its own folder; its pruning never reaches the shared one
-    writer = CheckpointWriter(LOCAL, checkpoint_folder(where, a), a,
-                              resumed_from=f"{shared}/{TRAINING_PREFIX}{20:010d}")
+    resumed_from = f"{shared}/{TRAINING_PREFIX}{20:010d}"
+    writer = CheckpointWriter(LOCAL, folder_of(where, a), a, resumed_from=resumed_from)
     for step in (25, 30, 35):
         writer.save(state(step, 100.0 + step), histories(step))
     writer.close()
     assert resumed(a, where) == (35, 135.0)
     # a's final clean-up (sweeps.results) deletes its own in the shared folder, never b's
-    remove_training_checkpoints(LOCAL, checkpoint_folder(where, a), a, unsealed=True)
+    remove_training_checkpoints(LOCAL, folder_of(where, a), a, unsealed=True)
     remove_training_checkpoints(LOCAL, shared, a)
     assert os.listdir(shared) == [f"{TRAINING_PREFIX}{30:010d}"]
     assert resumed(b, where) == (30, 32.0)
@@ -131,20 +134,19 @@ def test_pruning_leaves_a_checkpoint_sealed_for_another_trial(tmp_path):
     assert sorted(os.listdir(folder)) == [f"{TRAINING_PREFIX}{s:010d}" for s in (5, 20, 30)]
 
 
-def test_tunes_checkpoint_is_taken_unsealed_but_refused_with_a_seal_that_does_not_match(tmp_path):
+def test_a_checkpoint_in_the_shared_tune_folder_counts_only_sealed_for_the_trial_and_whole(tmp_path):
     a, b = colliding()
     where = storage(tmp_path)
-    tune_folder = tmp_path / "exp" / "tune-trial" / "checkpoint_000001"
+    tune_folder = pathlib.Path(trial_folder(where, a)) / "checkpoint_000001"  # where Tune keeps the final one
     old_checkpoint(tune_folder, b, 40, 7.0)  # sealed for another trial
-    given = tune.Checkpoint(str(tune_folder))
-    assert resumed(a, where, given) is None
-    assert resumed(b, where, given) == (40, 7.0)  # its own trial takes it
+    assert resumed(a, where) is None
+    assert resumed(b, where) == (40, 7.0)  # its own trial takes it
     # sealed for this trial but a file changed since (same size): refused too
     trainer_file.save_training(str(tune_folder), state(40, 8.0), histories(40))
-    assert resumed(b, where, given) is None
-    # no seal at all (Tune's from before seals): taken as it is
+    assert resumed(b, where) is None
+    # no seal at all: nobody's
     os.remove(tune_folder / "disgen_checkpoint.json")
-    assert resumed(a, where, given) == (40, 8.0)
+    assert resumed(a, where) is None and resumed(b, where) is None
 
 
 def test_a_checkpoint_whose_file_changed_after_its_seal_is_passed_over_for_the_one_before(tmp_path):
@@ -156,8 +158,8 @@ def test_a_checkpoint_whose_file_changed_after_its_seal_is_passed_over_for_the_o
     before = (changed / trainer_file.member_file(0)).stat().st_size
     trainer_file.save_training(str(changed), state(20, 666.0), histories(20))  # same sizes, other bytes
     assert (changed / trainer_file.member_file(0)).stat().st_size == before
-    found = newest_checkpoint(a, LOCAL, str(folder), None)
-    assert os.path.basename(found[0].path) == f"{TRAINING_PREFIX}{10:010d}"
+    found = newest_checkpoint(a, LOCAL, [str(folder)])
+    assert os.path.basename(found[0]) == f"{TRAINING_PREFIX}{10:010d}"
 
 
 def test_a_deferred_evaluation_refuses_a_member_file_that_is_not_the_sealed_one(tmp_path):

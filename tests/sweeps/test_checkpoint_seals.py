@@ -1,13 +1,12 @@
 """Which checkpoint a trial goes on from (``sweeps.checkpoints.newest_checkpoint``): the sealed one
 of its own that goes furthest, never a half-written one, another trial's, or a folder whose seal
-was copied over an older checkpoint's files; Tune's own where it goes as far."""
+was copied over an older checkpoint's files."""
 
 import json
 import os
 
 import pyarrow.fs
 import torch
-from ray import tune
 
 from models import checkpoint as trainer_file
 from sweeps.checkpoints import SEAL, newest_checkpoint, seal
@@ -36,9 +35,9 @@ def write(folder, members, step, final=False, sealed=True):
         seal(str(folder), members, histories, final=final)
 
 
-def pick(folder, members, given=None):
-    found = newest_checkpoint(members, pyarrow.fs.LocalFileSystem(), str(folder), given)
-    return None if found is None else (os.path.basename(found[0].path), found[1]["histories"][0][-1]["step"])
+def pick(folder, members):
+    found = newest_checkpoint(members, pyarrow.fs.LocalFileSystem(), [str(folder)])
+    return None if found is None else (os.path.basename(found[0]), found[1]["histories"][0][-1]["step"])
 
 
 def test_the_sealed_checkpoint_that_goes_furthest_wins_whatever_its_name(tmp_path):
@@ -48,9 +47,6 @@ def test_the_sealed_checkpoint_that_goes_furthest_wins_whatever_its_name(tmp_pat
     assert pick(tmp_path, members) == ("checkpoint_000001", 30)
     write(tmp_path / "checkpoint_000002", members, 40, final=True)
     assert pick(tmp_path, members) == ("checkpoint_000002", 40)
-    # Tune's own (named by its state) is taken only where nothing on storage goes further
-    given = tune.Checkpoint(str(tmp_path / "checkpoint_000003"))
-    assert pick(tmp_path, members, given) == ("checkpoint_000002", 40)
 
 
 def test_a_half_written_foreign_or_unsealed_checkpoint_is_never_picked(tmp_path):

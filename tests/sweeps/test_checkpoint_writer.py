@@ -60,7 +60,7 @@ def test_save_returns_before_the_write_and_the_checkpoint_holds_the_state_at_sav
     writer = CheckpointWriter(LOCAL, str(tmp_path), members)
     state = pack_state(10, 3)
     writer.save(state, histories(10, 3))
-    assert newest_checkpoint(members, LOCAL, str(tmp_path), None) is None  # returned while the write waits
+    assert newest_checkpoint(members, LOCAL, [str(tmp_path)]) is None  # returned while the write waits
     for member in state["members"]:  # training goes on, changing the live tensors in place
         member["model"]["w"].add_(100.0)
     slow_write.set()
@@ -68,8 +68,8 @@ def test_save_returns_before_the_write_and_the_checkpoint_holds_the_state_at_sav
     folder = tmp_path / f"{TRAINING_PREFIX}{10:010d}"
     assert sorted(os.listdir(folder)) == [SEAL, "member_0000.pt", "member_0001.pt", "member_0002.pt",
                                           trainer_file.CHECKPOINT_FILE]
-    checkpoint, loaded = newest_checkpoint(members, LOCAL, str(tmp_path), None)
-    assert checkpoint.path == str(folder)
+    checkpoint, loaded = newest_checkpoint(members, LOCAL, [str(tmp_path)])
+    assert checkpoint == str(folder)
     assert [float(m["model"]["w"][0]) for m in loaded["trainer"]["members"]] == [10.0, 11.0, 12.0]
 
 
@@ -127,8 +127,8 @@ def test_a_failed_write_raises_at_the_next_checkpoint_and_publishes_nothing(tmp_
     writer.save(pack_state(30, 2), histories(30, 2))
     writer.close(raise_error=False)  # as when training has failed with its own error: not this one
     writer.close()  # closed: nothing pending, nothing raised
-    checkpoint, state = newest_checkpoint(members, LOCAL, str(tmp_path), None)
-    assert os.path.basename(checkpoint.path) == f"{TRAINING_PREFIX}{10:010d}"  # the step-20 one has no seal
+    checkpoint, state = newest_checkpoint(members, LOCAL, [str(tmp_path)])
+    assert os.path.basename(checkpoint) == f"{TRAINING_PREFIX}{10:010d}"  # the step-20 one has no seal
     assert not (tmp_path / f"{TRAINING_PREFIX}{20:010d}" / SEAL).exists()
 
 
@@ -143,8 +143,8 @@ def test_on_s3_the_writer_publishes_a_checkpoint_a_resume_finds(s3_server):
     writer.close()
     names = sorted(i.base_name for i in s3.get_file_info(pyarrow.fs.FileSelector(folder)))
     assert names == [f"{TRAINING_PREFIX}{s:010d}" for s in (20, 30)]
-    checkpoint, state = newest_checkpoint(members, s3, folder, None)
-    assert checkpoint.path.endswith(f"{TRAINING_PREFIX}{30:010d}")
+    checkpoint, state = newest_checkpoint(members, s3, [folder])
+    assert checkpoint.endswith(f"{TRAINING_PREFIX}{30:010d}")
     assert [float(m["model"]["w"][0]) for m in state["trainer"]["members"]] == [30.0, 31.0]
 
 

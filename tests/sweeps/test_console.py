@@ -1,15 +1,14 @@
-"""The live view's console (sweeps/console.py) fed Tune's events by hand, without Ray: the table names
+"""The live view's console (sweeps/console.py) fed trial events by hand, without Ray: the table names
 each model as disgen does, shows a pack's seeds and β as ranges, the ETA follows the measured rate,
 and each finished model gets one line. A real run's console is checked in
 tests/end_to_end/test_paper_grid_command.py."""
 
 import io
-import logging
 from types import SimpleNamespace
 
 import pytest
 
-from sweeps.console import Console, TuneOutput, duration
+from sweeps.console import Console, duration
 from sweeps.grid import get_spec, trial_configs
 from sweeps.packing import dirname, tune_config
 
@@ -23,8 +22,9 @@ class Clock:
 
 
 def trial(members, trial_id, status="RUNNING", last_result=None):
+    """A trial as the console is handed it (``sweeps.ray_edge.TrialView``'s fields)."""
     return SimpleNamespace(config=tune_config(members), trial_id=trial_id, status=status,
-                           last_result=last_result or {})
+                           last_result=last_result or {}, error=None, checkpoint=None)
 
 
 @pytest.mark.slow  # 16 trial configs and their FLOPs, counted once: 2-3 s
@@ -43,10 +43,8 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     console.trial_started()  # the first trial starts: the rate's origin
     clock.now += 8
     console.trials = trials
-    console.result(one, {"step": 5, "total_steps": 20, "loss": 812.25, "images_per_second": 333.3,
-                         "training_iteration": 1, "iterations_since_restore": 1})  # the first: a table
-    console.result(pack, {"step": 10, "total_steps": 20, "loss": 0.5, "images_per_second": 900.0,
-                          "training_iteration": 2, "iterations_since_restore": 2})
+    console.result(one, {"step": 5, "total_steps": 20, "loss": 812.25, "images_per_second": 333.3})  # a table
+    console.result(pack, {"step": 10, "total_steps": 20, "loss": 0.5, "images_per_second": 900.0})
     clock.now += 5
     console.step(trials)  # before the interval: nothing
     clock.now += 30
@@ -118,83 +116,3 @@ def test_the_table_names_models_and_packs_and_the_eta_follows_the_measured_rate(
     console.step([])
     assert stream.getvalue().splitlines()[-1].startswith(
         "[   2:45] 4 of 16 models done, 2 failed or stopped, 0 running, 10 waiting; ETA ")
-
-
-def test_tunes_restore_hint_is_dropped_and_its_stop_message_said_in_disgens_words():
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger = logging.getLogger("ray.tune.tune")
-    handler = Keep()
-    logger.addHandler(handler)
-    try:
-        with TuneOutput(verbose=False):
-            logger.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")
-            logger.warning("Experiment has been interrupted, but the most recent state was saved.\n"
-                           "Resume experiment with: Tuner.restore(path=\"/x\", trainable=...)")
-            logger.error("Trials did not complete: [a, b]")
-            logger.info("Wrote the latest version of all result files")
-        with TuneOutput(verbose=True):
-            logger.warning("Resume experiment with: Tuner.restore(path=\"/x\")")
-            logger.error("Trials did not complete: [a]")
-    finally:
-        logger.removeHandler(handler)
-    assert records == ["Ctrl-C: stopping the sweep and saving its state (finished models are stored; "
-                       "Ctrl-C again stops at once)", "Trials did not complete: [a]"]
-
-
-def test_a_sigterm_stops_a_tune_run_as_ctrl_c_does_and_a_second_one_stops_at_once():
-    import signal
-
-    from sweeps.console import StopSignal
-    from sweeps.errors import Terminated
-
-    interrupts = []
-    # Python's own Ctrl-C handler, whatever an earlier test in this process left (Ray installs its
-    # own on ray.init): the test's "raises KeyboardInterrupt" is that handler's; put back after
-    found = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        _stops_as_ctrl_c_does(StopSignal, Terminated, interrupts)
-    finally:
-        signal.signal(signal.SIGINT, found)
-
-
-def _stops_as_ctrl_c_does(StopSignal, Terminated, interrupts):  # noqa: N803
-    import signal
-
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-
-    def tune_handler(signum, frame):  # as Tune's (ray.tune.tune._setup_signal_catching): once
-        interrupts.append(signum)
-        signal.signal(signal.SIGINT, before[0])
-
-    with StopSignal() as stop:
-        with pytest.raises(Terminated):  # before Tune's run: at once, as Ctrl-C raises KeyboardInterrupt
-            signal.raise_signal(signal.SIGTERM)
-        signal.signal(signal.SIGINT, tune_handler)  # Tune's run starts
-        stop.setup()
-        signal.raise_signal(signal.SIGTERM)  # `ray job stop`: Tune ends its run, as on Ctrl-C
-        assert interrupts == [signal.SIGINT] and stop.received.is_set() and stop.signum == signal.SIGTERM
-        with pytest.raises(Terminated):  # a second SIGTERM stops at once, as a second Ctrl-C does
-            signal.raise_signal(signal.SIGTERM)
-        with pytest.raises(KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
-        assert interrupts == [signal.SIGINT]
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
-
-
-@pytest.mark.parametrize("signum, said", [(2, "Ctrl-C: stopping the sweep"),
-                                          (15, "SIGTERM (e.g. `ray job stop`): stopping the sweep")])
-def test_tunes_stop_message_names_the_signal(signum, said):
-    from sweeps.console import StopSignal
-
-    stop = StopSignal()
-    stop.signum = signum
-    message = "Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."
-    record = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, message, (), None)
-    assert TuneOutput(False, stop).filter.filter(record)
-    assert record.getMessage().startswith(said)

@@ -130,7 +130,7 @@ def test_a_driver_whose_renewal_is_refused_learns_it_and_leaves_the_other_driver
 
 @pytest.mark.slow  # imports Ray
 def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, capsys, monkeypatch):
-    import sweeps.tuner
+    import sweeps.driver
     from sweeps.paper_grid import main
 
     monkeypatch.setattr(lock_module, "RENEW_S", 0.2)
@@ -138,10 +138,9 @@ def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, ca
     def running(sweep, stop):  # a sweep that runs until it is stopped
         write_lock(sweep.experiment_dir, OLD_HEAD)  # meanwhile another driver took the folder over
         assert stop.received.wait(10)
-        return {"finished": 0, "failed": 0, "trials": None, "interrupted": True, "stopped_by": stop.reason,
-                "signal": None, "seconds": 1.0}
+        return sweeps.driver.SweepSummary(trials=None, failed=0, seconds=1.0, stop=stop)
 
-    monkeypatch.setattr(sweeps.tuner, "run_sweep", running)
+    monkeypatch.setattr(sweeps.driver, "run", running)
     argv = ["--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp"]
     assert main(argv) == 1
     out = capsys.readouterr().out
@@ -156,13 +155,14 @@ def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
 
     from ray.tune.tune import _setup_signal_catching
 
-    from sweeps.console import StopSignal
+    from sweeps.errors import StopSignal
+    from sweeps.ray_edge import bridge_signals
 
     before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     tune_stopped = _setup_signal_catching()  # Tune's own handler, as a run installs it
     stop = StopSignal()
     try:
-        stop.setup()
+        bridge_signals(stop)
         errors = []
 
         def lease_thread():
@@ -176,6 +176,6 @@ def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
         thread.join(10)
         assert not errors and tune_stopped.is_set() and stop.received.is_set()
         assert stop.reason == "another driver took over the driver lock"
-    finally:  # both handlers StopSignal.setup replaced, as run_sweep's ``with stop`` puts them back
+    finally:  # both handlers bridge_signals replaced, as the driver's ``with stop`` puts them back
         for signum, handler in before.items():
             signal.signal(signum, handler)

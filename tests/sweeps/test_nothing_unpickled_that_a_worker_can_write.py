@@ -1,17 +1,15 @@
-"""Nothing a resume unpickles can be written by a worker: the worker's IAM policy denies it writes
-and deletes on the driver's keys (cluster/iam/worker-policy.json, evaluated here as IAM does:
-an explicit Deny wins, else an Allow, else denied), and the driver's record of its Tune state
-files' hashes (``sweeps.tune_state``) refuses a resume whose files something else wrote, before
-Tune unpickles any of them."""
+"""Nothing a worker can write is unpickled, and a worker cannot write the driver's files: a resume
+reads none of Tune's saved state (it plans from plan.json and the results; tests/end_to_end/
+test_resume.py plants pickles that would leave a file behind, and none is opened), and the
+worker's IAM policy denies it writes and deletes on the driver's keys
+(cluster/iam/worker-policy.json, evaluated here as IAM does: an explicit Deny wins, else an
+Allow, else denied)."""
 
 from __future__ import annotations
 
 import json
-import os
-import pickle
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from ray.air.constants import EXPR_ERROR_PICKLE_FILE, EXPR_PARAM_PICKLE_FILE
@@ -20,10 +18,9 @@ from ray.tune.impl.tuner_internal import _TUNER_PKL
 
 from analysis.loading import ERRORS_FILE, ERRORS_PARTS
 from analysis.storage import COMPACTED, HISTORY_FILE, PARTS_DIR, TRIALS_FILE
-from sweeps import tune_state
-from sweeps.errors import UsageError
 from sweeps.lock import LOCK_FILE
 from sweeps.plan_record import PLAN_FILE
+from sweeps.search import JOURNAL
 
 IAM = Path(__file__).resolve().parents[2] / "cluster" / "iam"
 BUCKET = "my-lab-disgen"
@@ -63,7 +60,7 @@ DRIVERS_KEYS = [
     f"blank_side-b1-s0-0a1b2c/{EXPR_ERROR_PICKLE_FILE}",
     f"blank_side-b1-s0-0a1b2c/{EXPR_PARAM_PICKLE_FILE}",
     "blank_side-b1-s0-0a1b2c/result.json",
-    tune_state.RECORD,
+    JOURNAL,
     LOCK_FILE,
     PLAN_FILE,
     TRIALS_FILE,
@@ -100,79 +97,3 @@ def test_a_worker_may_write_what_it_writes(key):
 def test_a_worker_deletes_its_checkpoints_but_never_a_results_part():
     assert allowed("s3:DeleteObject", WORKERS_KEYS[0])
     assert not allowed("s3:DeleteObject", WORKERS_KEYS[-1])
-
-
-# -- the driver's record ------------------------------------------------------------------------
-
-
-class Payload:
-    """A pickle that runs code when it is loaded: it leaves a file behind."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
-
-
-@pytest.fixture
-def experiment(tmp_path):
-    """An experiment as its driver left it: tuner.pkl, one state save, one trial's error."""
-    folder, staging = tmp_path / "exp", tmp_path / "staging"
-    folder.mkdir()
-    (staging / "trial").mkdir(parents=True)
-    record = tune_state.StateRecord(str(folder))
-    (folder / _TUNER_PKL).write_bytes(pickle.dumps({"tuner": 1}))
-    record.record_stored(_TUNER_PKL)
-    storage = SimpleNamespace(experiment_driver_staging_path=str(staging), trial_dir_name="trial")
-    trials = [SimpleNamespace(storage=storage, local_path=str(staging / "trial"))]
-    state = TuneController.CKPT_FILE_TMPL.format("one")
-    (staging / state).write_text('{"trials": 1}')  # Tune's save into its staging folder, then its upload
-    record.on_step_end(iteration=1, trials=trials)
-    (folder / state).write_bytes((staging / state).read_bytes())
-    (staging / "trial" / EXPR_ERROR_PICKLE_FILE).write_bytes(pickle.dumps(ValueError("lost")))
-    record.on_trial_error(iteration=2, trials=trials, trial=trials[0])
-    (folder / "trial").mkdir()
-    error = (staging / "trial" / EXPR_ERROR_PICKLE_FILE).read_bytes()
-    (folder / "trial" / EXPR_ERROR_PICKLE_FILE).write_bytes(error)
-    (folder / PLAN_FILE).write_text("{}")  # disgen's own: data, not in the record
-    # the next save: storage may still hold the previous one (an upload in flight) or the new one
-    (staging / state).write_text('{"trials": 2}')
-    os.utime(staging / state, ns=(1, 1))
-    record.on_experiment_end(trials=trials)
-    return folder, staging, state
-
-
-def test_a_resume_of_the_state_the_driver_saved_goes_ahead(experiment):
-    folder, staging, state = experiment
-    tune_state.check(str(folder))  # the previous save still on storage
-    (folder / state).write_bytes((staging / state).read_bytes())
-    tune_state.check(str(folder))  # or the newest
-
-
-@pytest.mark.parametrize("name", [_TUNER_PKL, "state", f"trial/{EXPR_ERROR_PICKLE_FILE}"])
-def test_a_resume_whose_tune_state_something_else_wrote_is_refused_before_it_is_unpickled(experiment, name):
-    folder, _, state = experiment
-    path = folder / (state if name == "state" else name)
-    path.write_bytes(pickle.dumps(Payload(str(folder.parent / "ran"))))
-    with pytest.raises(UsageError, match=rf"{re.escape(path.name)} is not the file this experiment's driver "
-                                         rf"saved .*refused before Tune unpickles it"):
-        tune_state.check(str(folder))
-    assert not (folder.parent / "ran").exists()
-
-
-def test_a_pickle_the_driver_never_wrote_is_refused(experiment):
-    folder, _, _ = experiment
-    (folder / "searcher-state-x.pkl").write_bytes(pickle.dumps(1))
-    with pytest.raises(UsageError, match="searcher-state-x.pkl is not the file"):
-        tune_state.check(str(folder))
-
-
-def test_the_resume_command_checks_tuner_pkl_before_tune_reads_it(experiment):
-    from sweeps.tuner import _resumed_tuner
-
-    folder, _, _ = experiment
-    (folder / _TUNER_PKL).write_bytes(pickle.dumps(Payload(str(folder.parent / "ran"))))
-    with pytest.raises(UsageError, match="tuner.pkl is not the file this experiment's driver saved"):
-        _resumed_tuner(SimpleNamespace(experiment_dir=str(folder)), trainable=None, console=None, stop=None)
-    assert not (folder.parent / "ran").exists()

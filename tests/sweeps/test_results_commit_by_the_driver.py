@@ -1,8 +1,8 @@
 """How the driver commits results (sweeps/results.py) through the store, without Ray: one pair of
 small parts per finished trial (its history, written by the trial, then its trials rows, written by
 the driver: the commit), each file whole, locally and on an object store alike; a trial that
-finishes again keeps its first stored row, the driver folds the parts every so many commits, a
-resume reads the stored keys once, and the repair stores finished trials whose rows never landed.
+finishes again keeps its first stored row, the driver folds the parts every so many commits, and a
+resume reads the stored keys once (what a resume then runs: tests/sweeps/test_resume_plans.py).
 How the store merges and compacts parts is checked in
 tests/analysis/test_results_parts_merge_and_compact.py, a crash between a real sweep's two writes
 in tests/end_to_end/test_results_commit.py."""
@@ -16,7 +16,7 @@ import pytest
 from report_rows import experiment_files
 
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
-from analysis.storage import PARTS_DIR, compact, new_part, read_results, write_history_part
+from analysis.storage import PARTS_DIR, ResultsStore, compact, new_part, read_results, write_history_part
 from sweeps.results import history_rows
 from sweeps.trials import TrialConfig
 
@@ -52,14 +52,14 @@ def test_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(where, tmp_
         experiment = "s3://disgen-test/runs/exp"
     else:
         experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment)
+    writer = ResultsWriter(ResultsStore(experiment))
     for seed in range(3):
-        writer.on_trial_complete(0, [], finished(experiment, seed, steps=range(5, 10001, 5)))
+        writer.completed(finished(experiment, seed, steps=range(5, 10001, 5)))
     compact(experiment)
     before = experiment_files(experiment)
     assert before[HISTORY_FILE][0] > 40_000
 
-    writer.on_trial_complete(0, [], finished(experiment, 3))
+    writer.completed(finished(experiment, 3))
     after = experiment_files(experiment)
     assert after[HISTORY_FILE] == before[HISTORY_FILE] and after[TRIALS_FILE] == before[TRIALS_FILE]
     new = sorted(p for p in set(after) - set(before) if p.endswith(".parquet"))  # files, not the folder
@@ -73,22 +73,22 @@ def test_a_finished_trial_adds_a_part_and_leaves_the_big_files_alone(where, tmp_
 
 
 def test_a_trial_that_finishes_again_keeps_its_first_stored_row(tmp_path):
-    # A resume can run a finished trial again when the driver died after storing its row and
-    # before Tune saved it as finished: the stored row and history stay as they were.
+    # A trial can finish again (a driver killed after storing its row, before Tune ended the
+    # trial; a sampled model Optuna asks for twice): the stored row and history stay as they were.
     from sweeps.results import ResultsWriter
 
-    writer = ResultsWriter(str(tmp_path))
+    writer = ResultsWriter(ResultsStore(str(tmp_path)))
     first = finished(tmp_path, 0)
-    writer.on_trial_complete(0, [], first)
+    writer.completed(first)
     stored = read_results(str(tmp_path), TRIALS_FILE)
     history = read_results(str(tmp_path), HISTORY_FILE)
     again = finished(tmp_path, 0)  # its own history part, with other losses
     again.last_result["members"][0]["test_nll"] = 999.0
-    writer.on_trial_complete(0, [], again)
+    writer.completed(again)
     # a pack with it and a new model: only the new one is stored, with its own history
     pack = finished(tmp_path, 0, pack=(1,))
     pack.last_result["members"][0]["test_nll"] = 999.0
-    writer.on_trial_complete(0, [], pack)
+    writer.completed(pack)
     after = read_results(str(tmp_path), TRIALS_FILE).set_index("trial_key")
     assert after["test_nll"].to_dict() == {stored["trial_key"][0]: 100.0, config(1)["trial_key"]: 101.0}
     assert len(read_results(str(tmp_path), HISTORY_FILE).query("trial_key == @config(1)['trial_key']")) == 2
@@ -103,9 +103,9 @@ def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once
     experiment = str(tmp_path / "exp")
     # a trial that has written its history part and not yet reported: the folds leave it alone
     running = finished(experiment, 9)
-    writer = ResultsWriter(experiment, store=storage.ResultsStore(experiment, compact_every=2))
+    writer = ResultsWriter(storage.ResultsStore(experiment, compact_every=2))
     for seed in range(5):
-        writer.on_trial_complete(0, [], finished(experiment, seed))
+        writer.completed(finished(experiment, seed))
     trials = read_results(experiment, TRIALS_FILE)
     history = read_results(experiment, HISTORY_FILE)
     assert sorted(trials["seed"]) == [0, 1, 2, 3, 4]
@@ -120,8 +120,8 @@ def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once
     # a resume opens the store again: the stored keys and the unfolded part, from one read
     store = storage.ResultsStore(experiment, compact_every=2)
     assert store.keys == set(trials["trial_key"]) and len(store.unfolded) == 1
-    writer = ResultsWriter(experiment, store=store)
-    writer.on_trial_complete(0, [], running)
+    writer = ResultsWriter(store)
+    writer.completed(running)
     new = {p for p in os.listdir(tmp_path / "exp" / PARTS_DIR) if p.startswith(storage.COMPACTED)}
     new -= set(folded)
     assert len(new) == 2  # the sixth commit folded the two unfolded parts into a third pair
@@ -131,27 +131,3 @@ def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once
     assert sorted(after["seed"]) == [0, 1, 2, 3, 4, 9]
     pd.testing.assert_frame_equal(after[after["seed"] < 9].reset_index(drop=True), trials)
     assert read_results(experiment, HISTORY_FILE).groupby("trial_key").size().tolist() == [2] * 6
-
-
-def test_repair_stores_finished_trials_whose_rows_never_landed(tmp_path):
-    # The driver died after Tune recorded the trials as finished and before their commit: the
-    # resume's repair commits them from Tune's last results, with the history parts they wrote.
-    from sweeps.packing import outcome_of
-    from sweeps.results import repair, results_store
-
-    experiment = str(tmp_path / "exp")
-    done = [finished(experiment, seed).last_result for seed in (0, 1)]
-    unfinished = {**finished(experiment, 2).last_result, "done": False}
-    # a result of older disgen, whose history travelled in the result: stored all the same
-    older = {"done": True, "members": [{"config": config(3), "test_nll": 1.0,
-                                        "history": [{"step": 5, "loss": 2.0}]}]}
-    store = results_store(experiment, fresh=True)
-    outcomes = lambda results: [outcome_of(result, {}) for result in results]  # noqa: E731
-    assert repair(store, outcomes([done[0], None, unfinished, done[1], older])) == 3
-    assert repair(store, outcomes([done[0], done[1], older])) == 0  # stored once
-    trials = read_results(experiment, TRIALS_FILE)
-    assert sorted(trials["seed"]) == [0, 1, 3] and trials["trial_key"].is_unique
-    history = read_results(experiment, HISTORY_FILE)
-    assert history.groupby("trial_key").size().to_dict() == {config(0)["trial_key"]: 2,
-                                                              config(1)["trial_key"]: 2,
-                                                              config(3)["trial_key"]: 1}

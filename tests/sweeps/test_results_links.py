@@ -3,7 +3,7 @@ relative to the experiment (where sweeps/trainable.py writes the model's event f
 
 from types import SimpleNamespace
 
-from analysis.storage import read_results
+from analysis.storage import ResultsStore, read_results
 from sweeps.outcome import TrialOutcome
 from sweeps.packing import dirname, tune_config
 from sweeps.results import ResultsWriter, member_rows
@@ -17,14 +17,14 @@ def member(beta, seed):
 
 
 def test_a_trial_and_a_packs_members_carry_trial_id_and_tensorboard_folder(tmp_path):
-    writer = ResultsWriter(str(tmp_path))
+    writer = ResultsWriter(ResultsStore(str(tmp_path)))
     one = member(1.0, 0)
     result = {"done": True, "members": [{"config": one.to_dict(), "train_nll": 1.0}]}
-    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00000", config=tune_config([one]),
+    writer.completed(SimpleNamespace(trial_id="abc_00000", config=tune_config([one]),
                                                     last_result=result, checkpoint=None))
     pack = [member(2.0, 0), member(4.0, 1)]
     result = {"done": True, "members": [{"config": m.to_dict(), "train_nll": 2.0} for m in pack]}
-    writer.on_trial_complete(0, [], SimpleNamespace(trial_id="abc_00001", config=tune_config(pack),
+    writer.completed(SimpleNamespace(trial_id="abc_00001", config=tune_config(pack),
                                                     last_result=result, checkpoint=None))
     trials = read_results(tmp_path).set_index("trial_key")
     assert trials.loc[one.trial_key, "trial_id"] == "abc_00000"

@@ -1,12 +1,12 @@
-"""The driver's results callbacks under a failing store: a write that fails is tried again with
+"""The driver's results writer under a failing store: a write that fails is tried again with
 backoff (a burst of 503s on S3: stored once, the sweep goes on); one that keeps failing, in any
-callback, stops the sweep as a Ctrl-C does, raises nothing into Tune, and writes nothing more. The
-trials are Ray Tune's own ``Trial`` objects (stubs: no trainable behind them)."""
+event, stops the sweep as a Ctrl-C does, raises nothing into Tune's run, and writes nothing more.
+The trials are the plain views the writer is handed (``sweeps.ray_edge.TrialView``'s fields)."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
-from ray.tune.experiment import Trial
 from s3_faults import is_put
 
 from analysis import storage
@@ -14,7 +14,7 @@ from analysis.loading import load_errors
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
 from analysis.storage import ResultsStore, read_results
 from sweeps import results
-from sweeps.console import StopSignal
+from sweeps.errors import StopSignal
 from sweeps.packing import outcome_of, tune_config
 from sweeps.results import ResultsWriter, StorageFailed, history_rows
 from sweeps.trials import TrialConfig
@@ -38,11 +38,13 @@ PLANNED = [config(seed) for seed in (*range(4), *range(10, 14), 100)]
 
 
 def trial(experiment, seed, outcome="finished"):
-    """A Tune trial as the driver's callbacks see it: ``finished`` (its history part written, as the
-    trial writes it, and its final result naming it; a pack member that diverged in
-    ``finished-with-error``), ``stopped`` by a scheduler (no final report) or ``errored``."""
+    """A Tune trial as the driver's listeners see it (``sweeps.ray_edge.TrialView``): ``finished``
+    (its history part written, as the trial writes it, and its final result naming it; a pack
+    member that diverged in ``finished-with-error``), ``stopped`` by a scheduler (no final report)
+    or ``errored``."""
     member = config(seed)
-    t = Trial("train_trial", config=tune_config([member]), trial_id=f"t{seed}", stub=True)
+    view = SimpleNamespace(trial_id=f"t{seed}", config=tune_config([member]), last_result={"step": 5},
+                           status="TERMINATED", error=None, checkpoint=None)
     if outcome.startswith("finished"):
         part = storage.new_part()
         storage.write_history_part(experiment, part, history_rows(
@@ -50,10 +52,10 @@ def trial(experiment, seed, outcome="finished"):
         done = {"config": member.to_dict(), "test_nll": 100.0 + seed}
         if outcome == "finished-with-error":
             done["error"] = "diverged"
-        t.update_last_result({"done": True, "members": [done], "results_part": part, "step": 10})
-    else:
-        t.update_last_result({"step": 5})
-    return t
+        view.last_result = {"done": True, "members": [done], "results_part": part, "step": 10}
+    elif outcome == "errored":
+        view.status, view.error = "ERROR", "RuntimeError: boom"
+    return view
 
 
 class Faults:
@@ -78,10 +80,10 @@ class Faults:
 
 @pytest.fixture
 def stop():
-    """A StopSignal as Tune's run sets it up, with Tune's SIGINT handler replaced by a recorder."""
+    """A StopSignal as a Tune run sets it up, with the run's interrupt replaced by a recorder."""
     signal = StopSignal()
     signal.interrupts = []
-    signal._tune_handler = lambda signum, frame: signal.interrupts.append(signum)
+    signal.interrupt = lambda: signal.interrupts.append(2)  # as Tune's SIGINT handler (SIGINT is 2)
     return signal
 
 
@@ -93,10 +95,10 @@ def quick_backoff(monkeypatch):
 
 def test_a_burst_of_failures_is_retried_and_stores_each_row_once(tmp_path, monkeypatch, stop, capsys):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
+    writer = ResultsWriter(ResultsStore(experiment), PLANNED, stop=stop)
     finished = trial(experiment, 0)
     faults = Faults(monkeypatch, times=2)
-    writer.on_trial_complete(0, [], finished)
+    writer.completed(finished)
     assert faults.raised == 2 and not stop.received.is_set() and writer.failure is None
     assert capsys.readouterr().out.count("trying again") == 2
     trials = read_results(experiment, TRIALS_FILE)
@@ -104,21 +106,20 @@ def test_a_burst_of_failures_is_retried_and_stores_each_row_once(tmp_path, monke
     assert len(read_results(experiment, HISTORY_FILE)) == 2
 
 
-CALLBACKS = ["on_trial_complete", "on_trial_complete, with a member that failed",
-             "on_trial_complete, stopped by the scheduler", "on_trial_error",
-             "on_step_end, a deferred evaluation ended"]
+CALLBACKS = ["completed", "completed, with a member that failed", "completed, stopped by the scheduler",
+             "failed", "step, a deferred evaluation ended"]
 
 
 def callbacks(experiment, writer, seed):
-    """Each callback of the driver that writes results, as Tune calls it, with its trial ready."""
+    """Each event of the results writer that writes results, with its trial ready."""
     finished, failed = trial(experiment, seed), trial(experiment, seed + 1, "finished-with-error")
     stopped, errored = trial(experiment, seed + 2, "stopped"), trial(experiment, seed + 3, "errored")
     return dict(zip(CALLBACKS, [
-        lambda: writer.on_trial_complete(0, [], finished),
-        lambda: writer.on_trial_complete(0, [], failed),
-        lambda: writer.on_trial_complete(0, [], stopped),
-        lambda: writer.on_trial_error(0, [], errored),
-        lambda: writer.on_step_end(0, []),
+        lambda: writer.completed(finished),
+        lambda: writer.completed(failed),
+        lambda: writer.completed(stopped),
+        lambda: writer.failed(errored),
+        lambda: writer.step([]),
     ]))
 
 
@@ -126,14 +127,13 @@ def callbacks(experiment, writer, seed):
 def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_nothing(
         callback, tmp_path, monkeypatch, stop, capsys):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
     ended = trial(experiment, 100)  # a trial whose deferred evaluation ended
-    monkeypatch.setattr(type(writer), "evaluations", property(lambda self: type("Evaluations", (), {
-        "finished": lambda _, wait=False: [outcome_of({"trial_id": ended.trial_id, **ended.last_result},
-                                                      ended.config)]})()))
+    evaluations = SimpleNamespace(finished=lambda wait=False: [
+        outcome_of({"trial_id": ended.trial_id, **ended.last_result}, ended.config)])
+    writer = ResultsWriter(ResultsStore(experiment), PLANNED, stop=stop, evaluations=evaluations)
     first, later = callbacks(experiment, writer, 0), callbacks(experiment, writer, 10)
     faults = Faults(monkeypatch)
-    first[callback]()  # raises nothing into Tune
+    first[callback]()  # raises nothing into Tune's run
     assert faults.raised == 3  # tried WRITE_ATTEMPTS times, then stopped
     assert stop.received.is_set() and stop.interrupts == [2]  # Tune's Ctrl-C handler, once (SIGINT is 2)
     assert "could not be written" in stop.reason and "SLOW_DOWN" in stop.reason
@@ -146,22 +146,22 @@ def test_a_store_that_keeps_failing_in_any_callback_stops_the_sweep_and_raises_n
 
 def test_without_a_stop_signal_the_failure_is_raised(tmp_path, monkeypatch):
     experiment = str(tmp_path / "exp")
-    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment))
+    writer = ResultsWriter(ResultsStore(experiment), PLANNED)
     finished = trial(experiment, 0)
     Faults(monkeypatch)
     with pytest.raises(StorageFailed, match="failed 3 times.*SLOW_DOWN"):
-        writer.on_trial_complete(0, [], finished)
+        writer.completed(finished)
 
 
 @pytest.mark.slow
 def test_on_s3_a_burst_of_503s_longer_than_pyarrows_own_retries_is_retried(faulty_s3, stop):
     experiment = "s3://disgen-test/runs/exp"
-    writer = ResultsWriter(experiment, PLANNED, store=ResultsStore(experiment), stop=stop)
+    writer = ResultsWriter(ResultsStore(experiment), PLANNED, stop=stop)
     finished, failed = trial(experiment, 0), trial(experiment, 1, "finished-with-error")
     faulty_s3.fail(is_put, times=PYARROW_TRIES)  # more than pyarrow absorbs: the driver retries
-    writer.on_trial_complete(0, [], finished)
+    writer.completed(finished)
     faulty_s3.fail(is_put, times=3)  # a short burst, which pyarrow absorbs
-    writer.on_trial_complete(0, [], failed)  # its row, then errors.jsonl
+    writer.completed(failed)  # its row, then errors.jsonl
     assert faulty_s3.failed() == PYARROW_TRIES + 3 and not stop.received.is_set()
     trials = read_results(experiment, TRIALS_FILE)
     assert sorted(trials["trial_key"]) == sorted([config(0).trial_key, config(1).trial_key])

@@ -1,0 +1,240 @@
+"""How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned
+trial; ``OptunaSearch`` runs ``--num-samples`` trials that Optuna (TPE) samples from the grid's
+``search`` space. Each owns what differs between the two, so that no other module asks which one
+runs: its space (``prepare_spec``, ``check``), how many models the sweep has (``count``), whether
+its trials may be packed (``pack_size``) and their evaluation deferred to CPU-only tasks
+(``defers_evaluation``), what a run, or a resume, runs (``work``: a ``Grid`` or ``Sampled``,
+which ``sweeps.ray_edge`` turns into a Tune run), what listens beside the results writer
+(``listeners``) and its lines of the dry run.
+
+A resume plans from disgen's own records, never from Tune's: the trials of ``plan.json`` whose
+models have no row yet (grid), or the samples still to take, after the Optuna trials that were
+interrupted, asked again first (Optuna, whose study lives in Optuna's own journal file, JSON
+lines, in the experiment's folder: ``JOURNAL``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+
+from analysis import storage
+from sweeps.errors import UsageError
+from sweeps.trials import TrialConfig
+
+JOURNAL = "optuna.jsonl"  # the Optuna study of a --search optuna experiment, in its folder
+STUDY = "disgen"
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """A run of these Tune trial configs, each once (``GridSearch``)."""
+
+    configs: list[dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """A run of ``samples`` trials that Optuna (TPE) samples: a planned trial by index (``base``, one
+    of ``planned``) and ``space`` (setting → {uniform|loguniform|randint: [low, high]} or {choice:
+    [...]}) for it, towards ``metric`` (``mode`` min or max); the study named ``study`` in
+    ``journal`` (an ``optuna.storages.JournalStorage``), whose ``points`` (flat names: ``base``,
+    ``sampled/<setting>``) are asked first (``OptunaSearch``)."""
+
+    planned: int
+    space: dict
+    metric: str
+    mode: str
+    samples: int
+    journal: object
+    study: str
+    points: list[dict] = dataclasses.field(default_factory=list)
+    seed: int = 0  # TPE's seed: the study's size, so that a resumed search does not repeat its draws
+
+
+class GridSearch:
+    """Every planned trial, each once, one by one or in packs."""
+
+    name = "grid"
+    extendable = True  # a resume may add trials (more seeds, more axis values)
+    takes_trial_lists = True  # sweeps.run's list of trials
+    decides_one_by_one = False  # trials may share a pack
+
+    def prepare_spec(self, spec: dict, preset: str) -> dict:
+        return spec
+
+    def check(self, spec: dict, preset: str, first: TrialConfig) -> None:
+        pass
+
+    def count(self, options, trials: Sequence[TrialConfig]) -> int:
+        """The models the sweep runs."""
+        return len(trials)
+
+    def defers_evaluation(self, gpus: float) -> bool:
+        """A trial that holds a GPU hands its models' evaluation to CPU-only tasks."""
+        return gpus > 0
+
+    def pack_size(self, requested, trials: Sequence[TrialConfig], gpus: float,
+                  free_bytes: int | None) -> tuple[int, str]:
+        from sweeps.packing import pack_size_and_reason
+
+        return pack_size_and_reason(requested, trials, gpus, free_bytes)
+
+    def work(self, sweep, statuses: Mapping[str, str]):
+        """The Tune trials a run starts: the planned trials whose models have no finished row, nor
+        a stopped one (ASHA decided it), in packs of ``sweep.pack_size``; None where none is left."""
+        from sweeps.packing import make_packs, tune_config
+
+        left = [t for t in sweep.trials if statuses.get(t.trial_key) not in ("finished", "stopped")]
+        return Grid([tune_config(pack) for pack in make_packs(left, sweep.pack_size or 1)]) if left else None
+
+    def listeners(self, sweep) -> list:
+        return []
+
+    def dry_run_lines(self, options, trials: Sequence[TrialConfig]) -> list[str]:
+        return []
+
+
+class OptunaSearch:
+    """``--num-samples`` trials, each a planned trial (its settings) with the ``search`` space's
+    settings sampled by Optuna's TPE towards the space's metric. The study is kept in an Optuna
+    journal (``JOURNAL``: in the experiment's folder; on remote storage on the driver's disk, copied
+    beside the results as each trial ends and read back on resume), so a resumed search goes on
+    with what it learnt."""
+
+    name = "optuna"
+    extendable = False  # the samples depend on the whole study
+    takes_trial_lists = False
+    decides_one_by_one = True  # a trial's metric is what Optuna learns from: never packed
+
+    def prepare_spec(self, spec: dict, preset: str) -> dict:
+        """The spec with the searched settings taken off its axes: they are sampled instead."""
+        from sweeps.grid import search_space, unpin_axis
+
+        for setting in search_space(spec, preset):
+            spec = unpin_axis(spec, setting)
+        return spec
+
+    def check(self, spec: dict, preset: str, first: TrialConfig) -> None:
+        from sweeps.grid import check_search_bounds
+
+        check_search_bounds(spec, preset, first)
+
+    def count(self, options, trials: Sequence[TrialConfig]) -> int:
+        return options.num_samples
+
+    def defers_evaluation(self, gpus: float) -> bool:
+        return False  # Optuna learns from each trial's metrics, which it must then report itself
+
+    def pack_size(self, requested, trials, gpus, free_bytes) -> tuple[int, str]:
+        return 1, "1: --search optuna decides trial by trial"
+
+    def work(self, sweep, statuses: Mapping[str, str]):
+        """Optuna's run: the samples not yet taken (``--num-samples`` less the sampled models that
+        have a row), the interrupted ones asked again first, so that each goes on from its
+        checkpoint; None where none is left."""
+        from sweeps.grid import search_space
+
+        journal = open_journal(sweep.experiment_dir)
+        points = settle_interrupted(journal, sweep, statuses)
+        left = sweep.options.num_samples - len(statuses)
+        if left <= 0:
+            return None
+        search = sweep.spec["search"]
+        return Sampled(planned=len(sweep.trials), space=search_space(sweep.spec, sweep.preset),
+                       metric=search["metric"], mode=search["mode"], samples=left, journal=journal,
+                       study=STUDY, points=points, seed=study_size(journal))
+
+    def listeners(self, sweep) -> list:
+        """On remote storage, the journal copied beside the results as each trial ends."""
+        return [JournalCopy(sweep.experiment_dir)] if storage.is_remote(sweep.experiment_dir) else []
+
+    def dry_run_lines(self, options, trials: Sequence[TrialConfig]) -> list[str]:
+        return [f"  search:      optuna, {options.num_samples} trials sampled from the {len(trials)} planned"]
+
+
+SEARCHES = {search.name: search for search in (GridSearch(), OptunaSearch())}
+
+
+def search_of(name: str):
+    """The search ``--search`` names."""
+    if name not in SEARCHES:
+        raise UsageError(f"--search {name!r}: choose one of {', '.join(SEARCHES)}")
+    return SEARCHES[name]
+
+
+# -- Optuna's study, in its journal ------------------------------------------------------------------
+
+
+def journal_path(experiment_dir: str) -> str:
+    """Where the driver keeps the study's journal: in the experiment's folder, or for remote storage
+    a file of this machine's named after the experiment's URI."""
+    if not storage.is_remote(experiment_dir):
+        return os.path.join(storage.normalise(experiment_dir), JOURNAL)
+    name = hashlib.sha256(storage.normalise(experiment_dir).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"disgen-{name}-{JOURNAL}")
+
+
+def open_journal(experiment_dir: str):
+    """The study's journal storage (``optuna.storages.JournalStorage`` on a file: JSON lines, read
+    as data). On remote storage the experiment's copy is read back first, as text."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = journal_path(experiment_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if storage.is_remote(experiment_dir):
+        content = storage.read_bytes(storage.join(experiment_dir, JOURNAL))
+        with open(path, "wb") as file:
+            file.write(content or b"")
+    return JournalStorage(JournalFileBackend(path))
+
+
+def study_size(journal) -> int:
+    """How many trials the study has (0 where it has none yet)."""
+    import optuna
+
+    names = [s.study_name for s in journal.get_all_studies()]
+    return len(optuna.load_study(study_name=STUDY, storage=journal).trials) if STUDY in names else 0
+
+
+def sampled_key(params: Mapping, base: Sequence[TrialConfig]) -> str:
+    """The trial key of the model an Optuna trial sampled (``params``: Tune's flat names, ``base``
+    and ``sampled/<setting>``)."""
+    sampled = {name.split("/", 1)[1]: value for name, value in params.items() if name.startswith("sampled/")}
+    return base[int(params["base"])].replace("search", **sampled).trial_key
+
+
+def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict]:
+    """The study's trials that a stopped run left running, each told failed; the parameters of
+    those whose model has no row, to be asked again first (each goes on from its checkpoint)."""
+    import optuna
+
+    if STUDY not in [s.study_name for s in journal.get_all_studies()]:
+        return []
+    study = optuna.load_study(study_name=STUDY, storage=journal)
+    points, again = [], set()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        key = sampled_key(trial.params, sweep.base_trials)
+        if key not in statuses and key not in again:
+            points.append(dict(trial.params))
+            again.add(key)
+    return points
+
+
+class JournalCopy:
+    """A listener of the sweep's trial events: the study's journal copied, whole, beside the results
+    on remote storage each time a trial ends."""
+
+    def __init__(self, experiment_dir: str):
+        self.local, self.remote = journal_path(experiment_dir), storage.join(experiment_dir, JOURNAL)
+
+    def _copy(self, trial=None) -> None:
+        if os.path.exists(self.local):
+            storage.upload(self.local, self.remote)
+
+    completed = failed = _copy
