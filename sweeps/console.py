@@ -276,10 +276,12 @@ class Console:
 
 
 class LiveView:
-    """The sweep's trial events (``sweeps.ray_edge.Events``), handed to its ``Console``: a listener."""
+    """The sweep's trial events (``sweeps.ray_edge.Events``), handed to its ``Console``: a listener.
+    Once the sweep is stopping because its results could not be written (``stop.reason``), no
+    model is said to be done: its row is not stored."""
 
-    def __init__(self, console: Console):
-        self.console = console
+    def __init__(self, console: Console, stop=None):
+        self.console, self.stop = console, stop
 
     def announce(self) -> None:
         self.console.announce()
@@ -291,7 +293,8 @@ class LiveView:
         self.console.result(trial, result)
 
     def completed(self, trial) -> None:
-        self.console.complete(trial)
+        if self.stop is None or self.stop.reason is None:
+            self.console.complete(trial)
 
     def failed(self, trial) -> None:
         self.console.error(trial)

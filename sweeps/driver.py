@@ -113,7 +113,12 @@ def pack_size(sweep: Sweep, gpus: float, cluster) -> int:
 
 
 def announce(sweep: Sweep, store: ResultsStore, work) -> None:
-    """A resumed or extended experiment says so, and how much of it is stored."""
+    """A resumed or extended experiment says so, and how much of it is stored; packs say so."""
+    packs = getattr(work, "configs", ())
+    if sweep.pack_size > 1 and packs:
+        trials = sum(len(config["members"]) for config in packs)
+        print(f"Packing {trials} trials into {len(packs)} packs of up to {sweep.pack_size} models (one Tune "
+              "trial each; one row per model)", flush=True)
     if sweep.added:
         print(f"Extending {sweep.experiment_dir} with {len(sweep.added)} new trials", flush=True)
     elif sweep.options.resume:
@@ -155,8 +160,9 @@ def listeners(sweep: Sweep, writer: ResultsWriter, store: ResultsStore) -> list:
     --verbose."""
     found = [writer, *sweep.search.listeners(sweep)]
     if not sweep.options.verbose:
-        found.append(LiveView(Console(sweep.name, sweep.trials, store.keys, base_trials=sweep.base_trials,
-                                      models=sweep.planned, gpus=sweep.gpus)))
+        console = Console(sweep.name, sweep.trials, store.keys, base_trials=sweep.base_trials,
+                          models=sweep.planned, gpus=sweep.gpus)
+        found.append(LiveView(console, writer.stop))
     return found
 
 

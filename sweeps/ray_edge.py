@@ -222,6 +222,12 @@ class TrialView:
     checkpoint: str | None = None
 
 
+def _first_line(text: str, limit: int = 200) -> str:
+    """An error's first line, at most ``limit`` characters (Ray's errors run to paragraphs)."""
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def _error_text(trial) -> str | None:
     """A failed trial's error in one line: the last line of its last failure in Tune's text error
     file (a text file, never the pickled one), or the file's name where it cannot be read."""
@@ -234,7 +240,7 @@ def _error_text(trial) -> str | None:
     except OSError:
         return f"failed (see {path})"
     lines = [line for line in lines[1:] if line]
-    return lines[-1] if lines else f"failed (see {path})"
+    return _first_line(lines[-1], 500) if lines else f"failed (see {path})"
 
 
 def view(trial) -> TrialView:
@@ -424,13 +430,15 @@ _RESTORE_HINT = "Tuner.restore("
 _STOP_SIGNAL = "Stop signal received"
 _NOT_COMPLETE = "Trials did not complete"
 _NO_METRICS = "Failed to fetch metrics for"  # a trial that had not started when the run stopped
-_FILTERED = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
+_TRIAL_FAILED = "Trial task failed for trial"  # with the traceback of its worker's error
+_FILTERED = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis", "ray.tune.execution.tune_controller")
 NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"
 
 
 class _TuneMessages(logging.Filter):
     """Drops Tune's restore hint always; in the quiet view, also its lists of unfinished trials and
-    of trials without results, and says in disgen's words what its stop message says."""
+    of trials without results, says in disgen's words what its stop message says, and a failed
+    trial's traceback in one line (the whole of it is in the trial's error file)."""
 
     def __init__(self, verbose: bool, stop: StopSignal | None = None):
         super().__init__()
@@ -444,6 +452,12 @@ class _TuneMessages(logging.Filter):
             return True
         if message.startswith((_NOT_COMPLETE, _NO_METRICS)):
             return False
+        if message.startswith(_TRIAL_FAILED):
+            error = record.exc_info[1] if record.exc_info else None
+            said = f"{type(error).__name__}: {_first_line(str(error))}" if error else "its error"
+            record.msg = (f"{message.splitlines()[0]} ({said}); Tune retries it from its newest "
+                          "checkpoint up to --max-failures times")
+            record.args, record.exc_info, record.exc_text = (), None, None
         if message.startswith(_STOP_SIGNAL):
             if self.stop is not None and self.stop.signum == signal.SIGTERM:
                 record.msg = ("SIGTERM (e.g. `ray job stop`): stopping the sweep (finished models are "

@@ -140,10 +140,10 @@ def test_gpu_trials_train_while_cpu_tasks_evaluate_and_a_killed_driver_loses_no_
     kept = trials.set_index("trial_key").loc[before["trial_key"], "finished_at"]
     assert (kept.to_numpy() == before["finished_at"].to_numpy()).all()
 
+    # (its loss history is one training's: above) and Tune, in the resume's new run, saw no training
     last = trials.set_index("trial_key").loc[cut_off]
     trial_dir = experiment / last["tensorboard_dir"]
-    progress = [line["step"] for line in result_lines(trial_dir) if not line.get("done")]
-    assert progress == list(range(REPORT_EVERY, STEPS + 1, REPORT_EVERY))  # every report of one training
+    assert [line["step"] for line in result_lines(trial_dir) if not line.get("done")] == []
     # Tune saw scalars: the trained models' configs and timings, never a loss history or metric array
     for line in result_lines(trial_dir):
         assert line.get("evaluated") in (None, False)

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from sweep_runs import trial_dir_of
 
 
 def reports(trial_dir):
@@ -47,7 +48,7 @@ def test_a_removed_nodes_trial_restores_from_its_checkpoint_on_the_other_node(tm
         first, _ = checkpoint_signals.hold(lambda name: name.endswith("-10"), 300, running)
         second, _ = checkpoint_signals.hold(lambda name: name.endswith("-10") and name != first, 300,
                                             running, keep=(first,))
-        held = {name.rsplit("-", 1)[0] for name in (first, second)}
+        held = {trial_dir_of(name) for name in (first, second)}
         deadline = time.monotonic() + 30
         while not all(any(r["step"] == 10 for r in reports(experiment / d)) for d in held):
             assert time.monotonic() < deadline, "the checkpoint reports are not in result.json"

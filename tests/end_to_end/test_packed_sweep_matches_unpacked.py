@@ -101,8 +101,10 @@ def test_a_packed_sweep_stores_each_model_as_the_unpacked_sweep_does(ray_session
                    if os.path.exists(tmp_path / "packed" / d / "result.json")]
     assert sorted(d.split("-")[0] for d in tune_trials) == ["blank_side", "pack3"]
 
-    # --resume finds both packs finished and re-runs nothing
-    assert main([*common, "--name", "packed", "--pack-size", "3", "--resume"]) == 0
+    # --resume runs the failed model again (alone now: it diverges again, exit 1) and nothing else
+    capsys.readouterr()
+    assert main([*common, "--name", "packed", "--pack-size", "3", "--resume"]) == 1
+    assert "3 of 4 models stored; running the rest" in capsys.readouterr().out
     again = pd.read_parquet(tmp_path / "packed" / "trials.parquet").set_index("trial_key").sort_index()
     pd.testing.assert_frame_equal(again[again["status"] == "finished"], packed)
-    assert len(again) == 4
+    assert len(again) == 4 and again.loc[again["lr"] == 1e9, "status"].tolist() == ["failed"]

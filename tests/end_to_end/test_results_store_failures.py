@@ -42,7 +42,7 @@ def test_a_store_that_keeps_failing_stops_the_sweep_and_the_resume_stores_every_
     assert read_results(str(experiment), TRIALS_FILE).empty
     assert list((experiment / PARTS_DIR).glob("*." + HISTORY_FILE))  # kept for the resume: no compaction
 
-    # a resume while the store still fails: it stops again before anything trains
+    # a resume while the store still fails: it stops again at its first write, and says no model is done
     with monkeypatch.context() as patch:
         patch.setattr(storage, "_write_part", failing)
         code = main([*args, "--resume"])

@@ -1,4 +1,4 @@
-"""The head crash of test_resume_after_a_head_crash.py on an object store (moto S3 on loopback): the
+"""The head crash of tests/end_to_end/test_resume.py on an object store (moto S3 on loopback): the
 driver is killed (SIGKILL, its own Ray with it, as a lost head machine) while the trial's worker
 waits right after its second in-training checkpoint (step 20, in the gap before the next); the
 resume, by a new driver with no manual step, goes on from that checkpoint on S3: no training step
@@ -10,13 +10,13 @@ import sys
 
 import pyarrow.fs as pafs
 import pytest
-from test_resume_after_a_head_crash import GRID
-from test_resume_after_kills import first_loss_steps, results, run_to_the_end, sweep_argv
+from sweep_runs import ONE_TRIAL_GRID, first_loss_steps, results, run_to_the_end, sweep_argv
 
 from analysis.storage import read_results
 from sweeps.checkpoints import CHECKPOINTS, TRAINING_PREFIX
 
 STORAGE = "s3://disgen-test/runs"
+GRID = ONE_TRIAL_GRID.replace("steps: 60", "steps: 40")  # checkpoints at steps 10, 20 and 30
 
 
 def s3_argv(grid, *extra):
