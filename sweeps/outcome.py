@@ -10,7 +10,7 @@ reports its models together, with what ran them (its node, device and software:
 Tune writes every report into the trial's result.json, so what crosses Tune is plain data and
 small: the trainable turns its ``TrialOutcome`` into its final report once (``to_report``), which
 names each model by its trial key and never holds its settings
-(tests/end_to_end/test_small_results.py); the driver turns a final report back once
+(tests/end_to_end/test_command.py); the driver turns a final report back once
 (``from_report``), each model's settings taken from the plan (``sweeps.packing.outcome_of``).
 Between the two, the deferred evaluations (``sweeps/evaluation.py``), the results writer
 (``sweeps/results.py``), the trackers and the console read these dataclasses.

@@ -31,7 +31,7 @@ names its members by trial key (``sweeps.packing``), the planned trials reach th
 (``run_info``), and a report names each member by its key; the driver takes each member's settings
 from its plan. Tune writes the config into every result, so a progress report holds its loss terms
 and a 10-character key per member, never the members' settings
-(``tests/end_to_end/test_small_results.py``).
+(``tests/end_to_end/test_command.py``).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def checkpoint_signals():
 
 # Two short trials (β 1 and 4, one split) with one cheap metric: for the tests of faults and storage,
 # whose subject is where results land, not the metrics (the default preset's full evaluation is
-# tested end to end in tests/end_to_end/test_paper_grid_command.py).
+# tested end to end in tests/end_to_end/test_command.py).
 TWO_TRIAL_GRID = """
 description: two tiny trials (β 1 and 4) with one cheap metric
 fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images: 2000, data_seed: 0,

@@ -266,7 +266,7 @@ RUNS = {
 }
 
 CLUSTER = ("needs the AWS cluster (ray up) or its dashboard: tests/sweeps/test_cluster_commands.py "
-           "checks it with Ray's own command line, tests/end_to_end/test_job_submit_with_token_auth.py "
+           "checks it with Ray's own command line, tests/end_to_end/test_cluster.py "
            "runs the job commands on a local head with token authentication; its disgen command is "
            "parsed here")
 NOT_RUN = [  # (the command's first words, why it is not run here); first match

@@ -3,7 +3,7 @@ small parts, readers merge them (the latest part of a trial wins, a history part
 part stays hidden), compaction folds them into the two files, locally and on an object store alike,
 and a reader that meets a compaction reads again. The driver's commits through the store are
 checked in tests/sweeps/test_results_commit_by_the_driver.py, a crash between a real sweep's two
-writes in tests/end_to_end/test_results_commit.py."""
+writes in tests/end_to_end/test_resume.py."""
 
 import pytest
 from report_rows import experiment_files

@@ -15,7 +15,6 @@ def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_met
     """``evaluate_saved`` (what each CPU-only task runs) on a final checkpoint in an object store:
     the metrics the trial would have computed itself, the loss history the checkpoint holds, and
     the model's final TensorBoard record uploaded beside its training's."""
-    from types import SimpleNamespace
 
     import torch
     from conftest import S3_BUCKET
@@ -50,8 +49,8 @@ def test_a_deferred_evaluation_reads_an_s3_checkpoint_and_gives_the_in_trial_met
         for file in local.iterdir():  # the index and the model's own file
             storage.upload(str(file), storage.join(checkpoint, file.name))
         # a Tune checkpoint names its folder inside the store's file system: bucket/exp/...
-        tune_checkpoint = SimpleNamespace(path=f"{S3_BUCKET}/exp/{trial.dirname}/checkpoint_000000")
-        assert DeferredEvaluations(experiment)._checkpoint_location(tune_checkpoint) == checkpoint
+        tune_checkpoint = f"{S3_BUCKET}/exp/{trial.dirname}/checkpoint_000000"
+        assert DeferredEvaluations(experiment, tasks=None)._checkpoint_location(tune_checkpoint) == checkpoint
         out = evaluate_saved({"config": trial.to_dict(), "position": 0, "checkpoint": checkpoint,
                               "reference": reference.to_dict(), "cpus": 1,
                               "tensorboard": storage.join(experiment, trial.dirname)})

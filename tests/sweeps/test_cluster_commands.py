@@ -46,7 +46,7 @@ def header_commands() -> list[str]:
 def readme_cluster_commands() -> list[str]:
     """The commands in the README's 'On a cluster' section's bash blocks and in docs/cluster.md's."""
     text = (ROOT / "README.md").read_text()
-    sections = [text.split("### On a cluster", 1)[1].split("\n### ", 1)[0],
+    sections = [text.split("## On a cluster", 1)[1].split("\n## ", 1)[0],
                 (ROOT / "docs" / "cluster.md").read_text()]
     lines = []
     for section in sections:

@@ -1,7 +1,7 @@
 """The live view's console (sweeps/console.py) fed trial events by hand, without Ray: the table names
 each model as disgen does, shows a pack's seeds and β as ranges, the ETA follows the measured rate,
 and each finished model gets one line. A real run's console is checked in
-tests/end_to_end/test_paper_grid_command.py."""
+tests/end_to_end/test_command.py."""
 
 import io
 from types import SimpleNamespace

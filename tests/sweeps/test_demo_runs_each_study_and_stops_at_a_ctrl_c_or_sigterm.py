@@ -16,7 +16,7 @@ def test_the_demo_runs_each_study_through_sweeps_run_and_stops_at_a_ctrl_c_or_si
 
     calls = []
 
-    def run(grid, **options):  # the sweep itself: tests/end_to_end/test_sweeps_run_returns_the_trials.py
+    def run(grid, **options):  # the sweep itself: tests/end_to_end/test_command.py
         calls.append((grid, options))
         if grid == "montero2022":
             raise sweeps.SweepInterrupted(str(tmp_path / "montero2022-demo"), 8, 3, signum=signum)

@@ -1,5 +1,5 @@
 """The paper presets: the exact grids of the papers (docs/presets.md), valid at every scale. One runs
-whole in tests/end_to_end/test_dittadi2021_tiny_sweep.py."""
+whole in tests/end_to_end/test_studies.py."""
 
 import pandas as pd
 import pytest

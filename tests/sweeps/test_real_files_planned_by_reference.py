@@ -2,7 +2,7 @@
 (data_pipeline/node_cache.py), without Ray: a whole grid observes any grid point, a partial file is
 subsampled by rows, --data-dir makes every trial real with no image read by the driver, and a
 missing or malformed file is a one-line error before Ray is imported. The sweep on them is
-tests/end_to_end/test_sweep_on_real_files.py."""
+tests/end_to_end/test_studies.py."""
 
 import json
 import subprocess

@@ -5,7 +5,7 @@ finishes again keeps its first stored row, the driver folds the parts every so m
 resume reads the stored keys once (what a resume then runs: tests/sweeps/test_resume_plans.py).
 How the store merges and compacts parts is checked in
 tests/analysis/test_results_parts_merge_and_compact.py, a crash between a real sweep's two writes
-in tests/end_to_end/test_results_commit.py."""
+in tests/end_to_end/test_resume.py."""
 
 import os
 import random

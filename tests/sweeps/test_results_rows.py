@@ -2,8 +2,8 @@
 included), group columns as categoricals, integers as integers, flags as booleans, units in the
 schema, a status; older files read with the same dtypes; a failed or stopped model's row gives way
 to its finished one; and analysis computes on finished models only. The rows of real sweeps are
-checked in tests/end_to_end/test_paper_grid_command.py (finished, failed, stopped) and
-tests/end_to_end/test_packed_sweep_matches_unpacked.py (a pack member that diverged)."""
+checked in tests/end_to_end/test_command.py (finished, failed, stopped) and
+tests/end_to_end/test_command.py (a pack member that diverged)."""
 
 from __future__ import annotations
 

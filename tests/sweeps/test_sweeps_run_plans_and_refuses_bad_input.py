@@ -1,6 +1,6 @@
 """``sweeps.run``'s input, before Ray starts: a list of trials plans what the grid that makes them
 plans, and bad input raises the command line's one-line error. The sweep it runs is
-tests/end_to_end/test_sweeps_run_returns_the_trials.py."""
+tests/end_to_end/test_command.py."""
 
 import pytest
 import yaml

@@ -1,6 +1,6 @@
 """--mlflow and --wandb (sweeps/tracking.py) checked before the sweep starts: a missing URI or
 project, W&B not installed, or W&B online without an API key is one line and exit code 2. The
-tracked sweeps are tests/end_to_end/test_mlflow_tracking.py and test_wandb_tracking.py."""
+tracked sweeps are tests/end_to_end/test_trackers.py."""
 
 from __future__ import annotations
 
