@@ -178,34 +178,8 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
     its evaluation names (:func:`ood2_key`). Each real file or prepared folder is read once (labels
     only) and checked against the trials that use it. Where several are missing, one UsageError
     names them all, with the commands that put them there."""
+    stored = _read_stored(trials, data_dir)
     references: dict = {}
-    stored: dict = {}
-    missing: list[MissingData] = []
-    wanted = [(t.data.data_source, t.data.dataset) for t in trials]
-    for trial in trials:
-        for scenario, dataset in trial.evaluation.ood2_datasets.items():
-            if trial.data.data_source == "procedural":
-                raise UsageError(f"{scenario}_dataset {dataset}: an OOD2 set is read from stored data; set "
-                                 "data_source: prepared (--data-source prepared --data-dir DIR)")
-            wanted.append((trial.data.data_source, dataset))
-    for source, dataset in dict.fromkeys(wanted):
-        if source == "procedural":
-            continue
-        read = real_file if source == "real" else prepared_data
-        print(f"Reading the {source} {dataset} labels…", flush=True)
-        try:
-            stored[source, dataset] = read(dataset, data_dir)
-        except MissingData as error:
-            missing.append(error)
-    if len(missing) == 1:
-        raise missing[0]
-    if missing:
-        commands = [error.command for error in missing if error.command]
-        then = next((error.then for error in missing if error.then), "")
-        fix = (f"run: {' && '.join(commands)}{then}" if len(commands) == len(missing)
-               else "pass --data-dir with the folder holding them (docs/data.md names the files)")
-        raise UsageError(f"{len(missing)} datasets this study reads are missing: "
-                         f"{'; '.join(error.problem for error in missing)}; {fix}")
     checked: set = set()
     for trial in trials:
         data = trial.data
@@ -225,6 +199,39 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
                 check_ood2_fits(labels_ood2, labels, trial, scenario)
                 checked.add((data.key, scenario, dataset))
     return references
+
+
+def _read_stored(trials: Sequence[TrialConfig], data_dir: str | None) -> dict:
+    """(source, dataset) → (reference, labels) of every stored dataset the trials read, each once;
+    one UsageError names every missing one."""
+    wanted = [(t.data.data_source, t.data.dataset) for t in trials]
+    for trial in trials:
+        for scenario, dataset in trial.evaluation.ood2_datasets.items():
+            if trial.data.data_source == "procedural":
+                raise UsageError(f"{scenario}_dataset {dataset}: an OOD2 set is read from stored data; set "
+                                 "data_source: prepared (--data-source prepared --data-dir DIR)")
+            wanted.append((trial.data.data_source, dataset))
+    stored: dict = {}
+    missing: list[MissingData] = []
+    for source, dataset in dict.fromkeys(wanted):
+        if source == "procedural":
+            continue
+        read = real_file if source == "real" else prepared_data
+        print(f"Reading the {source} {dataset} labels…", flush=True)
+        try:
+            stored[source, dataset] = read(dataset, data_dir)
+        except MissingData as error:
+            missing.append(error)
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        commands = [error.command for error in missing if error.command]
+        then = next((error.then for error in missing if error.then), "")
+        fix = (f"run: {' && '.join(commands)}{then}" if len(commands) == len(missing)
+               else "pass --data-dir with the folder holding them (docs/data.md names the files)")
+        raise UsageError(f"{len(missing)} datasets this study reads are missing: "
+                         f"{'; '.join(error.problem for error in missing)}; {fix}")
+    return stored
 
 
 def share_procedural(references: dict, shared_dir: str) -> dict:

@@ -132,14 +132,7 @@ def plan_text(sweep: Sweep) -> str:
     gpu_text = ("1 GPU if the cluster has GPUs, else none (decided when Ray starts)" if gpus is None
                 else f"{gpus:g} GPU")
     lines.append(f"  per trial:   {cpus:g} CPU and {gpu_text}")
-    if gpus is None and search.defers_evaluation(1.0):
-        lines.append("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
-                     f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")
-    elif search.defers_evaluation(gpus or 0.0):
-        lines.append(f"  evaluation:  in CPU-only Ray tasks of {cpus:g} CPU each, one per model, once its "
-                     "trial has trained (the GPU goes to the next trial)")
-    else:
-        lines.append("  evaluation:  in the trial, after training")
+    lines.append(_evaluation_line(search, cpus, gpus))
     if card := card_line(options):
         lines.append(card)
     lines.append(f"  pack size:   {size} ({reason})")
@@ -147,7 +140,26 @@ def plan_text(sweep: Sweep) -> str:
     lines.append(f"  cost:        {cost['images']:,} training images; {_hours(cost['gpu_hours'])} GPU-hours "
                  "(V100-equivalent at Dittadi et al. 2021's effective training rate, packing aside); "
                  f"{_hours(cost['cpu_core_hours'])} CPU-core-hours")
-    lines.append(f"  packs ({len(packs)}):")
+    lines += _pack_lines(packs)
+    lines.extend(held_out_shortfalls(trials))
+    lines.append(f"{len(trials)} trials in {len(packs)} packs")
+    return "\n".join(lines)
+
+
+def _evaluation_line(search, cpus: float, gpus: float | None) -> str:
+    """Where the models are evaluated: in the trial, or in CPU-only tasks once trained."""
+    if gpus is None and search.defers_evaluation(1.0):
+        return ("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
+                f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")
+    if search.defers_evaluation(gpus or 0.0):
+        return (f"  evaluation:  in CPU-only Ray tasks of {cpus:g} CPU each, one per model, once its "
+                "trial has trained (the GPU goes to the next trial)")
+    return "  evaluation:  in the trial, after training"
+
+
+def _pack_lines(packs: list) -> list[str]:
+    """One line per pack (the first ``LISTED_PACKS``): what its members share and what varies."""
+    lines = [f"  packs ({len(packs)}):"]
     width = len(str(len(packs)))
     for index, pack in enumerate(packs[:LISTED_PACKS], 1):
         model = pack[0].model
@@ -159,6 +171,4 @@ def plan_text(sweep: Sweep) -> str:
         lines.append(f"    pack {index:>{width}}: {len(pack):>3} trial{plural}  {shared}; {members}")
     if len(packs) > LISTED_PACKS:
         lines.append(f"    … and {len(packs) - LISTED_PACKS} more packs")
-    lines.extend(held_out_shortfalls(trials))
-    lines.append(f"{len(trials)} trials in {len(packs)} packs")
-    return "\n".join(lines)
+    return lines

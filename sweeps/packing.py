@@ -206,50 +206,53 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
     (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
     gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
     allows is a UsageError naming the largest that fits and how to ask for it."""
-    from models.packed import (
-        CUDA_PROCESS_BYTES,
-        fits_resident,
-        free_memory_bytes,
-        max_pack_size,
-        member_memory_bytes,
-        pack_memory_bytes,
-        vmap_group_key,
-    )
+    from models.packed import max_pack_size, pack_memory_bytes, vmap_group_key
 
     size = check_pack_size(requested)
-    if gpus_per_trial > 0:
-        device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
-        where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.1f} GiB free"
-        where += ")" if gpu_free_bytes else f", assumed: a {ASSUMED_GPU_BYTES / 2**30:.0f} GiB GPU)"
-        device, data = "cuda", max(trial_dataset_bytes(trial) for trial in trials)
-    else:
-        import torch
-
-        device_bytes, where = free_memory_bytes(torch.device("cpu")), "host memory"
-        device, data = "cpu", 0
+    if size == AUTO and gpus_per_trial == 0:
+        return 1, "auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's parallel slots"
+    device, device_bytes, data, where = _device_share(trials, gpus_per_trial, gpu_free_bytes)
     # the shape of which the fewest fit (a looped pack's members need less than vmapped ones)
     shapes = {vmap_group_key(trial.model): trial.model for trial in trials}
     fits, model = min((max_pack_size(m, device, free_bytes=device_bytes, dataset=data), index, m)
                       for index, m in enumerate(shapes.values()))[::2]
     shape = f"{model.architecture}/{model.objective} at batch {model.batch_size}"
     if size == AUTO:
-        if gpus_per_trial == 0:
-            return 1, ("auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's "
-                       "parallel slots")
-        size = min(AUTO_LIMIT, fits)
-        uploaded = data if fits_resident(data, device_bytes) else 0
-        reason = (f"auto: {fits} members of {shape} fit in 80% of {where}, at "
-                  f"{member_memory_bytes(model) / 2**20:.0f} MiB each (weights, gradients, Adam, "
-                  "activations) "
-                  f"beside the process's {CUDA_PROCESS_BYTES / 2**30:.1f} GiB and its "
-                  f"{uploaded / 2**30:.1f} GiB dataset upload")
-        return size, reason + (f"; capped at {AUTO_LIMIT}" if size < fits else "")
+        return _auto_size(fits, model, shape, where, data, device_bytes)
     if size > fits:
         need = pack_memory_bytes(model, size, device, data, device_bytes)
         raise UsageError(f"--pack-size {size} does not fit: {size} members of {shape} need about "
                          f"{need / 2**30:.1f} GiB with their process and data, and at most {fits} fit in 80% "
                          f"of {where}; use --pack-size {fits} or --pack-size auto")
     return size, f"as asked (--pack-size {size}; up to {fits} members of {shape} fit in {where})"
+
+
+def _device_share(trials: Sequence[TrialConfig], gpus_per_trial: float,
+                  gpu_free_bytes: int | None) -> tuple[str, int, int, str]:
+    """(device, bytes a trial's share holds, dataset bytes it uploads, the share in words)."""
+    if gpus_per_trial > 0:
+        device_bytes = int((gpu_free_bytes or ASSUMED_GPU_BYTES) * min(1.0, gpus_per_trial))
+        where = f"{gpus_per_trial:g} GPU ({device_bytes / 2**30:.1f} GiB free"
+        where += ")" if gpu_free_bytes else f", assumed: a {ASSUMED_GPU_BYTES / 2**30:.0f} GiB GPU)"
+        return "cuda", device_bytes, max(trial_dataset_bytes(trial) for trial in trials), where
+    import torch
+
+    from models.packed import free_memory_bytes
+
+    return "cpu", free_memory_bytes(torch.device("cpu")), 0, "host memory"
+
+
+def _auto_size(fits: int, model, shape: str, where: str, data: int, device_bytes: int) -> tuple[int, str]:
+    """``auto`` on a GPU: as many members as fit, up to ``AUTO_LIMIT``, and why."""
+    from models.packed import CUDA_PROCESS_BYTES, fits_resident, member_memory_bytes
+
+    size = min(AUTO_LIMIT, fits)
+    uploaded = data if fits_resident(data, device_bytes) else 0
+    reason = (f"auto: {fits} members of {shape} fit in 80% of {where}, at "
+              f"{member_memory_bytes(model) / 2**20:.0f} MiB each (weights, gradients, Adam, activations) "
+              f"beside the process's {CUDA_PROCESS_BYTES / 2**30:.1f} GiB and its "
+              f"{uploaded / 2**30:.1f} GiB dataset upload")
+    return size, reason + (f"; capped at {AUTO_LIMIT}" if size < fits else "")
 
 
 def resolve_pack_size(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,

@@ -452,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{stopped_by(stop_signal(stop))} before the sweep started; nothing ran. Run the same "
               "command again to start it.", flush=True)
         return exit_code(stop_signal(stop))
+    return print_summary(sweep, summary, argv)
+
+
+def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
+    """What a finished sweep ran, its results table and correlations, and the commands that read
+    them; the exit code (1 when a trial failed)."""
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
