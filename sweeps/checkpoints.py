@@ -340,3 +340,30 @@ def remove_training_checkpoints(filesystem, folder: str, members: Sequence[Trial
             sealed = _read_seal(filesystem, entry.path)
             if (sealed.get("trial_keys") == keys) if sealed else unsealed:
                 filesystem.delete_dir(entry.path)
+
+
+def resume(trainer, logs: Sequence, members: Sequence[TrialConfig], experiment_dir: str
+           ) -> tuple[dict | None, CheckpointWriter | None]:
+    """Continue a trial from its newest complete checkpoint (``newest_checkpoint``), if any: the
+    trainer's state and the models' loss histories (``logs``) as they were, TensorBoard told to
+    drop what an earlier worker wrote after it. Returns (training, writer): where training goes on
+    (from the start or a checkpoint), None and the writer of its next checkpoints; where it had
+    finished (a final checkpoint), the trained weights loaded, the training's record and None."""
+    filesystem, folder = checkpoint_folder(experiment_dir, members)  # …/checkpoints/<whole key>
+    found = newest_checkpoint(members, filesystem, [folder, trial_folder(experiment_dir, members)])
+    if found is None:
+        return None, CheckpointWriter(filesystem, folder, members)
+    path, state = found
+    for log, history in zip(logs, state["histories"]):
+        log.history = history
+    if not state.get("final"):
+        trainer.load_pack_state_dict(state["trainer"])
+        for log, member in zip(logs, trainer.members):  # no curve doubles back
+            log.purge_step = member.step + 1
+        return None, CheckpointWriter(filesystem, folder, members, path)
+    for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
+        member.model.load_state_dict(weights)
+        member.step = step
+        log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
+    trainer.load_errors(state.get("errors", {}))  # a lone model's raise: it never has a final checkpoint
+    return state.get("config", {}).get("training", {}), None

@@ -31,6 +31,7 @@ from data_pipeline.factors import FactorSpace
 from data_pipeline.node_cache import (
     DatasetReference,
     file_reference,
+    open_reference,
     prepared_reference,
     procedural_reference,
 )
@@ -159,6 +160,30 @@ def ood2_key(trial: TrialConfig, dataset: str) -> tuple:
     ``ood2_b_dataset``) among :func:`plan_data`'s references: a ``DataConfig.key`` of the whole set,
     read from the trial's own data source."""
     return (trial.data.data_source, dataset, None, 0)
+
+
+def open_trial_data(members: Sequence[TrialConfig], references: dict) -> tuple:
+    """On a trial's node: its dataset and every member's OOD2 sets, each materialised once in this
+    node's cache and memory-mapped (the dataset's ``n_images`` rows chosen by index). Returns (the
+    dataset's reference, its images, {trial key: {scenario: (reference, OOD2 set)}})."""
+    first = members[0]
+    wanted = {first.data.key: ((first.data.n_images, first.data.data_seed),
+                               f"{first.data.data_source} {first.data.dataset} data")}
+    sets = {}
+    for member in members:
+        for scenario, dataset in member.evaluation.ood2_datasets.items():
+            sets[member.trial_key, scenario] = key = ood2_key(member, dataset)
+            wanted.setdefault(key, ((), f"the {scenario} set {dataset}"))
+    for key, (_, what) in wanted.items():
+        if key not in references:
+            raise RuntimeError(f"trial {first.trial_key} needs {what}, which the driver did not plan; "
+                               "resume with the --data-source and --data-dir the experiment started with")
+    opened = {key: (references[key], open_reference(references[key], *args))
+              for key, (args, _) in wanted.items()}
+    ood2: dict = {member.trial_key: {} for member in members}
+    for (trial_key, scenario), key in sets.items():
+        ood2[trial_key][scenario] = opened[key]
+    return *opened[first.data.key], ood2
 
 
 def check_ood2_fits(data: Labels, own: Labels | None, trial: TrialConfig, scenario: str) -> None:

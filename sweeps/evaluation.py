@@ -22,7 +22,7 @@ import dataclasses
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
@@ -115,6 +115,15 @@ class ModelLog:
 
 # what a row records beside the metrics, not TensorBoard scalars
 _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
+
+
+def model_logs(members: Sequence[TrialConfig], data, rows: list[tuple], trainer, root: str,
+               separate: bool) -> list[ModelLog]:
+    """Each model's TensorBoard log: a folder of its own under ``root`` (the experiment's, where
+    ``separate``; else the trial's working folder, which holds a lone model's log itself)."""
+    folders = [os.path.join(root, m.dirname) if separate or len(members) > 1 else root for m in members]
+    return [ModelLog(m, data, r[1], r[2], folder, t.total_steps)
+            for m, r, folder, t in zip(members, rows, folders, trainer.members)]
 
 
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,

@@ -37,7 +37,6 @@ and a 10-character key per member, never the members' settings
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -47,19 +46,13 @@ import numpy as np
 import torch
 
 from analysis import storage
-from data_pipeline.node_cache import NodeCacheFull, open_reference
+from data_pipeline.node_cache import NodeCacheFull
 from models import GPUSettings, build_trainer
 from models import checkpoint as trainer_file
 from models.packed import PackedTrainer
-from sweeps.checkpoints import (
-    CheckpointWriter,
-    checkpoint_due,
-    checkpoint_folder,
-    newest_checkpoint,
-    seal,
-    trial_folder,
-)
-from sweeps.evaluation import ModelLog, evaluate_model, split_rows, write_final
+from sweeps.checkpoints import CheckpointWriter, checkpoint_due, resume, seal
+from sweeps.data import open_trial_data
+from sweeps.evaluation import ModelLog, evaluate_model, model_logs, split_rows, write_final
 from sweeps.options import TrialRun
 from sweeps.outcome import ModelOutcome, TrialOutcome
 from sweeps.packing import members_of
@@ -93,39 +86,6 @@ def _pack_progress(reports: dict[int, dict], members: int) -> dict:
     return out
 
 
-def _dataset(first: TrialConfig, references: dict):
-    """The trial's images: its dataset reference materialised in this node's cache (once per node)
-    and memory-mapped, its ``n_images`` rows chosen by index."""
-    reference = references.get(first.data.key)
-    if reference is None:
-        raise RuntimeError(f"trial {first.trial_key} needs {first.data.data_source} {first.data.dataset} "
-                           "data that the driver did not plan; resume with the same --data-source/--data-dir "
-                           "options the experiment started with")
-    return reference, open_reference(reference, first.data.n_images, first.data.data_seed)
-
-
-def _ood2_sets(members: Sequence[TrialConfig], references: dict) -> dict:
-    """Each member's OOD2 sets (D21's OOD2-A and OOD2-B, ``trial.evaluation.ood2_datasets``):
-    {trial key: {scenario: (reference, dataset)}}, each set opened once from this node's cache."""
-    from sweeps.data import ood2_key
-
-    opened: dict = {}
-    out: dict = {}
-    for member in members:
-        out[member.trial_key] = {}
-        for scenario, dataset in member.evaluation.ood2_datasets.items():
-            key = ood2_key(member, dataset)
-            if key not in opened:
-                reference = references.get(key)
-                if reference is None:
-                    raise RuntimeError(f"trial {member.trial_key} needs the {scenario} set {dataset}, which "
-                                       "the driver did not plan; resume with the same --data-source and "
-                                       "--data-dir")
-                opened[key] = (reference, open_reference(reference))
-            out[member.trial_key][scenario] = opened[key]
-    return out
-
-
 def _report_no_room(members: Sequence[TrialConfig], error: NodeCacheFull, context: TrialContext) -> None:
     """The trial's final report when its dataset cannot fit in this node's cache: each model failed
     with the error (one ``failed`` row each, naming the size needed, the limit and how to raise it).
@@ -155,33 +115,6 @@ def _build(members: Sequence[TrialConfig], data, rows: list[tuple], settings: GP
     # Objectives on pairs (Ada-GVAE) draw them from the factor classes; the others ignore them.
     return PackedTrainer([m.model for m in members], data.images, [r[1] for r in rows], factors=data.classes,
                          factor_space=data.factor_space, settings=settings)
-
-
-def _resume_from_checkpoint(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], filesystem,
-                            folders: Sequence[str]) -> tuple[dict | None, str | None]:
-    """Continue from the newest complete checkpoint of the trial (``newest_checkpoint``) in
-    ``folders`` of the pyarrow ``filesystem``, if any. Returns (training, checkpoint): training is
-    None if it goes on (from the start or a checkpoint, whose path is returned); if training had
-    already finished (a final checkpoint), the models' trained weights are loaded and the
-    training's record is returned (its timings, where saved)."""
-    found = newest_checkpoint(members, filesystem, folders)
-    if found is None:
-        return None, None
-    path, state = found
-    for log, history in zip(logs, state["histories"]):
-        log.history = history
-    if not state.get("final"):
-        trainer.load_pack_state_dict(state["trainer"])
-        for log, member in zip(logs, trainer.members):
-            # TensorBoard drops what an earlier worker wrote after the checkpoint: no curve doubles back
-            log.purge_step = member.step + 1
-        return None, path
-    for member, weights, step, log in zip(trainer.members, state["models"], state["steps"], logs):
-        member.model.load_state_dict(weights)
-        member.step = step
-        log.purge_step = step + 1  # training is over: its curves stay, the evaluation follows
-    trainer.load_errors(state.get("errors", {}))  # a lone model's raise: it never has a final checkpoint
-    return state.get("config", {}).get("training", {}), path
 
 
 def _train(trainer, logs: list[ModelLog], writer: CheckpointWriter, report_every: int,
@@ -267,14 +200,13 @@ def train_trial(config: dict, run_info: TrialRun, context: TrialContext) -> None
     torch.set_num_threads(max(1, int(cpus)))
     members = members_of(config, run_info.base_trials)
     try:
-        reference, data = _dataset(members[0], run_info.datasets)
-        ood2 = _ood2_sets(members, run_info.datasets)
+        reference, data, ood2 = open_trial_data(members, run_info.datasets)
     except NodeCacheFull as error:
         return _report_no_room(members, error, context)
     by_split = {split: split_rows(m, data) for split, m in {m.data.split: m for m in members}.items()}
     rows = [by_split[m.data.split] for m in members]  # (split, training rows, held-out rows) of each
     trainer = _build(members, data, rows, gpu_settings(run_info.gpus_per_trial))
-    logs = _logs(members, data, rows, trainer, run_info.tensorboard_root or context.working_dir,
+    logs = model_logs(members, data, rows, trainer, run_info.tensorboard_root or context.working_dir,
                  separate=bool(run_info.tensorboard_root))
     training = _training(trainer, logs, members, run_info, context)
     trained = _trained(trainer, members, training, reference, len(data))
@@ -289,26 +221,14 @@ def train_trial(config: dict, run_info: TrialRun, context: TrialContext) -> None
     _report_final(final, trainer, members, logs, training, context)
 
 
-def _logs(members: Sequence[TrialConfig], data, rows: list[tuple], trainer, root: str,
-          separate: bool) -> list[ModelLog]:
-    """Each model's TensorBoard log: a folder of its own under ``root`` (the experiment's, where
-    ``separate``; else the trial's working folder, which holds a lone model's log itself)."""
-    folders = [os.path.join(root, m.dirname) if separate or len(members) > 1 else root for m in members]
-    return [ModelLog(m, data, r[1], r[2], folder, t.total_steps)
-            for m, r, folder, t in zip(members, rows, folders, trainer.members)]
-
-
 def _training(trainer, logs: list[ModelLog], members: Sequence[TrialConfig], run_info: TrialRun,
               context: TrialContext) -> dict:
     """Train the models, from the trial's newest checkpoint if it has one, checkpointing as they go;
     the training's record (when it started and ended, its seconds). A final checkpoint found
     (training was over) gives its own record, and nothing trains."""
     began, started = time.time(), time.perf_counter()
-    filesystem, folder = checkpoint_folder(run_info.experiment_dir, members)  # …/checkpoints/<whole key>
-    training, resumed_from = _resume_from_checkpoint(
-        trainer, logs, members, filesystem, [folder, trial_folder(run_info.experiment_dir, members)])
-    if training is None:
-        writer = CheckpointWriter(filesystem, folder, members, resumed_from)
+    training, writer = resume(trainer, logs, members, run_info.experiment_dir)
+    if writer is not None:
         try:
             _train(trainer, logs, writer, members[0].evaluation.report_every, run_info.checkpoint_every,
                    context, run_info.checkpoint_seconds)
