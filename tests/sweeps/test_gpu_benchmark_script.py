@@ -97,6 +97,10 @@ def test_a_failing_measurement_is_recorded_and_fails_the_part(tmp_path, monkeypa
         raise RuntimeError("a measurement that rotted")
 
     monkeypatch.setattr(gpu_figures, "throughput", broken)
+    # The part's deadline counts from the module's import, the start of gpu.sh's own process; here
+    # that was this session's collection, and a deadline already past would end this process
+    # (os._exit) with its pytest worker: the part's clock starts now, as in a fresh process.
+    monkeypatch.setattr(gpu_figures, "STARTED", time.time())
     threads = torch.get_num_threads()
     # another test file in this process may have imported Ray already: the part must add none
     already = set(gpu_figures.missing_packages_imported())
