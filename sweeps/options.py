@@ -1,16 +1,9 @@
 """A sweep's options, declared once, and the records a planned sweep travels in.
 
-Each option is one field of ``SweepOptions`` made by ``option(...)``: its Python type (the
-annotation), its default, its check, its help, and its metavar or choices where it has them, in the
-order ``--help`` lists them. Everything else is derived from the declarations (``OPTIONS``): the
-command line's flags (``python -m sweeps.paper_grid``'s ``build_parser``), ``sweeps.run``'s keyword
-arguments and its signature, the checks a value meets (on construction: a bad one is a one-line
-``UsageError`` naming its flag, before Ray starts) and the options table of docs/sweeps.md
-(``options_table``; ``write_options_table()`` rewrites it).
-
-``Sweep`` is what ``sweeps.paper_grid.plan`` makes of the options: the options with the planned
-trials, their data and where the experiment goes, read by the driver (``sweeps.driver.run``).
-``TrialRun`` is the part of it each Tune trial reads (``sweeps.trainable.train_trial``).
+Each option is one field of ``SweepOptions`` made by ``option(...)``. The command line's flags,
+``sweeps.run``'s keywords and signature, the checks (a one-line ``UsageError`` naming the flag,
+before Ray starts) and docs/sweeps.md's options table are all derived from the declarations.
+``Sweep`` is the planned sweep the driver reads; ``TrialRun`` the part of it each Tune trial reads.
 """
 
 from __future__ import annotations
@@ -46,8 +39,8 @@ SCHEDULERS = ("none", "asha")
 
 @dataclass(frozen=True)
 class Check:
-    """A rule for an option's value (the docs table's "allowed"), and ``problem(flag, value)``: the
-    one-line error where a value breaks it, else None. A None is never checked."""
+    """A rule for an option's value (the docs table's "allowed") and ``problem(flag, value)``: its one-line
+    error, or None."""
 
     rule: str
     problem: Callable[[str, typing.Any], str | None]
@@ -80,8 +73,8 @@ def _budget(flag: str, value: float) -> str | None:
 
 
 def _pack_size(flag: str, value) -> str | None:
-    """--pack-size alone (``sweeps.packing.check_pack_size``, where it is checked; the rule that ties
-    it to --search and --scheduler is in ``SweepOptions.__post_init__``)."""
+    """--pack-size alone; the rule that ties it to --search and --scheduler is in
+    ``SweepOptions.__post_init__``."""
     from sweeps.packing import check_pack_size
 
     try:
@@ -129,8 +122,7 @@ def _wandb_project(flag: str, project: str) -> str | None:
 
 @dataclass(frozen=True)
 class Option:
-    """One option's declaration (see ``option``); ``name``, ``type`` (the annotation's text),
-    ``hint`` (the Python type) and ``default`` are filled from its field of ``SweepOptions``."""
+    """One option's declaration (``option``); name, type, hint and default are filled from its field."""
 
     help: str
     check: Check | None = None
@@ -153,7 +145,6 @@ class Option:
         return arms[0] if len(arms) == 1 and arms[0] in (int, float) else None
 
     def argparse(self) -> dict:
-        """``add_argument``'s keywords for the flag."""
         if self.hint is bool:
             return {"action": "store_true", "help": self.help}
         given = {"default": self.default, "help": self.help, "type": self.number, "choices": self.choices,
@@ -175,12 +166,9 @@ class Option:
 
 def option(default, help: str, check: Check | None = None, *, choices: tuple | None = None,
            metavar: str | None = None, run_as: str | None = "keyword"):
-    """Declare an option of ``SweepOptions``: the field's annotation is its type (a number's is
-    checked, and converted on the command line), ``help`` its ``--help`` text, ``check`` a rule for
-    its value, ``choices`` the names it may take (the command line refuses others), ``metavar``
-    how ``--help`` shows its value. ``run_as``: how ``sweeps.run`` takes it: as a keyword of the same
-    name, as its ``grid_or_trials`` (``"first argument"``), or not at all (None: the command line's
-    --list and --dry-run, which do not run)."""
+    """Declare an option of ``SweepOptions`` (the field's annotation is its type). ``run_as``: how
+    ``sweeps.run`` takes it: a keyword of the same name, its ``grid_or_trials`` (``"first argument"``), or
+    not at all (None: --list, --dry-run)."""
     declared = Option(help, check, choices, metavar, run_as)
     return dataclasses.field(default=default, metadata={"option": declared})
 
@@ -194,8 +182,8 @@ def _arms(hint) -> tuple:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """The options of one sweep: ``python -m sweeps.paper_grid``'s flags, ``sweeps.run``'s keywords.
-    Checked on construction; an option's value is refused in one line naming its flag."""
+    """The options of one sweep, checked on construction: a bad value is refused in one line naming its
+    flag."""
 
     # the preset's and scale's names are listed here and refused by the plan, which knows a grid's scales
     preset: str = option("default", "the study to run (each is described below)",
@@ -292,15 +280,14 @@ class SweepOptions:
 
     @property
     def pinned_data_source(self) -> str | None:
-        """The data source the options set on every trial: ``--data-source``, else real where
-        ``--data-dir`` is given, else None (each trial's own ``data_source`` setting, procedural
-        unless the grid says otherwise)."""
+        """``--data-source``, else real where ``--data-dir`` is given, else None (each trial's own setting).
+        """
         return self.data_source or ("real" if self.data_dir else None)
 
 
 def declarations(cls: type = SweepOptions) -> dict[str, Option]:
-    """The options a dataclass declares with ``option``, by name, in field order, each with its
-    name, type (its annotation's text), Python type and default filled in."""
+    """The options a dataclass declares with ``option``, by name in field order, with name, type, hint and
+    default."""
     hints = typing.get_type_hints(cls)
     return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=f.type, hint=hints[f.name],
                                         default=f.default) for f in dataclasses.fields(cls)}
@@ -313,8 +300,7 @@ KEYWORDS = tuple(name for name, declared in OPTIONS.items() if declared.run_as =
 
 
 def run_signature(first: inspect.Parameter) -> inspect.Signature:
-    """``sweeps.run``'s signature: ``first``, then every option it takes as a keyword, with its default
-    and type."""
+    """``sweeps.run``'s signature: ``first``, then every keyword option with its default and type."""
     keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=OPTIONS[name].default,
                                   annotation=OPTIONS[name].type) for name in KEYWORDS]
     return inspect.Signature([first, *keywords])
@@ -324,10 +310,9 @@ def run_signature(first: inspect.Parameter) -> inspect.Signature:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A planned sweep (``sweeps.paper_grid.plan``): its options, its trials (each complete and
-    frozen) and the data they read (by reference), and where the experiment goes. ``plan_trials``
-    (a dry run) leaves the experiment's fields unset; the driver adds the pack size once Ray tells
-    it and the datasets' shared references once rendered."""
+    """A planned sweep: its options, its frozen trials, their data (by reference) and where the experiment
+    goes. ``plan_trials`` leaves the experiment's fields unset; the driver adds what only a running Ray
+    tells (pack size, GPUs, shared data)."""
 
     options: SweepOptions
     name: str
@@ -352,14 +337,12 @@ class Sweep:
 
     @property
     def shared_dir(self) -> str | None:
-        """With ``--data-source procedural --data-dir``: the shared folder each procedural dataset is
-        rendered to once, once Ray is up."""
+        """With ``--data-source procedural --data-dir``: where each procedural dataset is rendered once."""
         return self.options.data_dir if self.options.pinned_data_source == "procedural" else None
 
     @functools.cached_property
     def base_trials(self) -> PlannedTrials:
-        """The trials indexed by key (``sweeps.packing.PlannedTrials``), what the Tune trials'
-        configs name: built once per record, for the driver, its listeners and the trainable."""
+        """The trials indexed by key (``sweeps.packing.PlannedTrials``), built once per record."""
         from sweeps.packing import PlannedTrials
 
         return PlannedTrials(self.trials)
@@ -372,8 +355,7 @@ class Sweep:
 
 @dataclass(frozen=True)
 class TrialRun:
-    """What every Tune trial of a sweep reads besides its config, sent once with the trainable
-    (``tune.with_parameters``): a few hundred bytes, never images."""
+    """What every Tune trial reads besides its config, sent once with the trainable: a few hundred bytes."""
 
     experiment_dir: str
     tensorboard_root: str | None  # local storage: the experiment folder; remote: the trial's working folder
@@ -409,13 +391,13 @@ def options_table() -> str:
 
 
 def write_options_table(page: str = "docs/sweeps.md") -> None:
-    """Rewrite the options table of ``page`` (docs/sweeps.md) from the declarations."""
+    """Rewrite the options table of ``page`` from the declarations."""
     path = pathlib.Path(page)
     path.write_text(with_options_table(path.read_text()))
 
 
 def with_options_table(page: str) -> str:
-    """``page`` (docs/sweeps.md's text) with its options table replaced by ``options_table()``."""
+    """``page``'s text with its options table replaced by ``options_table()``."""
     from models.config import with_marked_table  # imports torch: not for --help or a bad option
 
     return with_marked_table(page, TABLE_START, TABLE_END, options_table(), "options")

@@ -1,12 +1,6 @@
-"""Run a study: ``python -m sweeps.paper_grid`` runs the default study on an embedded local Ray;
-from Python, ``sweeps.run`` (``run`` here) runs one and returns its trials as a DataFrame.
-
-With ``--address`` (or ``RAY_ADDRESS``) it joins an existing Ray cluster instead. Results go to
-``<storage-path>/<name>/``: ``trials.parquet``, ``history.parquet`` and one TensorBoard folder
-per trial. The command line and ``run`` share one path (``execute``): the options of one are the
-keyword arguments of the other (both made from the declarations of ``sweeps.options``), and bad
-input is the same one-line ``UsageError``.
-"""
+"""Run a study: ``python -m sweeps.paper_grid`` (a local Ray, or ``--address``'s cluster), or
+``sweeps.run`` (``run`` here) from Python. Both take one path (``execute``) with the same options and
+the same one-line ``UsageError``; results go to ``<storage-path>/<name>/``."""
 
 from __future__ import annotations
 
@@ -49,8 +43,7 @@ GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
 
 
 def default_experiment_name(preset: str, scale: str, budget: float = 1.0) -> str:
-    """An experiment's folder name when none is given: the study's name, plus the scale unless it
-    is smoke (``dittadi2021-demo``), plus the budget factor unless it is 1
+    """The study's name, plus the scale unless smoke, plus the budget factor unless 1
     (``dittadi2021-demo-budget0.5``), so that a scaled run never resumes into the full one."""
     name = preset if scale == "smoke" else f"{preset}-{scale}"
     return name if budget == 1 else f"{name}-budget{budget:g}"
@@ -79,8 +72,8 @@ def _prepared_state(data_dir: str | None, dataset: str) -> str:
 
 
 def datasets_text(options: SweepOptions) -> str:
-    """For every preset that offers other datasets (``--dataset``), the dataset the study will use
-    with these options, and whether its prepared sets are there: what ``--list`` adds."""
+    """What ``--list`` adds: for each preset that offers other datasets, the one these options use and
+    whether it is prepared."""
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     lines = []
     for name, spec in PRESETS.items():
@@ -124,8 +117,7 @@ def parse_options(argv: list[str]) -> SweepOptions:
 
 
 def check_storage(path: str) -> str:
-    """The storage folder (absolute, or a URI such as s3://bucket/prefix), created and proven
-    writable, or a UsageError."""
+    """The storage folder (absolute, or a URI), created and proven writable, or a UsageError."""
     path = storage.normalise(path)
     try:
         storage.check_writable(path)
@@ -185,8 +177,8 @@ def check_data_dir(options: SweepOptions) -> None:
 
 
 def load_spec(options: SweepOptions) -> tuple[dict, str]:
-    """The study's spec and name: a preset or a grid file, with the command line's data settings pinned
-    and, for --search optuna, the searched settings taken off the axes."""
+    """The study's spec and name (a preset or a grid file), the command line's data settings pinned and, for
+    --search optuna, the searched settings off the axes."""
     if isinstance(options.grid, Mapping):  # a grid given as data (sweeps.run)
         spec, preset = dict(options.grid), options.name or "grid"
     elif options.grid:
@@ -205,8 +197,8 @@ def load_spec(options: SweepOptions) -> tuple[dict, str]:
 
 
 def seed_list(seeds) -> list[int]:
-    """The seeds per configuration: a count (3 → 0, 1, 2) or a list, given as the command line's
-    text (``"3"``, ``"0,5,7"``), a whole number or a sequence of them."""
+    """The seeds per configuration, from a count or a list: text (``"3"``, ``"0,5,7"``), a whole number or a
+    sequence."""
     if isinstance(seeds, str):
         return parse_seeds(seeds)
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
@@ -218,9 +210,8 @@ def seed_list(seeds) -> list[int]:
 
 
 def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
-    """The trials given one by one (``sweeps.run``'s list): each a ``TrialConfig`` or a mapping of
-    its settings (completed and validated as a grid point is), none twice. They carry their own
-    seeds and scale, so --seeds and --search optuna, which make trials from a grid, are refused."""
+    """``sweeps.run``'s list of trials (``TrialConfig``s or mappings of settings), each completed as a grid
+    point is, none twice. They carry their own seeds: --seeds and --search optuna are refused."""
     if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence) or not given:
         raise UsageError("trials: give a non-empty list of trial configs (TrialConfig, or mappings of "
                          "settings), or a grid instead")
@@ -247,10 +238,8 @@ def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
 
 
 def plan_trials(options: SweepOptions, given=None) -> Sweep:
-    """The study's trials (each complete, validated and frozen: ``sweeps.trials.TrialConfig``), made
-    from the options' preset or grid, or ``given`` one by one (``sweeps.run``'s list), and the data
-    they read (by reference, validated from labels and manifests, never images), with nothing
-    written: what ``--dry-run`` shows. The experiment's own fields are ``plan``'s."""
+    """The study's trials (complete and frozen) from the preset, grid or ``given`` list, and their data by
+    reference, with nothing written: what ``--dry-run`` shows."""
     scale = options.scale
     if given is not None:  # trials given one by one (sweeps.run)
         spec, seeds, trials = {}, None, given_trials(options, given)
@@ -267,16 +256,15 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
     search_of(options.search).check(spec, preset, trials[0])
     from sweeps.data import plan_data
 
-    # Planned here, on the driver, from labels and manifests only (never images), so that a missing
-    # or malformed real file or prepared folder stops the run before Ray starts.
+    # from labels and manifests only (never images): a missing or bad data file stops it before Ray starts
     name = options.name or default_experiment_name(preset, scale, options.budget)
     return Sweep(options, name=name, preset=preset, spec=spec, seeds=seeds, trials=tuple(trials),
                  data=plan_data(trials, data_dir))
 
 
 def plan(options: SweepOptions, given=None) -> Sweep:
-    """Everything that can be decided and validated without Ray: the study's trials and data
-    (``plan_trials``), and the experiment folder, checked writable and free."""
+    """All that can be decided without Ray: ``plan_trials``, and the experiment folder, checked writable and
+    free."""
     planned = plan_trials(options, given)
     storage_path = check_storage(options.storage_path)
     check_address(options.address)
@@ -319,19 +307,15 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     print(f"  in pandas:         import pandas as pd; df = pd.read_parquet({trials!r})")
 
 
-# The exit codes of a run stopped by Ctrl-C (SIGINT) or by SIGTERM (``ray job stop``), as a shell
-# reports a process that signal killed (128 + the signal).
+# The exit codes of a run stopped by Ctrl-C or SIGTERM (``ray job stop``), as a shell reports them
 INTERRUPTED = exit_code(signal.SIGINT)  # 130
 TERMINATED = exit_code(signal.SIGTERM)  # 143
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by Ctrl-C (or SIGTERM: ``signum``) once it had started: the finished models
-    are stored in ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
-    ``resume=True`` (``--resume``) goes on from there. A Ctrl-C before the sweep starts, when
-    nothing ran, is a plain ``KeyboardInterrupt`` (a SIGTERM, ``sweeps.errors.Terminated``). A
-    sweep that stopped because its results store kept failing (``sweeps/results.py``) ends the same
-    way, with the ``reason``."""
+    """A sweep stopped once started, by Ctrl-C or SIGTERM (``signum``) or a results store that kept failing
+    (``reason``): its finished models are stored, and ``resume=True`` goes on. Stopped before it started: a
+    plain ``KeyboardInterrupt``."""
 
     def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None,
                  signum: int = signal.SIGINT):
@@ -345,8 +329,7 @@ class SweepInterrupted(KeyboardInterrupt):
                 else "the finished models are stored")
 
     def exit_code(self) -> int:
-        """The command line's exit code: 130 after a Ctrl-C, 143 after a SIGTERM, 1 where the
-        results store kept failing."""
+        """130 after a Ctrl-C, 143 after a SIGTERM, 1 where the results store kept failing."""
         return exit_code(self.signum) if self.reason is None else 1
 
 
@@ -356,8 +339,7 @@ def stopped_by(signum: int) -> str:
 
 
 def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
-    """What a Ctrl-C or SIGTERM (or a results store that kept failing) left, and the command that
-    goes on."""
+    """What a stopped sweep left, and the command that goes on."""
     why = stopped_by(stop.signum) if stop.reason is None else f"Stopped: {stop.reason}"
     print(f"\n{why}: {stop.kept()} in {stop.experiment_dir}; the others stopped at "
           "their last checkpoint, or had not started.", flush=True)
@@ -365,10 +347,9 @@ def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
 
 
 def execute(options: SweepOptions, given=None):
-    """Plan, lock and run the sweep that ``options`` describe (the command line's, or ``run``'s
-    keyword arguments; ``given``: ``run``'s list of trials): (its plan, ``sweeps.driver.run``'s
-    ``SweepSummary``). Bad input raises a ``UsageError`` before Ray starts; a Ctrl-C raises
-    ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted`` after."""
+    """Plan, lock and run the sweep: (its plan, ``sweeps.driver.run``'s ``SweepSummary``). Bad input raises
+    a ``UsageError`` before Ray starts; a Ctrl-C, ``KeyboardInterrupt`` before the sweep starts,
+    ``SweepInterrupted`` after."""
     sweep = plan(options, given)
     from sweeps import driver  # imports Ray: only once the input is known to be good
     from sweeps.errors import StopSignal
@@ -389,21 +370,17 @@ def execute(options: SweepOptions, given=None):
 
 
 def run(grid_or_trials="default", **options):
-    """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every
-    model's row of ``trials.parquet``, finished or not (its ``status`` says which), as
-    ``analysis.load_trials`` gives them.
+    """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every model's
+    row of ``trials.parquet``, finished or not (its ``status`` says which), as ``analysis.load_trials``
+    gives them.
 
-    ``grid_or_trials``: a preset's name (``"montero2021"``); a grid file's path (``.yaml``,
-    ``.yml`` or a ``.py`` defining ``GRID``); a grid as a dict (keys ``description``, ``fixed``,
-    ``axes``, ``scales``, ``search``; named ``name``, else ``grid``); or a list of trials
-    (``sweeps.trials.TrialConfig``, or mappings of their settings), run as they are (``scale``
-    and ``seeds`` do not apply). Every keyword is the command-line option of the same name
-    (``storage_path`` is ``--storage-path``) with the same default, but ``address``: None joins
-    the Ray this process has already started, else ``$RAY_ADDRESS``, else starts a local one.
-
-    Bad input raises ``sweeps.errors.UsageError`` (the command line's one-line message) before
-    Ray starts; an experiment that exists needs ``resume=True``. A Ctrl-C once the sweep started
-    raises ``SweepInterrupted``: the finished models are stored, and ``resume=True`` goes on."""
+    ``grid_or_trials``: a preset's name; a grid file (``.yaml``, ``.yml``, or ``.py`` defining ``GRID``);
+    a grid as a dict (named ``name``, else ``grid``); or a list of trials (``TrialConfig``s or mappings
+    of settings), run as they are (``scale`` and ``seeds`` do not apply). Every keyword is the option
+    of the same name, with its default, but ``address``: None joins the Ray this process started,
+    else ``$RAY_ADDRESS``, else starts a local one. Bad input raises ``UsageError`` before Ray starts;
+    an experiment that exists needs ``resume=True``. A Ctrl-C once the sweep started raises
+    ``SweepInterrupted``: the finished models are stored, and ``resume=True`` goes on."""
     unknown = sorted(set(options) - set(KEYWORDS))
     if unknown:
         raise TypeError(f"run() got an unexpected keyword argument {unknown[0]!r}")
@@ -456,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
-    """What a finished sweep ran, its results table and correlations, and the commands that read
-    them; the exit code (1 when a trial failed)."""
+    """What a finished sweep ran, its results and the commands that read them; the exit code (1 if a trial
+    failed)."""
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 
