@@ -1,16 +1,12 @@
 """What a preset costs: trial counts and compute estimates, each from a measured figure.
 
-- **CPU-core-hours.** One measured figure: a burgess β-VAE trains at 390 images/s on one core of
-  the project's 2-core x86_64 machine (benchmarks/default_study.py). Other networks are scaled by
-  their training FLOPs per image (counted by ``torch.utils.flop_counter`` on PyTorch's meta
-  device), which is how a CPU, compute-bound at these sizes, behaves to first order.
-- **GPU-hours.** No GPU has been lent to this project yet, so there is no disgen GPU measurement.
-  The one published figure is Dittadi et al. 2021's: 1,080 residual-network models (128 px, 400k
-  steps at batch 64) took about 2.8 V100-years, i.e. an effective 313 images/s per model and GPU,
-  or about 6.0 TFLOP/s of training. GPU-hours here are training FLOPs at that effective rate, in
-  V100-equivalent hours. For the small networks of Montero et al. this is a lower bound for one
-  model per GPU (a lone small model is bound by kernel launches, not FLOPs); packing many models
-  per GPU (``--pack-size``) is how disgen aims to get near it.
+CPU-core-hours: a burgess β-VAE trains at 390 images/s on one core of a 2-core x86_64 machine
+(benchmarks/default_study.py); other networks are scaled by their training FLOPs per image (counted
+on PyTorch's meta device), as a compute-bound CPU behaves to first order. GPU-hours: training FLOPs
+at the effective rate of Dittadi et al. 2021's published cost (1,080 models, 400k steps at batch 64,
+about 2.8 V100-years: 313 images/s, about 6.0 TFLOP/s), in V100-equivalent hours, for want of a
+disgen GPU measurement; a lower bound for one small model per GPU, which packing (``--pack-size``)
+aims to approach.
 """
 
 from __future__ import annotations
@@ -33,11 +29,9 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
                              decoder_only: bool = False, decoder: str = "mirror", encodes: int = 1,
                              decodes: int = 1) -> float:
-    """Forward and backward FLOPs of one image through the VAE's encoder and decoder (only the
-    decoder for ``decoder_only``: the ground-truth decoder has no encoder), counted on the meta
-    device (nothing is allocated or computed). ``decoder``: the ``decoder`` setting (M22's spatial
-    broadcast decoders cost far more than the mirror). ``encodes``/``decodes``: images encoded and
-    decoded per row (a composition triplet encodes 2 and decodes 1, or 3 with M22's loss)."""
+    """Forward and backward FLOPs of one image, counted on the meta device: the decoder only for
+    ``decoder_only`` (the ground-truth decoder); ``encodes``/``decodes``: images encoded and decoded per row
+    (a composition triplet: 2 and 1, or 3 with M22's loss)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -65,10 +59,8 @@ def gpu_flops_per_second() -> float:
 
 @functools.cache
 def _full_grid_train_size(dataset: str, split: str) -> int:
-    """Training images of the whole grid under a split, its modifiers' dropped images left out
-    (computed once per dataset and split); for
-    a dataset read only from its files (D21's robot finger, whose grid it samples), its published
-    size (``data_pipeline.robot_finger.PUBLISHED_SIZE``: 1,000,000 images)."""
+    """Training images of the whole grid under a split (its modifiers' dropped images left out); for a
+    dataset read only from its files (D21's robot finger), its published size."""
     from data_pipeline import factor_space, get_split
     from data_pipeline.spaces import has_generator
 
@@ -81,10 +73,8 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
 
 
 def training_steps(trial) -> int:
-    """The steps one trial trains for (a ``TrialConfig``): its model's ``total_steps``. Where an
-    epoch is a pass over the training rows, they are counted as ``n_images`` rows, or the full
-    grid's training side (``n_images`` None); an ``epoch_length`` is that many steps an epoch,
-    whatever the data."""
+    """The steps one trial trains for: an epoch is ``n_images`` rows, or the full grid's training side,
+    unless ``epoch_length`` fixes it."""
     n_train = trial.data.n_images
     if n_train is None:
         n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
@@ -92,16 +82,14 @@ def training_steps(trial) -> int:
 
 
 def training_images(trial) -> int:
-    """The images one trial trains on (a ``TrialConfig``): ``training_steps`` batches; objectives on
-    pairs (Ada-GVAE) encode and decode both images of each of batch_size pairs."""
+    """The images one trial trains on: ``training_steps`` batches, pairs (Ada-GVAE) counting twice."""
     model = trial.model
     return training_steps(trial) * model.batch_size * (2 if model.needs_pairs else 1)
 
 
 def relative_flops(trial) -> float:
-    """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one
-    channel, 10 latents), whose CPU speed is the measured figure. The ground-truth decoder counts
-    its decoder alone; a composition triplet its two encodings and its one or three decodings."""
+    """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one channel,
+    10 latents), whose CPU speed is the measured figure."""
     model = trial.model
     encodes, decodes = 1, 1
     if model.task == "composition":  # a triplet: both inputs encoded; the target, or all three, decoded
@@ -133,10 +121,11 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     return {"preset": name, "scale": scale, "seeds": seeds, **trials_cost(trials)}
 
 
-def presets_table() -> str:
-    def hours(value):
-        return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+def hours(value: float) -> str:
+    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
+
+def presets_table() -> str:
     lines = [f"{'preset':<12} {'scale':<6} {'seeds':>5} {'trials':>6} {'training images':>16} "
              f"{'CPU-core-h':>12} {'GPU-h (V100)':>13}"]
     for name in sorted(PRESETS):

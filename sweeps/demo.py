@@ -1,16 +1,13 @@
-"""The papers' findings on a laptop: run the ``demo`` scale of montero2021, montero2022 and
-dittadi2021, one after the other, then write one report whose Findings section puts each paper's
-headline statements beside what the demo shows (✓ reproduced, ✗ not, ? inconclusive); each paper
-has a finding the demo is sized to decide.
+"""The papers' findings on a laptop: the ``demo`` scale of montero2021, montero2022 and dittadi2021, one
+after the other, then one report whose Findings section puts each paper's headline statements beside
+what the demo shows (✓ reproduced, ✗ not, ? inconclusive).
 
     python -m sweeps.demo                       # all three (under an hour on 2 cores), then the report
     python -m sweeps.demo --studies dittadi2021 # one of them
-    python -m sweeps.demo --budget 0.5          # every model trained half as long: does a verdict
-                                                # depend on the budget?
+    python -m sweeps.demo --budget 0.5          # every model trained half as long
 
-A study that was interrupted, or already ran, is resumed: finished trials are kept and not rerun.
-docs/presets.md says what the demo scale shrinks and why; benchmarks/README.md gives its measured
-wall times and findings.
+A study interrupted, or already run, is resumed. docs/presets.md says what the demo scale shrinks;
+benchmarks/README.md gives its wall times and findings.
 """
 
 from __future__ import annotations
@@ -63,8 +60,8 @@ def _studies(text: str) -> list[str]:
 
 
 def experiment(preset: str, storage_path: str, budget: float = 1.0) -> str:
-    """Where a study's demo runs: ``<storage path>/<preset>-demo`` (``-budget0.5`` appended for a
-    budget factor other than 1)."""
+    """Where a study's demo runs: ``<storage path>/<preset>-demo``, plus ``-budget0.5`` for a budget factor.
+    """
     return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo", budget))
 
 
@@ -73,9 +70,7 @@ def report_folder(budget: float = 1.0) -> str:
 
 
 def run_study(preset: str, storage_path: str, budget: float = 1.0) -> tuple[int, float]:
-    """One study at demo scale (``sweeps.run``), resumed if its experiment exists; (exit code as
-    ``python -m sweeps.paper_grid`` gives it: 0, 1 if some trials failed, 2 on bad input, 130 on
-    Ctrl-C, 143 on SIGTERM; wall seconds)."""
+    """One study at demo scale, resumed if its experiment exists: (the command's exit code, wall seconds)."""
     resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path, budget))
     started = time.perf_counter()
     command = (f"python -m sweeps.paper_grid --preset {preset} --scale demo --storage-path {storage_path}"
