@@ -1,19 +1,11 @@
 """A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU.
 
-A trial that holds no GPU evaluates its models itself, right after training (``evaluate_model``,
-called by ``sweeps/trainable.py``): the plain path. A trial that holds a GPU does not, because the
-GPU would sit idle for as long as CPU-only metrics take (DCI's gradient-boosted trees alone take
-minutes per model). It saves its trained models in its final checkpoint, reports them as trained
-(``"evaluated": False``) and ends, which frees its GPU for the next trial. The driver then
-evaluates each model in a CPU-only Ray task (``num_gpus=0``), all in parallel as the cluster's
-CPUs allow, from that checkpoint (``DeferredEvaluations``, fed by the results writer,
-``sweeps/results.py``), and commits the trial's models once all their evaluations have ended.
-
-Nothing is lost or stored twice: a model's row is committed once, by the driver, with its loss
-history, which its evaluation task read from the checkpoint; a driver killed while evaluations
-run leaves trained models without rows, and ``--resume`` runs their trials again: each finds its
-final checkpoint (``sweeps.checkpoints.newest_checkpoint``), trains nothing and is evaluated
-(``start`` skips every model that has a row or is being evaluated). Tune sees scalars only.
+A trial without a GPU evaluates its models right after training (``evaluate_model``). A trial with one
+would leave it idle for as long as CPU-only metrics take (DCI's boosted trees: minutes a model), so it
+saves its trained models in its final checkpoint, reports them as not evaluated and ends; the driver
+evaluates each from that checkpoint in a CPU-only Ray task (``DeferredEvaluations``) and commits the
+trial's models once all have ended. A driver killed meanwhile leaves trained models without rows, and
+``--resume`` runs their trials again: each finds its final checkpoint, trains nothing and is evaluated.
 """
 
 from __future__ import annotations
@@ -41,17 +33,14 @@ N_GRID_IMAGES = 8
 
 
 def split_rows(trial: TrialConfig, data) -> tuple:
-    """(split, training rows, held-out rows) of ``trial``'s own split on ``data``: the training rows
-    less those held back as the in-distribution control where the trial trains on the whole
-    training part (``data_pipeline.in_distribution.training_rows``)."""
+    """(split, training rows, held-out rows) of ``trial`` on ``data``, less the in-distribution control."""
     split = get_split(trial.data.dataset, trial.data.split)
     train, _, test = training_rows(data, split, trial.data.data_seed)
     return split, train, test
 
 
 class ModelLog:
-    """One model's TensorBoard folder, the training and held-out images its grids show, and its
-    loss history."""
+    """One model's TensorBoard folder, the training and held-out images its grids show, its loss history."""
 
     def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
         self.trial, self.data, self.history = trial, data, []
@@ -68,8 +57,7 @@ class ModelLog:
 
     @property
     def writer(self) -> SummaryWriter:
-        """The model's TensorBoard writer, opened at the first event (after a restore has set
-        ``purge_step``)."""
+        """Opened at the first event, after a restore has set ``purge_step``."""
         if self._writer is None:
             self._writer = SummaryWriter(self.log_dir, purge_step=self.purge_step)
         return self._writer
@@ -87,8 +75,7 @@ class ModelLog:
             self.writer.add_image(f"reconstructions/{side}", grid, step)
 
     def progress(self, report: dict, current_model) -> None:
-        """Record a progress report; every ``image_every`` reports, a grid of reconstructions by
-        ``current_model()``, the model with its weights as they are now."""
+        """Record a progress report; every ``image_every`` reports, reconstructions by ``current_model()``."""
         step = report["step"]
         self.history.append(report)
         for name, value in report.items():
@@ -119,9 +106,8 @@ _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
 
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,
                    ood2_sets: dict | None = None) -> dict:
-    """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split (and its OOD2
-    sets, {scenario: dataset}), with the seconds they took (``eval_seconds``) and when they
-    started and ended (epoch seconds)."""
+    """``trial``'s metrics of a trained ``model`` on its split (and OOD2 sets), with ``eval_seconds`` and
+    its start and end (epoch seconds)."""
     began, started = time.time(), time.perf_counter()
     metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
                        data_seed=trial.data.data_seed, ood2_sets=ood2_sets)
@@ -139,10 +125,8 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 
 
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
-    """(weights, loss history, step) of member ``position`` of the final checkpoint in the folder
-    ``location`` (a path or URI), read as data: its index and that member's file only, never the
-    other members' (``models.checkpoint.load_member``), each checked against the SHA-256 the
-    checkpoint's seal names (``sweeps.checkpoints.check_files``)."""
+    """(weights, history, step) of member ``position`` of the final checkpoint at ``location``, read as
+    data: its index and that member's file only, each checked against its seal's SHA-256."""
     from models import checkpoint as trainer_file
     from sweeps.checkpoints import SEAL, check_files, read_local_seal
 
@@ -162,10 +146,8 @@ def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
 
 
 def evaluate_saved(job: dict) -> dict:
-    """One trained model's evaluation, in a CPU-only Ray task: its weights and loss history from
-    its trial's final checkpoint, its data from this node's cache, its metrics and eval timestamps
-    returned with the history; its last reconstructions, metrics and hyperparameters written into
-    its TensorBoard folder (a new event file beside its training one)."""
+    """One trained model's evaluation in a CPU-only Ray task, from its trial's final checkpoint and this
+    node's cached data: its metrics and history returned, its last TensorBoard record written."""
     import torch
 
     from data_pipeline.node_cache import DatasetReference, open_reference
@@ -201,12 +183,8 @@ def evaluate_saved(job: dict) -> dict:
 
 
 class DeferredEvaluations:
-    """The driver's evaluations of trained models: for each Tune trial that trained on a GPU and
-    ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel
-    through ``tasks`` (``sweeps.ray_edge.RemoteTasks``: ``submit``, ``done``, ``result``).
-    ``finished`` gives each trial's outcome (``sweeps.outcome.TrialOutcome``) once all its
-    evaluations have ended, its members' metrics and histories filled in, for the results writer
-    to commit. One per sweep, made by its driver."""
+    """The driver's evaluations of trained models, one CPU-only task per model (``evaluate_saved``) through
+    ``tasks`` (``sweeps.ray_edge.RemoteTasks``); ``finished`` yields a trial once all its tasks end."""
 
     def __init__(self, experiment_dir: str, tasks):
         self.experiment_dir = storage.normalise(experiment_dir)
@@ -223,8 +201,7 @@ class DeferredEvaluations:
                 for k in p["refs"].values()}
 
     def _checkpoint_location(self, path: str) -> str:
-        """A final checkpoint's folder (its path on the experiment's file system) as a path or URI
-        under the experiment's storage."""
+        """A final checkpoint's folder (its path on the experiment's file system) under the storage."""
         filesystem, inner = storage.resolve(self.experiment_dir)
         if not storage.is_remote(self.experiment_dir):
             return path
@@ -233,10 +210,8 @@ class DeferredEvaluations:
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
     def start(self, outcome: TrialOutcome, checkpoint: str | None, stored: set[str]) -> int:
-        """Evaluate the trained models of a Tune trial's ``outcome`` from its final ``checkpoint``
-        (its folder's path on the experiment's file system):
-        those that trained to the end and have no row in ``stored`` and no evaluation running.
-        Returns how many started."""
+        """Evaluate the models of ``outcome`` that trained to the end, from its final ``checkpoint``, unless
+        they have a row in ``stored`` or a running evaluation; how many started."""
         if checkpoint is None:
             raise ValueError(f"trial {outcome.trial_id}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()
@@ -258,9 +233,8 @@ class DeferredEvaluations:
         return len(refs)
 
     def finished(self, wait: bool = False) -> Iterator[TrialOutcome]:
-        """The outcomes of trials whose evaluations have all ended (``wait``: every trial's, as
-        its evaluations end): the members evaluated, each with its metrics and loss history, and
-        those whose evaluation failed, each with its error."""
+        """The outcomes of trials whose evaluations have all ended (``wait``: every one, as it ends), each
+        model with its metrics and history, or its error."""
         while self.pending:
             refs = [ref for p in self.pending.values() for ref in p["refs"] if ref not in p["done"]]
             ready = self.tasks.done(refs, wait)
@@ -281,8 +255,7 @@ class DeferredEvaluations:
 
     @staticmethod
     def _evaluated(pending: dict) -> TrialOutcome:
-        """The trial's outcome with the models evaluated (those only), each with its metrics,
-        step and history, or its evaluation's error (and nothing of its training)."""
+        """The trial's outcome with its evaluated models only: metrics, step and history, or the error."""
         outcome, members = pending["outcome"], []
         for ref, position in pending["refs"].items():
             member, done = outcome.members[position], pending["done"][ref]

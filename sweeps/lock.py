@@ -1,32 +1,16 @@
 """One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews.
 
-The lock names its holder by the machine's boot id, its host name, pid and the process's start
-time, and a token of its own. Its driver renews it every ``RENEW_S`` seconds (a conditional write
-that succeeds only while the lock is still the one it wrote) from a thread of its own. A lock is
-stale, and the next driver takes it over with no manual step, where
+The lock names its holder (boot id, host, pid, process start time, a token of its own). Its driver
+renews it every ``RENEW_S`` seconds from a thread; a refused renewal (another driver took it over)
+stops the sweep as a Ctrl-C does (``on_lost``), and never deletes the other's lock. A lock is stale,
+and taken over with no manual step, where its holder ran on this machine and its process is gone, or
+where it was last renewed more than ``LEASE_S`` seconds ago by the store's own clock, never a client's
+(docs/cluster.md, "The driver's lease, and what a lost head costs").
 
-- its holder ran on this very machine (the same boot id) and its process is gone (its pid not
-  running, or running but started later: a reused pid); or
-- it was last renewed more than ``LEASE_S`` seconds ago, judged by the store's own clock: on S3 the
-  lock's ``LastModified`` against the ``Date`` of the store's answer, on a file system the lock's
-  modification time against that of a file written beside it now. No client clock is compared, so a
-  head machine that `ray up` replaced (a new host name, or another machine of the same name) is
-  taken over once its lease runs out.
-
-A driver whose renewal is refused (another driver took the lock over: its lease had run out, say,
-while the store did not answer) stops as a Ctrl-C stops it (``on_lost``, which the command line
-points at its stop signal: exit 1 and the resume command), and never deletes the other's lock.
-
-Taking the lock is one atomic create, so of two drivers started at the same moment exactly one
-gets it. On a local folder: the lock is written whole beside its place and hard-linked there
-(``os.link`` fails where a lock exists, as an ``O_EXCL`` create does, and no driver reads a lock
-half written); a renewal touches its modification time while it is still this driver's. On S3: a
-conditional ``PutObject`` with ``If-None-Match: *`` (through boto3, the ``cloud`` extra: pyarrow's
-file systems cannot make a conditional write), renewed and taken over with ``If-Match`` on its
-ETag, so only one driver replaces it. Other object stores (``gs://``…) have no such operation in
-pyarrow: there the lock is written and read back, which catches all but two drivers started within
-the same second. A stale local lock is removed under an ``flock`` (a guard file in the temporary
-folder), only while it is still the stale holder's; then each driver tries the atomic create again.
+Taking it is one atomic create, so of two drivers exactly one gets it: locally a file written whole
+and hard-linked in place (a stale one removed under an ``flock``); on S3 a conditional ``PutObject``
+(``If-None-Match: *``, then ``If-Match`` on its ETag; through boto3, as pyarrow cannot); on other
+object stores a write read back, which misses only two drivers started within the same second.
 """
 
 from __future__ import annotations
@@ -76,8 +60,7 @@ def _same_machine(holder: dict) -> bool:
 
 
 def process_gone(holder: dict) -> bool:
-    """True where the holder ran on this machine and its process is gone (its pid not running, or
-    a newer process that reuses it); False where it runs, or ran on another machine."""
+    """True where the holder ran on this machine and its process is gone (or its pid reused)."""
     import psutil
 
     if not _same_machine(holder):
@@ -95,9 +78,8 @@ def holder_text(holder: dict, path: str) -> str:
 
 
 class ExperimentLock:
-    """``with ExperimentLock(experiment_dir):`` holds the folder for this process, renewing its lease
-    every ``renew_s`` seconds until released; ``on_lost(reason)`` is called (from the renewing
-    thread) if a renewal is refused, and ``lost`` then says why."""
+    """Holds the experiment folder for this process, renewing its lease every ``renew_s`` seconds until
+    released; a refused renewal calls ``on_lost(reason)`` (from the renewing thread) and sets ``lost``."""
 
     def __init__(self, experiment_dir: str, lease_s: float | None = None, renew_s: float | None = None,
                  on_lost: Callable[[str], None] | None = None):
@@ -119,9 +101,8 @@ class ExperimentLock:
         return self._read()[0]
 
     def _read(self) -> tuple[dict | None, float | None]:
-        """(the lock's record, seconds since it was last written by the store's clock), or (None,
-        None) where there is none. A lock that cannot be read as JSON is ``{}``: held by nobody
-        this driver can check, so stale once its lease runs out."""
+        """(the lock's record, its age by the store's clock), or (None, None); a lock that is not JSON is
+        ``{}``: nobody's, stale once its lease runs out."""
         if self._is_s3():
             record, _, age = self._read_s3()
             return record, age
@@ -179,16 +160,14 @@ class ExperimentLock:
         return (self.read() or {}).get("token") == record["token"]
 
     def _is_stale(self, holder: dict, age: float | None) -> bool:
-        """A holder on this machine: stale once its process is gone. On another machine (or one
-        this driver cannot tell): once its lease has run out by the store's clock."""
+        """A holder on this machine: stale once its process is gone; elsewhere, once its lease ran out."""
         if _same_machine(holder):
             return process_gone(holder)
         return age is not None and age > self.lease_s
 
     def _take_over(self, holder: dict, record: dict) -> bool:
-        """Replace the stale lock of ``holder`` by ``record``, if it is still ``holder``'s (not one a
-        faster driver just took, or the holder renewed); True if this driver now holds the lock.
-        Locally the stale lock is removed, and the caller creates its own."""
+        """Replace the stale lock of ``holder`` by ``record`` if it is still ``holder``'s; True if this
+        driver now holds it (locally it is removed, and the caller creates its own)."""
         if self._is_s3():
             current, etag, age = self._read_s3()
             if current != holder or not self._is_stale(current, age):
@@ -201,11 +180,8 @@ class ExperimentLock:
             if current == holder and self._is_stale(current, age):
                 fs.delete_file(inner)
             return False
-        # One driver of this machine at a time reads and removes (an flock, released by the kernel
-        # if its holder dies): the lock is removed only while it is still the stale holder's, never a
-        # lock a faster driver has just created (that one cannot be replaced meanwhile: creating is
-        # a link, which fails where a lock exists). Drivers on two machines that share the folder
-        # are not serialised by it: each removes only a lock it read as stale, and the link decides.
+        # one driver of this machine at a time reads and removes (an flock), so a lock a faster driver
+        # just created is never removed; across machines, each removes only a lock it read as stale
         guard_path = os.path.join(tempfile.gettempdir(),
                                   f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
         with open(guard_path, "a") as guard:
@@ -237,8 +213,7 @@ class ExperimentLock:
         return client, bucket, key
 
     def _read_s3(self) -> tuple[dict | None, str | None, float | None]:
-        """(the lock's record, its ETag, seconds since its LastModified by the ``Date`` of the
-        store's answer), or (None, None, None) where there is none."""
+        """(record, ETag, age by the ``Date`` of the store's answer), or (None, None, None)."""
         client, bucket, key = self._s3()
         try:
             answer = client.get_object(Bucket=bucket, Key=key)
@@ -255,8 +230,7 @@ class ExperimentLock:
         return record, answer["ETag"], age
 
     def _put_s3(self, text: bytes, **condition) -> str | None:
-        """A conditional PutObject of the lock: its new ETag; None if the condition failed (another
-        driver's lock is there, or it changed), or another conditional write of it is in flight."""
+        """A conditional PutObject of the lock: its new ETag, or None where the condition failed."""
         client, bucket, key = self._s3()
         try:
             answer = client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json",
@@ -273,8 +247,7 @@ class ExperimentLock:
     # -- the lease -----------------------------------------------------------------------------------
 
     def renew(self) -> bool:
-        """Renew the lease: True if this driver still holds the lock (now renewed), False if the
-        lock is another's or gone. A store that does not answer raises (the next renewal retries)."""
+        """True if this driver still holds the lock (now renewed), False if not; a silent store raises."""
         if self.record is None:
             return False
         self._renewals += 1
