@@ -1,21 +1,12 @@
 """Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
 
-Every Tune trial's config is ``{"members": [trial key, ...]}``: one trial, or a pack of them, named
-by their keys in the plan (an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``).
-``members_of`` resolves either through the planned trials (``PlannedTrials``), which the driver's
-callbacks hold and the trainable gets once, with its run's parameters. A config never carries a
-trial's settings: Tune writes the config into every result (``result.json``, ``progress.csv``,
-what each callback is handed), where a pack of 32 whole configs took about 21 KB a report
-(benchmarks/README.md, "Small results"). The trainable trains the members with
-``models.packed.PackedTrainer`` and reports, per member, its trial key, never its settings; the
-results writer stores one row per member, with the member's own config (from the plan), key and
-metrics. A pack shares what one process holds once and what one vmap needs: the dataset and its
-data settings (not the split: each member trains on its own split's rows), the evaluation
-settings, and the model's
-architecture, objective, task, latent size, batch size, image size, channels and run length
-(``steps``/``epochs``/``epoch_length``). Members may differ in everything else, every scalar hyperparameter
-included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
-inside the pack. Trials that differ in a shared setting are put in different packs, never refused.
+A Tune trial's config is ``{"members": [trial key, ...]}`` (an Optuna trial's ``{"base": index,
+"sampled": {...}}``), resolved by ``members_of`` through the planned trials (``PlannedTrials``), never
+a trial's settings: Tune writes the config into every result, where a pack of 32 whole configs took
+about 21 KB a report (benchmarks/README.md, "Small results"). A pack's members share the dataset and
+its data settings (not the split), the evaluation settings and ``MODEL_SHARED``, and may differ in
+everything else (those that cannot share one vmap step as separate groups); trials that differ in a
+shared setting go to different packs, never refused.
 """
 
 from __future__ import annotations
@@ -47,11 +38,8 @@ def tune_config(members: Sequence[TrialConfig]) -> dict:
 
 
 class PlannedTrials(Sequence):
-    """The planned trials, by position (an Optuna trial's ``base``) and by trial key (a grid
-    trial's members, ``get``): indexed once per plan, so that resolving a Tune trial's config is a
-    lookup. It travels (to the trainable, in Tune's saved callbacks) as the trials' plain settings,
-    and a ``TrialConfig`` is built from them where one is looked up: a trial of a plan of a
-    thousand reads one, not a thousand."""
+    """The planned trials by position (an Optuna trial's ``base``) and by trial key (``get``), indexed once
+    per plan. They travel as plain settings; a ``TrialConfig`` is built where one is looked up."""
 
     def __init__(self, trials: Sequence[TrialConfig] = (), settings: Sequence[dict] | None = None):
         if settings is None:
@@ -86,12 +74,9 @@ def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
 
 
 def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
-    """The trials a Tune trial config holds, from the planned trials ``base`` (pass a
-    ``PlannedTrials`` where this is called often: a plain sequence is indexed on every call). A
-    grid trial names its members by trial key (a member that is a whole settings dict, as an
-    experiment started by an older disgen holds, is read as it is); an Optuna trial names a planned
-    trial by position and the values sampled for it, which replace the planned ones (validated
-    again)."""
+    """The trials a Tune trial config holds, from the planned trials ``base`` (a ``PlannedTrials`` where
+    called often): by trial key (an older disgen's whole settings read as they are), or an Optuna trial's
+    planned one with its sampled values."""
     if "members" in config:
         members = config["members"]
         plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
@@ -110,11 +95,8 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
 
 
 def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> TrialOutcome | None:
-    """A Tune trial's final ``result`` as its ``TrialOutcome`` (``sweeps.outcome``), for the
-    driver's results writer, evaluations, trackers and console: the trial reports its members by
-    trial key, in the order of its Tune ``config``'s members, whose settings come from the plan
-    (``members_of`` through ``base``); a member that carries its settings (a result of an older
-    disgen) keeps them. None for a result that is not a final one (a progress report, none)."""
+    """A Tune trial's final ``result`` as its ``TrialOutcome``, its members' settings from the plan
+    (``base``) unless it carries them (an older disgen's); None for a result that is not final."""
     if not is_final(result):
         return None
     older = all("config" in member for member in result["members"])
@@ -122,8 +104,7 @@ def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = 
 
 
 def shared_key(trial: TrialConfig) -> str:
-    """Trials with equal keys may share a pack: the dataset and its data settings but the split,
-    the evaluation settings, and the model settings of ``MODEL_SHARED``."""
+    """Trials with equal keys may share a pack: data settings but the split, evaluation, ``MODEL_SHARED``."""
     data = trial.data
     model = trial.model
     shared = {"data": [data.data_source, data.dataset, data.n_images, data.data_seed],
@@ -132,9 +113,8 @@ def shared_key(trial: TrialConfig) -> str:
 
 
 def check_pack_size(requested: str | int | None, one_by_one: bool = False) -> int | str:
-    """``--pack-size`` checked, the one place it is: a whole number >= 1, or ``auto`` (None is
-    ``auto``); more than 1 only where trials are not decided ``one_by_one`` (``--search optuna``,
-    ``--scheduler asha``). The size, or ``AUTO``."""
+    """``--pack-size`` checked, the one place it is: a whole number >= 1 or ``auto`` (None too), more than 1
+    only where trials are not decided ``one_by_one``."""
     if requested in (None, AUTO):
         return AUTO
     if isinstance(requested, bool) or not str(requested).isdigit() or int(requested) < 1:
@@ -162,9 +142,8 @@ def pack_id(members: Sequence[TrialConfig]) -> str:
 
 
 def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
-    """The Tune trial's folder: the trial's own name, or the pack's (named by its split, or by its
-    dataset when its members' splits differ), ending in 6 characters of the key or pack id;
-    ``full``: the whole key or pack id (the name no other trial shares)."""
+    """The Tune trial's folder: the trial's name, or the pack's (by split, or dataset where splits differ),
+    ending in 6 characters of the key or pack id (``full``: all of it)."""
     if len(members) == 1:
         return members[0].full_name if full else members[0].dirname
     splits = {m.data.split for m in members}
@@ -174,9 +153,7 @@ def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
 
 
 def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote: bool) -> str:
-    """A model's TensorBoard folder relative to the experiment, for ``trial`` of a Tune trial's
-    outcome whose models are ``trials`` (see sweeps/trainable.py): its own folder there, except on
-    remote storage, where a pack's members sit in the pack's."""
+    """A model's TensorBoard folder in the experiment (on remote storage, inside its pack's)."""
     folder = trial.dirname
     if remote and len(trials) > 1:
         folder = f"{dirname(trials)}/{folder}"
@@ -184,8 +161,7 @@ def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote
 
 
 def trial_dataset_bytes(trial: TrialConfig) -> int:
-    """The bytes of the uint8 dataset a trial's process loads (its ``n_images``, or the whole
-    grid of its dataset's factor space)."""
+    """The bytes of the uint8 dataset a trial's process loads."""
     from data_pipeline import factor_space
     from models.packed import dataset_bytes
 
@@ -197,15 +173,11 @@ def trial_dataset_bytes(trial: TrialConfig) -> int:
 
 def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
                          gpu_free_bytes: int | None) -> tuple[int, str]:
-    """The pack size to use, and why, in one line. ``auto``: 1 for CPU trials (a CPU pack is a
-    loop, and would take parallel slots from Ray), else as many members as fit in the GPU share's
-    memory, up to ``AUTO_LIMIT``. On a GPU the count leaves room for what every process holds
-    besides its models (``models.packed.pack_memory_bytes``): the CUDA context and workspaces, and
-    the dataset it uploads when that fits in half its share; each member counts its parameters,
-    gradients, Adam's moments and its activations with vmap's copies
-    (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
-    gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
-    allows is a UsageError naming the largest that fits and how to ask for it."""
+    """The pack size to use and why, in one line. ``auto``: 1 on CPUs (a CPU pack is a loop, and would
+    take Ray's parallel slots), else as many members as fit in the GPU share's memory, up to ``AUTO_LIMIT``
+    (``models.packed``: the process, the dataset where it is uploaded, each member's parameters, gradients,
+    Adam's moments and activations). ``gpu_free_bytes`` None: ``ASSUMED_GPU_BYTES``. An explicit size that
+    does not fit is a UsageError naming the largest that does."""
     from models.packed import max_pack_size, pack_memory_bytes, vmap_group_key
 
     size = check_pack_size(requested)

@@ -1,16 +1,10 @@
-"""How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned
-trial; ``OptunaSearch`` runs ``--num-samples`` trials that Optuna (TPE) samples from the grid's
-``search`` space. Each owns what differs between the two, so that no other module asks which one
-runs: its space (``prepare_spec``, ``check``), how many models the sweep has (``count``), whether
-its trials may be packed (``pack_size``) and their evaluation deferred to CPU-only tasks
-(``defers_evaluation``), what a run, or a resume, runs (``work``: a ``Grid`` or ``Sampled``,
-which ``sweeps.ray_edge`` turns into a Tune run), what listens beside the results writer
-(``listeners``) and its lines of the dry run.
+"""How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned trial,
+``OptunaSearch`` ``--num-samples`` trials that Optuna's TPE samples from the grid's ``search`` space.
+Each owns what differs between the two, so that no other module asks which one runs.
 
-A resume plans from disgen's own records, never from Tune's: the trials of ``plan.json`` whose
-models have no row yet (grid), or the samples still to take, after the Optuna trials that were
-interrupted, asked again first (Optuna, whose study lives in Optuna's own journal file, JSON
-lines, in the experiment's folder: ``JOURNAL``).
+A resume plans from disgen's own records, never Tune's: the planned trials with no row yet (grid), or
+the samples left, the interrupted ones asked again first (Optuna, whose study is kept in Optuna's own
+journal file, ``JOURNAL``, in the experiment's folder).
 """
 
 from __future__ import annotations
@@ -38,11 +32,9 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class Sampled:
-    """A run of ``samples`` trials that Optuna (TPE) samples: a planned trial by index (``base``, one
-    of ``planned``) and ``space`` (setting → {uniform|loguniform|randint: [low, high]} or {choice:
-    [...]}) for it, towards ``metric`` (``mode`` min or max); the study named ``study`` in
-    ``journal`` (an ``optuna.storages.JournalStorage``), whose ``points`` (flat names: ``base``,
-    ``sampled/<setting>``) are asked first (``OptunaSearch``)."""
+    """Optuna's run: ``samples`` trials, each a planned trial (``base``, one of ``planned``) with
+    ``space``'s settings sampled towards ``metric`` (``mode``); the study ``study`` in ``journal``, its
+    ``points`` asked first."""
 
     planned: int
     space: dict
@@ -84,8 +76,7 @@ class GridSearch:
         return pack_size_and_reason(requested, trials, gpus, free_bytes)
 
     def work(self, sweep, statuses: Mapping[str, str]):
-        """The Tune trials a run starts: the planned trials whose models have no finished row, nor
-        a stopped one (ASHA decided it), in packs of ``sweep.pack_size``; None where none is left."""
+        """The planned trials with neither a finished nor a stopped (ASHA) row, in packs; None if none."""
         from sweeps.packing import make_packs, tune_config
 
         left = [t for t in sweep.trials if statuses.get(t.trial_key) not in ("finished", "stopped")]
@@ -99,11 +90,9 @@ class GridSearch:
 
 
 class OptunaSearch:
-    """``--num-samples`` trials, each a planned trial (its settings) with the ``search`` space's
-    settings sampled by Optuna's TPE towards the space's metric. The study is kept in an Optuna
-    journal (``JOURNAL``: in the experiment's folder; on remote storage on the driver's disk, copied
-    beside the results as each trial ends and read back on resume), so a resumed search goes on
-    with what it learnt."""
+    """``--num-samples`` planned trials with the ``search`` space's settings sampled by TPE towards its
+    metric. The study is kept in a journal (``JOURNAL``; on remote storage, copied beside the results), so a
+    resumed search goes on with what it learnt."""
 
     name = "optuna"
     extendable = False  # the samples depend on the whole study
@@ -133,9 +122,8 @@ class OptunaSearch:
         return 1, "1: --search optuna decides trial by trial"
 
     def work(self, sweep, statuses: Mapping[str, str]):
-        """Optuna's run: the samples not yet taken (``--num-samples`` less the sampled models that
-        have a row), the interrupted ones asked again first, so that each goes on from its
-        checkpoint; None where none is left."""
+        """The samples not yet taken, the interrupted ones asked again first (each goes on from its
+        checkpoint); None where none is left."""
         from sweeps.grid import search_space
 
         journal = open_journal(sweep.experiment_dir)
@@ -170,8 +158,7 @@ def search_of(name: str):
 
 
 def journal_path(experiment_dir: str) -> str:
-    """Where the driver keeps the study's journal: in the experiment's folder, or for remote storage
-    a file of this machine's named after the experiment's URI."""
+    """The study's journal on the driver: in the experiment's folder, or a local file named after its URI."""
     if not storage.is_remote(experiment_dir):
         return os.path.join(storage.normalise(experiment_dir), JOURNAL)
     name = hashlib.sha256(storage.normalise(experiment_dir).encode()).hexdigest()[:16]
@@ -179,8 +166,7 @@ def journal_path(experiment_dir: str) -> str:
 
 
 def open_journal(experiment_dir: str):
-    """The study's journal storage (``optuna.storages.JournalStorage`` on a file: JSON lines, read
-    as data). On remote storage the experiment's copy is read back first, as text."""
+    """The study's ``JournalStorage`` (JSON lines, read as data); on remote storage, read back first."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -202,15 +188,13 @@ def study_size(journal) -> int:
 
 
 def sampled_key(params: Mapping, base: Sequence[TrialConfig]) -> str:
-    """The trial key of the model an Optuna trial sampled (``params``: Tune's flat names, ``base``
-    and ``sampled/<setting>``)."""
+    """The trial key of the model an Optuna trial sampled (``params``: Tune's flat names)."""
     sampled = {name.split("/", 1)[1]: value for name, value in params.items() if name.startswith("sampled/")}
     return base[int(params["base"])].replace("search", **sampled).trial_key
 
 
 def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict]:
-    """The study's trials that a stopped run left running, each told failed; the parameters of
-    those whose model has no row, to be asked again first (each goes on from its checkpoint)."""
+    """Tell the study's trials left running by a stopped run failed; those without a row, to ask first."""
     import optuna
 
     if STUDY not in [s.study_name for s in journal.get_all_studies()]:
@@ -227,8 +211,7 @@ def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict
 
 
 class JournalCopy:
-    """A listener of the sweep's trial events: the study's journal copied, whole, beside the results
-    on remote storage each time a trial ends."""
+    """A listener: the study's journal copied beside the results on remote storage as each trial ends."""
 
     def __init__(self, experiment_dir: str):
         self.local, self.remote = journal_path(experiment_dir), storage.join(experiment_dir, JOURNAL)

@@ -1,17 +1,11 @@
 """One trial's configuration: complete, validated and frozen.
 
-``TrialConfig.complete`` is the one place where a trial's settings are completed and checked: the
-grid's variants are merged in, defaults filled, the split's condition, the dataset's channels and
-the trial key derived, and every field validated with its name in the error. ``sweeps.paper_grid.
-plan`` calls it once per trial; everything downstream (the trainable, packing, costs, the results
-writer) reads the finished record and fills in nothing.
-
-A ``TrialConfig`` is a read-only mapping of its flat settings (what a grid file writes, what a
-``trials.parquet`` row holds), with typed parts that each consumer takes whole:
-
-- ``model``: a ``models.ModelConfig`` (architecture, objective and its hyperparameters, optimisation);
-- ``data``: a ``data_pipeline.config.DataConfig`` (dataset, split, images);
-- ``evaluation``: an ``analysis.metrics.registry.EvaluationConfig`` (sample budgets, metrics, reporting).
+``TrialConfig.complete`` is the one place where a trial's settings are completed (variants merged,
+defaults filled, the condition, channels and trial key derived) and checked, each error naming its
+field; everything downstream reads the finished record. A ``TrialConfig`` is a read-only mapping of
+its flat settings (what a grid file writes, what a trials row holds) with typed parts: ``model``
+(``models.ModelConfig``), ``data`` (``data_pipeline.config.DataConfig``) and ``evaluation``
+(``analysis.metrics.registry.EvaluationConfig``).
 """
 
 from __future__ import annotations
@@ -44,13 +38,8 @@ EVALUATION_KEYS = SETTING_DOCS  # EvaluationConfig's trial settings (analysis.me
 
 
 def flatten(config: dict) -> dict:
-    """Resolve a raw trial config into flat settings.
-
-    An axis value may be a mapping of settings (a *variant*, such as ``{objective: factor_vae,
-    gamma: 20}`` or ``{dataset: shapes3d, split: fhue_gt50}``): its settings are merged in. A
-    ``by_dataset`` mapping then applies the settings given for the trial's dataset (for example
-    M21's 65 epochs on 3DShapes against 100 on dSprites).
-    """
+    """A raw trial config as flat settings: each axis value that is a mapping (a variant, ``{objective:
+    factor_vae, gamma: 20}``) merged in, then ``by_dataset``'s settings for the trial's dataset."""
     flat: dict = {}
     variants: list[dict] = []
     for key, value in config.items():
@@ -114,8 +103,8 @@ class TrialConfig(Mapping):
 
     @classmethod
     def complete(cls, raw: Mapping, source: str = "trial") -> TrialConfig:
-        """The one completion: a grid point's raw settings → a complete, validated TrialConfig.
-        Bad input raises a UsageError that starts with ``source`` and names the field."""
+        """The one completion: raw grid-point settings → a validated TrialConfig; errors start with
+        ``source``."""
         try:
             settings = {k: v for k, v in flatten(dict(raw)).items() if k not in DERIVED}
             unknown = sorted(set(settings) - allowed_keys())
@@ -167,15 +156,11 @@ class TrialConfig(Mapping):
         return dict(self._settings)
 
     def effective_settings(self) -> dict:
-        """Every setting the model runs with, defaults included (what its trials row and that row's
-        ``config`` JSON hold): the run's (preset, scale), then every field of ``data``, ``model``
-        and ``evaluation``, normalised (aliases resolved), with a None that stands for a default
-        resolved: γ (None where the objective has none), the likelihood, the metrics (None: all).
-        Sequences are lists. Left None: what the run resolves (``n_images`` None: the whole grid;
-        ``transfer_factor`` None: the evaluation's choice) and what None means (``grad_clip_norm``:
-        no clipping; ``epochs``: the length is ``steps``; ``epoch_length``: an epoch is a pass over
-        the training rows). The trial key is not changed by any of this: it stays a hash of the
-        settings as given."""
+        """Every setting the model runs with, defaults included, as its trials row and its ``config`` JSON
+        hold them: the run's, then every field of ``data``, ``model`` and ``evaluation``, normalised, with a
+        None that stands for a default resolved (γ, the likelihood, the metrics). Left None: what the run
+        resolves (``n_images``, ``transfer_factor``) and what None means (``grad_clip_norm``, ``epochs``,
+        ``epoch_length``). The trial key stays a hash of the settings as given."""
         from models.registry import objective_class
 
         model = self.model.to_dict()
@@ -194,14 +179,12 @@ class TrialConfig(Mapping):
 
     @property
     def dirname(self) -> str:
-        """A short, readable folder name for the trial (its Tune and TensorBoard folder), ending in
-        the first 6 characters of its key: two trials' names can collide (Tune then suffixes one)."""
+        """A short folder name (its Tune and TensorBoard folder) ending in 6 characters of its key."""
         return self._name(self.trial_key[:6])
 
     @property
     def full_name(self) -> str:
-        """The trial's name with its whole key: the folder of its in-training checkpoints, which
-        no other trial shares (``sweeps.checkpoints.checkpoint_folder``)."""
+        """The name with the whole key: its in-training checkpoints' folder, which no other trial shares."""
         return self._name(self.trial_key)
 
     def _name(self, key: str) -> str:
