@@ -1,10 +1,9 @@
 """Sweep specifications: from a preset or a user's grid file to validated trial configs.
 
-A spec is data: ``description``, ``fixed`` settings shared by every trial, ``axes`` (each a list
-of values; the grid is their cartesian product, with the seeds as one more axis) and ``scales``
-(settings that depend on how big the run is). Presets live in ``sweeps.presets``; users write the
-same structure in a YAML or Python file and pass it with ``--grid FILE``. Everything is checked
-before Ray starts, with errors naming the bad key or value.
+A spec is data: ``description``, ``fixed`` settings, ``axes`` (lists of values whose cartesian product,
+with the seeds, is the grid) and ``scales`` (settings by run size). Presets live in ``sweeps.presets``;
+users write the same in a YAML or Python file (``--grid FILE``). Everything is checked before Ray
+starts, errors naming the bad key or value.
 """
 
 from __future__ import annotations
@@ -21,11 +20,6 @@ from sweeps.trials import TrialConfig
 SPEC_KEYS = ("description", "fixed", "axes", "scales", "search", "datasets")
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 MAX_SEEDS = 10_000
-
-
-# ----------------------------------------------------------------------------------------------
-# Specs
-# ----------------------------------------------------------------------------------------------
 
 
 def get_spec(preset: str) -> dict:
@@ -85,8 +79,7 @@ def check_spec(spec: dict, source: str) -> None:
 
 
 def pin_setting(spec: dict, key: str, value) -> dict:
-    """The spec with ``key`` set to ``value`` for every trial, whatever its fixed settings, axes
-    and scales said (a command-line option such as ``--data-source`` wins over the grid)."""
+    """The spec with ``key`` set to ``value`` for every trial, over its fixed settings, axes and scales."""
     scales = {scale: {k: v for k, v in settings.items() if k != key}
               for scale, settings in spec.get("scales", {}).items()}
     for settings in scales.values():
@@ -97,9 +90,8 @@ def pin_setting(spec: dict, key: str, value) -> dict:
 
 
 def with_dataset(spec: dict, name: str, dataset: str | None) -> dict:
-    """The spec on ``dataset``, one of its ``datasets`` (``--dataset``): that entry's ``fixed``
-    settings pinned over the spec's fixed settings, axes and scales, then its ``scales``' settings
-    over theirs; the spec as it is for None. A dataset the spec does not offer is refused."""
+    """The spec on one of its ``datasets`` (``--dataset``): that entry's ``fixed`` pinned, its ``scales``
+    over the spec's; None: the spec as it is."""
     offered = spec.get("datasets") or {}
     if dataset is None:
         return spec
@@ -124,10 +116,7 @@ def unpin_axis(spec: dict, key: str) -> dict:
 
 
 def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
-    """(fixed settings, axes): what every trial shares, and the values each axis takes.
-
-    A scale's settings override the fixed ones; a scale may also replace whole axes (under its
-    own ``axes`` key), so that a CI-sized run keeps the grid's shape with fewer points."""
+    """(fixed settings, axes) at ``scale``: its settings override the fixed ones, its ``axes`` whole axes."""
     scales = spec.get("scales", {})
     if scales and scale not in scales:
         raise UsageError(f"unknown scale {scale!r} for preset {name!r}; choose one of: {', '.join(scales)}")
@@ -145,8 +134,8 @@ def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict
 
 
 def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[TrialConfig]:
-    """Every trial of the spec at ``scale``, one per point of the axes × seeds, completed and
-    validated (``TrialConfig.complete``); two points that make the same trial are refused."""
+    """Every trial of the spec at ``scale`` (axes × seeds), completed and validated; two points that make
+    one trial are refused."""
     check_spec(spec, name)
     fixed, axes = grid_axes(spec, name, scale, seeds)
     points = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
@@ -162,9 +151,8 @@ def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[T
 
 
 def search_space(spec: dict, name: str) -> dict:
-    """The spec's ``search`` block, checked: ``metric``, ``mode`` (min or max) and ``space``, a
-    mapping of setting → {uniform|loguniform|randint: [low, high]} or {choice: [values]}.
-    Every bound is validated as a trial setting, so a negative β range is refused up front."""
+    """The ``search`` block's space, checked with its ``metric`` and ``mode`` (min or max): setting →
+    {uniform|loguniform|randint: [low, high]} or {choice: [values]}."""
     search = spec.get("search")
     if not isinstance(search, dict) or not isinstance(search.get("space"), dict) or not search["space"]:
         raise UsageError(f"{name}: --search optuna needs a 'search' block with metric, mode and a "

@@ -32,9 +32,7 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout disgen runs from: dirty when a tracked file has
-    uncommitted changes. (None, None) when disgen is not run from its own checkout (an installed
-    wheel, or a folder inside some other repository)."""
+    """(commit, dirty) of the git checkout disgen runs from; (None, None) outside its own checkout."""
     top = _git("rev-parse", "--show-toplevel")
     if top is None or os.path.realpath(top) != os.path.realpath(CHECKOUT):
         return None, None

@@ -103,8 +103,7 @@ class TrialConfig(Mapping):
 
     @classmethod
     def complete(cls, raw: Mapping, source: str = "trial") -> TrialConfig:
-        """The one completion: raw grid-point settings → a validated TrialConfig; errors start with
-        ``source``."""
+        """The one completion: raw grid-point settings → a validated TrialConfig; errors start ``source:``."""
         try:
             settings = {k: v for k, v in flatten(dict(raw)).items() if k not in DERIVED}
             unknown = sorted(set(settings) - allowed_keys())
