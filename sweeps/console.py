@@ -1,14 +1,7 @@
-"""The sweep's console: what a researcher reads while a sweep runs, in place of Tune's own output.
-
-Plain lines, the same in a terminal, in ``ray job logs`` and in a CI log: a progress table of the
-running models under a status line with the ETA of the whole sweep (at the first report, then every
-30 s, the interval growing to a quarter of the time run, at most 10 minutes), and one line per
-finished, failed or stopped model. The ETA is the work left (``sweeps/costs.py``: images × FLOPs per
-image) at the rate measured since the run's first trial started; a running model counts by the share
-of its steps done, less the share of its time evaluation takes, so the ETA does not reach zero while
-the last models are evaluated. ``--verbose`` gives Tune's output instead (docs/sweeps.md, "What you
-see while it runs").
-"""
+"""The sweep's console, in place of Tune's own output: a progress table of the running models under a status
+line with the sweep's ETA, and a line per finished, failed or stopped model (docs/sweeps.md, "What you see
+while it runs"). The ETA is the work left (``sweeps/costs.py``) at the rate measured since the run's first
+trial started, a running model counted less the share of its time evaluation takes."""
 
 from __future__ import annotations
 
@@ -255,8 +248,7 @@ class Console:
 
 
 class LiveView:
-    """The sweep's trial events, handed to its ``Console``. Once the sweep stops because its results could
-    not be written (``stop.reason``), no model is said to be done."""
+    """The sweep's trial events, handed to its ``Console`` (none said done once results cannot be written)."""
 
     def __init__(self, console: Console, stop=None):
         self.console, self.stop = console, stop

@@ -1,13 +1,7 @@
-"""What a preset costs: trial counts and compute estimates, each from a measured figure.
-
-CPU-core-hours: a burgess β-VAE trains at 390 images/s on one core of a 2-core x86_64 machine
-(benchmarks/default_study.py); other networks are scaled by their training FLOPs per image (counted
-on PyTorch's meta device), as a compute-bound CPU behaves to first order. GPU-hours: training FLOPs
-at the effective rate of Dittadi et al. 2021's published cost (1,080 models, 400k steps at batch 64,
-about 2.8 V100-years: 313 images/s, about 6.0 TFLOP/s), in V100-equivalent hours, for want of a
-disgen GPU measurement; a lower bound for one small model per GPU, which packing (``--pack-size``)
-aims to approach.
-"""
+"""What a preset costs: trial counts, and compute from two measured figures: a burgess β-VAE's 390 images/s
+on one core of a 2-core x86_64 machine (benchmarks/default_study.py), and the 2.8 V100-years of Dittadi et
+al. 2021's 1,080 models (V100-equivalent GPU-hours, a lower bound for one small model per GPU). Other
+networks scale by their training FLOPs per image, counted on PyTorch's meta device."""
 
 from __future__ import annotations
 
@@ -29,9 +23,8 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
                              decoder_only: bool = False, decoder: str = "mirror", encodes: int = 1,
                              decodes: int = 1) -> float:
-    """Forward and backward FLOPs of one image, counted on the meta device: the decoder only for
-    ``decoder_only`` (the ground-truth decoder); ``encodes``/``decodes``: images encoded and decoded per row
-    (a composition triplet: 2 and 1, or 3 with M22's loss)."""
+    """Forward and backward FLOPs of one image, on the meta device: the decoder's only for ``decoder_only``;
+    ``encodes``/``decodes``: images per row (a composition triplet: 2 and 1, or 3 with M22's loss)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -59,8 +52,7 @@ def gpu_flops_per_second() -> float:
 
 @functools.cache
 def _full_grid_train_size(dataset: str, split: str) -> int:
-    """Training images of the whole grid under a split (its modifiers' dropped images left out); for a
-    dataset read only from its files (D21's robot finger), its published size."""
+    """The whole grid's training images under a split; a file-only dataset's published size."""
     from data_pipeline import factor_space, get_split
     from data_pipeline.spaces import has_generator
 
@@ -73,8 +65,7 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
 
 
 def training_steps(trial) -> int:
-    """The steps one trial trains for: an epoch is ``n_images`` rows, or the full grid's training side,
-    unless ``epoch_length`` fixes it."""
+    """The steps one trial trains for (an epoch: ``n_images`` rows, or the whole grid's training side)."""
     n_train = trial.data.n_images
     if n_train is None:
         n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
@@ -88,8 +79,7 @@ def training_images(trial) -> int:
 
 
 def relative_flops(trial) -> float:
-    """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one channel,
-    10 latents), whose CPU speed is the measured figure."""
+    """A trial's training FLOPs per image over the reference network's (burgess, 64 px, 10 latents)."""
     model = trial.model
     encodes, decodes = 1, 1
     if model.task == "composition":  # a triplet: both inputs encoded; the target, or all three, decoded

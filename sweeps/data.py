@@ -1,13 +1,6 @@
-"""A sweep's datasets, planned on the driver by reference: what each trial will read, never the images.
-
-A trial's ``data_source`` is ``procedural`` (rendered by disgen's generators), ``real`` (the real file
-in ``--data-dir``) or ``prepared`` (``DIR/<dataset>/`` as ``python -m data_pipeline.prepare`` wrote it).
-``plan_data`` turns each into a ``DatasetReference`` that each node caches once for its trials to
-memory-map (``data_pipeline.node_cache``); with ``--data-source procedural --data-dir DIR``, each
-procedural dataset is first rendered once to ``DIR`` (``share_procedural``). The driver reads only
-labels, headers and manifests, so a missing or malformed file, or a split that leaves no training
-images, is a one-line ``UsageError`` before Ray starts.
-"""
+"""A sweep's datasets, planned on the driver by reference (``plan_data``: a ``DatasetReference`` per trial's
+data, which each node caches once), from labels, headers and manifests, never images: a missing or bad file,
+or a split that leaves no training images, is a one-line ``UsageError`` before Ray starts."""
 
 from __future__ import annotations
 
@@ -56,8 +49,7 @@ def _first_line(error: BaseException) -> str:
 
 
 class MissingData(UsageError):
-    """A real file or prepared folder that is not there, and the ``command`` that puts it there (or None),
-    so that ``plan_data`` names every missing one at once."""
+    """A real file or prepared folder that is not there, with the ``command`` that puts it there (or None)."""
 
     def __init__(self, message: str, problem: str, command: str | None):
         super().__init__(message)
@@ -119,8 +111,7 @@ def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference,
 
 
 def check_fits(data: Labels, trial: TrialConfig) -> None:
-    """A stored dataset must suit its trials: image size, channels, and a split that leaves training images.
-    """
+    """A stored dataset must suit its trials: image size, channels, a split that leaves training images."""
     if data.image_size != trial.model.image_size:
         raise UsageError(f"{data.what} has {data.image_size} px images but the trials use image_size "
                          f"{trial.model.image_size}; set image_size: {data.image_size} in the grid")
@@ -141,8 +132,7 @@ def check_fits(data: Labels, trial: TrialConfig) -> None:
 
 
 def ood2_key(trial: TrialConfig, dataset: str) -> tuple:
-    """The key of ``trial``'s OOD2 set ``dataset`` among ``plan_data``'s references: the whole set, from the
-    trial's own source."""
+    """The key of ``trial``'s OOD2 set ``dataset`` among ``plan_data``'s references (the whole set)."""
     return (trial.data.data_source, dataset, None, 0)
 
 
@@ -217,8 +207,7 @@ def _read_stored(trials: Sequence[TrialConfig], data_dir: str | None) -> dict:
 
 
 def share_procedural(references: dict, shared_dir: str) -> dict:
-    """The references with every procedural dataset rendered once to ``shared_dir`` (by Ray Data, unless a
-    finished copy is there) and named by that copy."""
+    """The references, each procedural dataset rendered once to ``shared_dir`` (Ray Data) and named by it."""
     from data_pipeline import prepared
     from data_pipeline.prepare import prepare
 

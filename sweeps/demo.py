@@ -1,14 +1,7 @@
-"""The papers' findings on a laptop: the ``demo`` scale of montero2021, montero2022 and dittadi2021, one
-after the other, then one report whose Findings section puts each paper's headline statements beside
-what the demo shows (✓ reproduced, ✗ not, ? inconclusive).
-
-    python -m sweeps.demo                       # all three (under an hour on 2 cores), then the report
-    python -m sweeps.demo --studies dittadi2021 # one of them
-    python -m sweeps.demo --budget 0.5          # every model trained half as long
-
-A study interrupted, or already run, is resumed. docs/presets.md says what the demo scale shrinks;
-benchmarks/README.md gives its wall times and findings.
-"""
+"""The papers' findings on a laptop: the ``demo`` scale of montero2021, montero2022 and dittadi2021 (under
+an hour on 2 cores), then one report whose Findings section says, for each paper's headline statements,
+whether the demo reproduces them (✓, ✗ or ?). An interrupted study is resumed; docs/presets.md says what the
+demo scale shrinks."""
 
 from __future__ import annotations
 
@@ -60,8 +53,7 @@ def _studies(text: str) -> list[str]:
 
 
 def experiment(preset: str, storage_path: str, budget: float = 1.0) -> str:
-    """Where a study's demo runs: ``<storage path>/<preset>-demo``, plus ``-budget0.5`` for a budget factor.
-    """
+    """Where a study's demo runs: ``<storage path>/<preset>-demo`` (``-budget0.5`` for a budget factor)."""
     return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo", budget))
 
 

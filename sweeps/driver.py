@@ -1,7 +1,5 @@
-"""The driver: a planned sweep (``sweeps.paper_grid.plan``) run on Ray, start to finish. ``run`` reads
-top to bottom; what is left to run comes from the plan and the results, never from Tune's saved state,
-so a new run, a resume and an extension are one path.
-"""
+"""The driver: a planned sweep run on Ray, start to finish. What is left to run comes from the plan and the
+results, never from Tune's saved state, so a new run, a resume and an extension are one path."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ from sweeps.results import ResultsWriter, StorageFailed, read_trials, retried
 
 @dataclasses.dataclass(frozen=True)
 class SweepSummary:
-    """What a run of a sweep left: every model's row (None where unreadable), the Tune trials that failed,
-    its seconds, and what stopped it."""
+    """What a run left: every model's row (None where unreadable), the failed Tune trials, seconds, stop."""
 
     trials: object
     failed: int
@@ -39,8 +36,7 @@ class SweepSummary:
 
 
 def run(sweep: Sweep, stop: StopSignal | None = None) -> SweepSummary:
-    """Run what is left of ``sweep`` on Ray; ``stop``: its stop signal (a Ctrl-C, or the lock's lease lost).
-    """
+    """Run what is left of ``sweep`` on Ray; ``stop``: a Ctrl-C, or the lock's lease lost."""
     stop, started, failed = stop or StopSignal(), time.perf_counter(), 0
     store = ResultsStore(sweep.experiment_dir)  # the stored rows, read once
     options = sweep.options
@@ -127,8 +123,7 @@ def checkpoint_every(sweep: Sweep) -> int:
 
 
 def tune_run(sweep: Sweep, work) -> ray_edge.TuneRun:
-    """The Tune run of ``work``. TensorBoard files go to the trial folders (local storage) or each trial's
-    working folder, synced by Tune (remote)."""
+    """The Tune run of ``work`` (TensorBoard files straight to the trial folders where storage is local)."""
     options, base, remote = sweep.options, sweep.base_trials, storage.is_remote(sweep.experiment_dir)
     run_info = TrialRun(
         experiment_dir=sweep.experiment_dir, tensorboard_root=None if remote else sweep.experiment_dir,
@@ -145,8 +140,7 @@ def tune_run(sweep: Sweep, work) -> ray_edge.TuneRun:
 
 
 def listeners(sweep: Sweep, writer: ResultsWriter, store: ResultsStore) -> list:
-    """Who hears the trial events: the results writer first (a row is stored before the console says done),
-    the search's own, the live view unless --verbose."""
+    """The trial events' listeners: the results writer first, the search's, the live view (not --verbose)."""
     found = [writer, *sweep.search.listeners(sweep)]
     if not sweep.options.verbose:
         console = Console(sweep.name, sweep.trials, store.keys, base_trials=sweep.base_trials,

@@ -1,8 +1,5 @@
-"""A sweep's plan as text, for ``python -m sweeps.paper_grid ... --dry-run``: what a run would do,
-decided without Ray (which this module never imports) and without writing anything: the trials and
-their packs, the resources per trial and where models are evaluated, the pack size and why, the
-estimated cost (``sweeps.costs``), the splits whose held-out grid is smaller than their ``n_nll``.
-"""
+"""A sweep's plan as text (``--dry-run``): what a run would do, decided without Ray (never imported here)
+and without writing anything: the trials and packs, resources, pack size, cost and held-out shortfalls."""
 
 from __future__ import annotations
 
@@ -78,9 +75,8 @@ def _steps(pack: Sequence[TrialConfig]) -> str:
 
 
 def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
-    """A line for each procedural (dataset, split) whose held-out grid has fewer combinations than some
-    trial's ``n_nll``: their ``test_nll`` uses every one, fewer images than asked. Real and prepared data
-    are left out: the plan does not open their grid."""
+    """A line for each procedural (dataset, split) whose held-out grid is smaller than some trial's
+    ``n_nll``: its ``test_nll`` uses all of it, fewer images than asked."""
     from data_pipeline.spaces import factor_space
     from data_pipeline.splits import get_split
 
@@ -102,7 +98,6 @@ def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
 
 
 def plan_text(sweep: Sweep) -> str:
-    """The plan of ``sweep`` (``sweeps.paper_grid.plan_trials``) under its options."""
     options, trials = sweep.options, sweep.trials
     size, reason = _pack_size(options, trials)
     packs = make_packs(trials, size)

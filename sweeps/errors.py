@@ -13,8 +13,8 @@ class UsageError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM (``ray job stop``, a batch scheduler) where it stops the driver at once, as a Ctrl-C's
-    ``KeyboardInterrupt`` does: before the sweep started, or a second one while it stops."""
+    """A SIGTERM (``ray job stop``) that stops the driver at once, as a Ctrl-C's ``KeyboardInterrupt`` does:
+    before the sweep started, or a second one."""
 
 
 def raise_terminated(signum, frame):
@@ -49,10 +49,9 @@ def sigterm_as_interrupt():
 class StopSignal:
     """Why a running sweep stops: a Ctrl-C or SIGTERM (``signum``), or a ``request`` (``reason``: the
     results store kept failing, another driver took the lease); ``received`` is set either way. While Tune
-    runs, ``sweeps.ray_edge`` notes a signal (``noted``) and hands it on to Tune, and ``interrupt`` ends
-    the run the same way for a request; ``Tuner.fit`` returns normally, and the driver asks this object
-    what happened. As a context manager (main thread) it puts back the SIGINT and SIGTERM handlers that
-    were there before (Tune leaves its own), and outside Tune's runs a SIGTERM raises ``Terminated``."""
+    runs, ``sweeps.ray_edge`` hands a signal on to Tune (``noted``) and ``interrupt`` ends the run for a
+    request; ``Tuner.fit`` returns normally. As a context manager (main thread) it puts back the signal
+    handlers Tune leaves, and outside Tune's runs a SIGTERM raises ``Terminated``."""
 
     def __init__(self):
         self.received = threading.Event()

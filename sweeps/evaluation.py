@@ -1,12 +1,7 @@
-"""A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU.
-
-A trial without a GPU evaluates its models right after training (``evaluate_model``). A trial with one
-would leave it idle for as long as CPU-only metrics take (DCI's boosted trees: minutes a model), so it
-saves its trained models in its final checkpoint, reports them as not evaluated and ends; the driver
-evaluates each from that checkpoint in a CPU-only Ray task (``DeferredEvaluations``) and commits the
-trial's models once all have ended. A driver killed meanwhile leaves trained models without rows, and
-``--resume`` runs their trials again: each finds its final checkpoint, trains nothing and is evaluated.
-"""
+"""A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU. A trial that
+holds a GPU does not evaluate (DCI's boosted trees alone take minutes a model): it saves its trained models
+in its final checkpoint and ends, and the driver evaluates each in a CPU-only Ray task
+(``DeferredEvaluations``), then commits them (docs/sweeps.md, "Evaluation off the GPU")."""
 
 from __future__ import annotations
 
@@ -106,8 +101,8 @@ _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
 
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,
                    ood2_sets: dict | None = None) -> dict:
-    """``trial``'s metrics of a trained ``model`` on its split (and OOD2 sets), with ``eval_seconds`` and
-    its start and end (epoch seconds)."""
+    """``trial``'s metrics of a trained ``model`` (and OOD2 sets), with ``eval_seconds``, its start and end.
+    """
     began, started = time.time(), time.perf_counter()
     metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
                        data_seed=trial.data.data_seed, ood2_sets=ood2_sets)
@@ -233,8 +228,7 @@ class DeferredEvaluations:
         return len(refs)
 
     def finished(self, wait: bool = False) -> Iterator[TrialOutcome]:
-        """The outcomes of trials whose evaluations have all ended (``wait``: every one, as it ends), each
-        model with its metrics and history, or its error."""
+        """The outcomes of trials whose evaluations all ended (``wait``: each as it ends)."""
         while self.pending:
             refs = [ref for p in self.pending.values() for ref in p["refs"] if ref not in p["done"]]
             ready = self.tasks.done(refs, wait)

@@ -1,10 +1,6 @@
-"""Sweep specifications: from a preset or a user's grid file to validated trial configs.
-
-A spec is data: ``description``, ``fixed`` settings, ``axes`` (lists of values whose cartesian product,
-with the seeds, is the grid) and ``scales`` (settings by run size). Presets live in ``sweeps.presets``;
-users write the same in a YAML or Python file (``--grid FILE``). Everything is checked before Ray
-starts, errors naming the bad key or value.
-"""
+"""Sweep specifications: a preset (``sweeps.presets``) or a user's YAML or Python grid file (``--grid``),
+whose ``fixed`` settings, ``axes`` × seeds and ``scales`` make validated trial configs, checked before Ray
+starts with errors naming the bad key or value."""
 
 from __future__ import annotations
 
@@ -90,8 +86,7 @@ def pin_setting(spec: dict, key: str, value) -> dict:
 
 
 def with_dataset(spec: dict, name: str, dataset: str | None) -> dict:
-    """The spec on one of its ``datasets`` (``--dataset``): that entry's ``fixed`` pinned, its ``scales``
-    over the spec's; None: the spec as it is."""
+    """The spec on one of its ``datasets`` (``--dataset``): that entry's settings pinned over the spec's."""
     offered = spec.get("datasets") or {}
     if dataset is None:
         return spec
@@ -134,8 +129,7 @@ def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict
 
 
 def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[TrialConfig]:
-    """Every trial of the spec at ``scale`` (axes × seeds), completed and validated; two points that make
-    one trial are refused."""
+    """Every trial of the spec at ``scale`` (axes × seeds), complete and validated, none twice."""
     check_spec(spec, name)
     fixed, axes = grid_axes(spec, name, scale, seeds)
     points = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]

@@ -1,16 +1,10 @@
 """One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews.
 
-The lock names its holder (boot id, host, pid, process start time, a token of its own). Its driver
-renews it every ``RENEW_S`` seconds from a thread; a refused renewal (another driver took it over)
-stops the sweep as a Ctrl-C does (``on_lost``), and never deletes the other's lock. A lock is stale,
-and taken over with no manual step, where its holder ran on this machine and its process is gone, or
-where it was last renewed more than ``LEASE_S`` seconds ago by the store's own clock, never a client's
-(docs/cluster.md, "The driver's lease, and what a lost head costs").
-
-Taking it is one atomic create, so of two drivers exactly one gets it: locally a file written whole
-and hard-linked in place (a stale one removed under an ``flock``); on S3 a conditional ``PutObject``
-(``If-None-Match: *``, then ``If-Match`` on its ETag; through boto3, as pyarrow cannot); on other
-object stores a write read back, which misses only two drivers started within the same second.
+It names its holder (boot id, host, pid, start time, a token), and is renewed every ``RENEW_S`` seconds;
+a refused renewal stops the sweep (``on_lost``). It is stale, and taken over, where its holder ran here
+and its process is gone, or its last renewal is older than ``LEASE_S`` by the store's own clock
+(docs/cluster.md, "The driver's lease"). Taking it is one atomic create: a hard link locally, a
+conditional ``PutObject`` on S3 (through boto3), a write read back on other object stores.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A sweep's options, declared once, and the records a planned sweep travels in.
-
-Each option is one field of ``SweepOptions`` made by ``option(...)``. The command line's flags,
-``sweeps.run``'s keywords and signature, the checks (a one-line ``UsageError`` naming the flag,
-before Ray starts) and docs/sweeps.md's options table are all derived from the declarations.
-``Sweep`` is the planned sweep the driver reads; ``TrialRun`` the part of it each Tune trial reads.
-"""
+"""A sweep's options, each declared once, as a field of ``SweepOptions`` (``option(...)``), from which the
+command line's flags, ``sweeps.run``'s keywords and signature, the checks and docs/sweeps.md's options table
+are derived; and the records a planned sweep travels in (``Sweep``, and ``TrialRun`` for each Tune trial)."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ SCHEDULERS = ("none", "asha")
 
 @dataclass(frozen=True)
 class Check:
-    """A rule for an option's value (the docs table's "allowed") and ``problem(flag, value)``: its one-line
-    error, or None."""
+    """A rule for an option's value (the docs table's "allowed"); ``problem``: its one-line error, or None."""
 
     rule: str
     problem: Callable[[str, typing.Any], str | None]
@@ -66,15 +61,13 @@ def _cpu_share(flag: str, value: float) -> str | None:
 CPU_SHARE = Check("finite, > 0", _cpu_share)
 
 
-def _budget(flag: str, value: float) -> str | None:
-    if math.isfinite(value) and value > 0:
-        return None
-    return f"{flag} must be a finite number > 0 (0.5 halves every training budget); got {value}"
+def positive(note: str, unit: str = "", rule: str = "finite, > 0") -> Check:
+    return Check(rule, lambda flag, value: None if math.isfinite(value) and value > 0 else
+                 f"{flag} must be a finite number {unit}> 0 ({note}); got {value}")
 
 
 def _pack_size(flag: str, value) -> str | None:
-    """--pack-size alone; the rule that ties it to --search and --scheduler is in
-    ``SweepOptions.__post_init__``."""
+    """--pack-size alone; its tie to --search and --scheduler is in ``SweepOptions.__post_init__``."""
     from sweeps.packing import check_pack_size
 
     try:
@@ -82,12 +75,6 @@ def _pack_size(flag: str, value) -> str | None:
     except UsageError as error:
         return str(error)
     return None
-
-
-def _gpu_memory(flag: str, value: float) -> str | None:
-    if math.isfinite(value) and value > 0:
-        return None
-    return f"{flag} must be a finite number of GiB > 0 (e.g. 80 for an H100); got {value}"
 
 
 def _folder_name(flag: str, name: str) -> str | None:
@@ -182,8 +169,7 @@ def _arms(hint) -> tuple:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """The options of one sweep, checked on construction: a bad value is refused in one line naming its
-    flag."""
+    """The options of one sweep, checked on construction: a bad value is refused naming its flag."""
 
     # the preset's and scale's names are listed here and refused by the plan, which knows a grid's scales
     preset: str = option("default", "the study to run (each is described below)",
@@ -201,7 +187,8 @@ class SweepOptions:
         "paper)", metavar="{" + ",".join(SCALES) + "}")
     budget: float = option(1.0, "multiply every model's training budget by this factor: its steps (or "
         "epochs) and the schedules counted in steps (KL warm-up, lr milestones, CascadeVAE's releases); "
-        "0.5 halves them, to see whether a result depends on the budget", Check("finite, > 0", _budget))
+        "0.5 halves them, to see whether a result depends on the budget",
+        positive("0.5 halves every training budget"))
     storage_path: str = option(DEFAULT_STORAGE, "folder that receives the experiment folder")
     name: str | None = option(None, "experiment name, the folder under --storage-path (default: the "
         "preset's name, plus the scale unless it is smoke)", Check("one folder name", _folder_name))
@@ -258,7 +245,8 @@ class SweepOptions:
     gpu_memory: float | None = option(None, "with --dry-run and --gpus-per-trial: plan the packs for GPUs "
         "of this many GiB, the cluster's card (80 for an H100 or A100 80 GB; cluster.yaml's A10G: 24), "
         "instead of the 24 GiB card assumed; the plan prints which it assumed. A run measures the GPU "
-        "it gets", Check("finite, > 0; with --dry-run", _gpu_memory), metavar="GIB", run_as=None)
+        "it gets", positive("e.g. 80 for an H100", "of GiB ", "finite, > 0; with --dry-run"),
+        metavar="GIB", run_as=None)
     pack_size: int | str = option("auto", "train up to N models that share data, split and shape in one "
         "trial (models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as fit in the GPU "
         "share's memory, up to 64. Each model still gets its own row, TensorBoard folder and metrics",
@@ -280,14 +268,12 @@ class SweepOptions:
 
     @property
     def pinned_data_source(self) -> str | None:
-        """``--data-source``, else real where ``--data-dir`` is given, else None (each trial's own setting).
-        """
+        """``--data-source``, else real with ``--data-dir``, else None (each trial's own setting)."""
         return self.data_source or ("real" if self.data_dir else None)
 
 
 def declarations(cls: type = SweepOptions) -> dict[str, Option]:
-    """The options a dataclass declares with ``option``, by name in field order, with name, type, hint and
-    default."""
+    """The ``option`` declarations of a dataclass, by name in field order, their fields' facts filled in."""
     hints = typing.get_type_hints(cls)
     return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=f.type, hint=hints[f.name],
                                         default=f.default) for f in dataclasses.fields(cls)}

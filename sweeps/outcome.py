@@ -1,11 +1,6 @@
-"""What a trial's models report, from the trainable to their rows: ``ModelOutcome`` and ``TrialOutcome``.
-
-Tune writes every report into the trial's result.json, so what crosses Tune is small plain data: the
-trainable turns its ``TrialOutcome`` into its final report once (``to_report``: each model named by
-its trial key, never its settings) and the driver turns it back once (``from_report``, the settings
-from the plan). In between, the evaluations, the results writer, the trackers and the console read
-these dataclasses.
-"""
+"""What a trial's models report, from the trainable to their rows (``ModelOutcome``, ``TrialOutcome``). Tune
+writes every report into result.json, so what crosses Tune is small plain data: models named by trial key,
+never their settings (``to_report``), read back once on the driver from the plan (``from_report``)."""
 
 from __future__ import annotations
 

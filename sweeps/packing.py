@@ -1,12 +1,8 @@
 """Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
 
-A Tune trial's config is ``{"members": [trial key, ...]}`` (an Optuna trial's ``{"base": index,
-"sampled": {...}}``), resolved by ``members_of`` through the planned trials (``PlannedTrials``), never
-a trial's settings: Tune writes the config into every result, where a pack of 32 whole configs took
-about 21 KB a report (benchmarks/README.md, "Small results"). A pack's members share the dataset and
-its data settings (not the split), the evaluation settings and ``MODEL_SHARED``, and may differ in
-everything else (those that cannot share one vmap step as separate groups); trials that differ in a
-shared setting go to different packs, never refused.
+A Tune trial's config names its members by trial key (an Optuna trial: a planned trial's index and its
+sampled values), never their settings: Tune writes it into every result (benchmarks/README.md, "Small
+results"). Members share the data settings but the split, the evaluation's and ``MODEL_SHARED``.
 """
 
 from __future__ import annotations
@@ -60,7 +56,6 @@ class PlannedTrials(Sequence):
         return len(self._settings)
 
     def get(self, key: str) -> TrialConfig | None:
-        """The planned trial of this key, or None."""
         index = self._index.get(key)
         return None if index is None else self[index]
 
@@ -75,8 +70,7 @@ def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
 
 def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
     """The trials a Tune trial config holds, from the planned trials ``base`` (a ``PlannedTrials`` where
-    called often): by trial key (an older disgen's whole settings read as they are), or an Optuna trial's
-    planned one with its sampled values."""
+    called often): by key (an older disgen's settings as they are), or Optuna's planned one, sampled."""
     if "members" in config:
         members = config["members"]
         plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)

@@ -72,8 +72,7 @@ def _prepared_state(data_dir: str | None, dataset: str) -> str:
 
 
 def datasets_text(options: SweepOptions) -> str:
-    """What ``--list`` adds: for each preset that offers other datasets, the one these options use and
-    whether it is prepared."""
+    """What ``--list`` adds: each preset's other datasets, the one used and whether it is prepared."""
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     lines = []
     for name, spec in PRESETS.items():
@@ -197,8 +196,7 @@ def load_spec(options: SweepOptions) -> tuple[dict, str]:
 
 
 def seed_list(seeds) -> list[int]:
-    """The seeds per configuration, from a count or a list: text (``"3"``, ``"0,5,7"``), a whole number or a
-    sequence."""
+    """The seeds per configuration from a count or a list: text (``"3"``, ``"0,5,7"``), int or sequence."""
     if isinstance(seeds, str):
         return parse_seeds(seeds)
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
@@ -263,8 +261,7 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
 
 
 def plan(options: SweepOptions, given=None) -> Sweep:
-    """All that can be decided without Ray: ``plan_trials``, and the experiment folder, checked writable and
-    free."""
+    """All that can be decided without Ray: ``plan_trials``, and the experiment folder, writable and free."""
     planned = plan_trials(options, given)
     storage_path = check_storage(options.storage_path)
     check_address(options.address)
@@ -334,7 +331,6 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def stopped_by(signum: int) -> str:
-    """How the command line names a signal that stopped a sweep."""
     return "Stopped (SIGTERM, e.g. `ray job stop`)" if signum == signal.SIGTERM else "Interrupted (Ctrl-C)"
 
 
@@ -433,8 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
-    """What a finished sweep ran, its results and the commands that read them; the exit code (1 if a trial
-    failed)."""
+    """A finished sweep's summary, results and next commands; the exit code (1 if a trial failed)."""
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
 

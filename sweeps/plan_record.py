@@ -1,9 +1,6 @@
-"""The planned trials of an experiment, kept in its folder as ``plan.json`` (the search mode and each
-trial's settings, written before any trial starts), and what ``--resume`` may do with a grid that
-differs: the same trials resume; the same plus new ones (more seeds, an axis value) *extend* the
-experiment; anything else (a trial dropped or changed, or any change with ``--search optuna`` or
-``--scheduler asha``) is refused with the difference, so one experiment never mixes two grids.
-"""
+"""An experiment's planned trials, kept in its folder as ``plan.json``, and what ``--resume`` may do with a
+grid that differs: the same trials resume, the same plus new ones extend the experiment, anything else is
+refused with the difference (one experiment never mixes two grids)."""
 
 from __future__ import annotations
 
@@ -52,8 +49,7 @@ def _values(trials: dict, name: str) -> list:
 
 
 def differences(old: dict, new: dict) -> dict:
-    """What changed between two plan records: trial keys added, removed and changed, the settings whose
-    values differ (name → (old, new)), and the modes."""
+    """What changed between two plan records: trial keys added, removed, changed, setting values, modes."""
     old_trials, new_trials = old["trials"], new["trials"]
     names = sorted({n for t in [*old_trials.values(), *new_trials.values()] for n in t} - {"trial_key"})
     settings = {n: (_values(old_trials, n), _values(new_trials, n)) for n in names

@@ -1,9 +1,8 @@
-"""Study presets as data: the fixed settings, the grid axes, and the settings of each scale: ``tiny``
-for CI (seconds), ``smoke`` a laptop's minutes, ``demo`` a verdict on each paper's headline finding
-(the three in under an hour on 2 cores; docs/presets.md), ``small`` one GPU (hours), ``full`` the
-paper. Every value of ``fixed``, ``axes`` and the ``full`` scales carries its source in a comment (the
-paper's section, its public code, or "disgen" where neither fixes it); the smaller scales are disgen's.
-"""
+"""Study presets as data: the fixed settings, the grid axes, and the settings of each scale: ``tiny`` for CI
+(seconds), ``smoke`` a laptop's minutes, ``demo`` a verdict on each paper's headline finding (the three in
+under an hour on 2 cores; docs/presets.md), ``small`` one GPU (hours), ``full`` the paper. Every value of
+``fixed``, ``axes`` and the ``full`` scales carries its source in a comment (the paper's section, its public
+code, or "disgen" where neither fixes it); the smaller scales are disgen's."""
 
 from __future__ import annotations
 

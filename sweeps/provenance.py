@@ -1,7 +1,5 @@
-"""What ran a model: disgen's version and git commit, the Python, torch and Ray versions, and the
-device. A trial records its own (on the worker that trained it) in its final result; the driver
-records its own on the rows of models that did not finish.
-"""
+"""What ran a model: disgen's version and git commit, the Python, torch and Ray versions, and the device; a
+trial's own (from its worker) in its final result, the driver's on rows of models that did not finish."""
 
 from __future__ import annotations
 
@@ -43,7 +41,6 @@ def git_state() -> tuple[str | None, bool | None]:
 
 @functools.cache
 def software() -> dict:
-    """The software columns of this process (computed once)."""
     import torch
 
     commit, dirty = git_state()

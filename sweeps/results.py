@@ -1,20 +1,10 @@
-"""The results writer: a listener of a sweep's trial events (``sweeps.ray_edge.Events``) that commits
-each finished trial's rows as one part, and a row for each model that failed or was stopped.
+"""The results writer: a listener of a sweep's trial events that commits each finished trial's rows as one
+part, and a row for each model that failed or was stopped (docs/sweeps.md, "How results are stored").
 
-A finished trial writes its models' loss history itself, as a history part (``sweeps/trainable.py``),
-and reports scalars only; the writer, on the driver, then writes the trials part of the same name,
-the commit (``analysis/storage.py``): a crash before it leaves history no reader sees, and the resume
-runs the trial again. A trial that held a GPU has its models evaluated in CPU-only tasks first
-(``sweeps.evaluation.DeferredEvaluations``), then committed with the histories they read. The stored
-trial keys are kept in memory (one ``ResultsStore`` per sweep), so a commit never reads earlier ones
-and a resumed trial never gets a second row. A row holds every setting the model ran with, its
-``status`` and what ran it; a failed or stopped model's row has no metrics, and a later finished run
-replaces it.
-
-A write that fails with an ``OSError`` (S3's 503s, a dropped connection) is tried again with
-exponential backoff (``WRITE_ATTEMPTS``, ``WRITE_BACKOFF_S``); where it still fails, the writer stops
-the sweep as a Ctrl-C does and writes nothing more, and the resume runs every trial whose rows did not
-land. Each file is written whole or not at all, so a failed try leaves nothing a reader sees.
+A finished trial writes its history part itself; the writer's trials part of the same name is the
+commit, so a crash before it leaves history no reader sees. A write that fails with an ``OSError``
+is retried with backoff; where it still fails, the sweep stops as a Ctrl-C does, and the resume runs
+every trial whose rows did not land.
 """
 
 from __future__ import annotations
@@ -43,8 +33,7 @@ class StorageFailed(RuntimeError):
 
 
 def retried(action, what: str, attempts: int | None = None, backoff_s: float | None = None):
-    """``action()``, tried again after an ``OSError`` with exponential backoff; ``StorageFailed`` naming
-    ``what`` once it has failed ``attempts`` times."""
+    """``action()``, retried after an ``OSError`` with exponential backoff, else ``StorageFailed``."""
     attempts = WRITE_ATTEMPTS if attempts is None else attempts
     backoff_s = WRITE_BACKOFF_S if backoff_s is None else backoff_s
     for attempt in range(attempts):
@@ -95,8 +84,7 @@ def history_rows(experiment: str, trial_key: str, history: list[dict]) -> list[d
 
 
 def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) -> list[dict]:
-    """The trials rows of a Tune trial's outcome, one per member, finished or failed, each linked to its Ray
-    trial (``trial_id``) and its TensorBoard folder."""
+    """A Tune trial's outcome's rows, one per member, with its Ray ``trial_id`` and its TensorBoard folder."""
     rows = []
     for member in outcome.members:
         status = "failed" if member.failed else "finished"
@@ -107,8 +95,7 @@ def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) ->
 
 
 def unfinished_rows(experiment: str, trial, base_trials, status: str, error: str | None = None) -> list[dict]:
-    """The rows of a Tune trial's models that did not finish, ``failed`` (for good) or ``stopped`` (ASHA),
-    with the step they reached, where and on what."""
+    """The rows of a Tune trial's models that did not finish (``failed`` or ``stopped``)."""
     result = trial.last_result or {}
     facts = {**provenance.software(), **{k: result[k] for k in ("node_id", "device") if k in result},
              "step": result.get("step"), "error": error}
@@ -144,8 +131,7 @@ class ResultsWriter:
         self.failure: str | None = None  # the write that kept failing, once one has
 
     def _write(self, what: str, action) -> bool:
-        """Run the write ``action``, ``retried``: True where it succeeded. Where it kept failing, stop the
-        sweep; once stopping, write nothing."""
+        """``action``, ``retried``: True where it succeeded; where it kept failing, the sweep stops."""
         if self.failure is not None:
             return False
         try:
@@ -161,9 +147,8 @@ class ResultsWriter:
             return False
 
     def completed(self, trial) -> None:
-        """Store the trial's models: a row each, finished or failed (a diverged pack member also in
-        errors-parts/), or ``stopped`` (ASHA); or, trained on a GPU, start their evaluations. A finished row
-        stored already stays."""
+        """Store the trial's models: a row each, finished or failed (a diverged member also in
+        errors-parts/), or ``stopped`` (ASHA); or start their deferred evaluations."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
             self._commit_unfinished(trial, "stopped")

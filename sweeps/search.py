@@ -1,10 +1,7 @@
 """How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned trial,
-``OptunaSearch`` ``--num-samples`` trials that Optuna's TPE samples from the grid's ``search`` space.
-Each owns what differs between the two, so that no other module asks which one runs.
-
-A resume plans from disgen's own records, never Tune's: the planned trials with no row yet (grid), or
-the samples left, the interrupted ones asked again first (Optuna, whose study is kept in Optuna's own
-journal file, ``JOURNAL``, in the experiment's folder).
+``OptunaSearch`` ``--num-samples`` that Optuna's TPE samples from the grid's ``search`` space. Each owns
+what differs between the two, so no other module asks which runs. A resume plans from disgen's records,
+never Tune's: the trials with no row yet, or the samples left (the study kept in ``JOURNAL``).
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class Sampled:
-    """Optuna's run: ``samples`` trials, each a planned trial (``base``, one of ``planned``) with
-    ``space``'s settings sampled towards ``metric`` (``mode``); the study ``study`` in ``journal``, its
-    ``points`` asked first."""
+    """Optuna's run: ``samples`` planned trials (``base``, one of ``planned``) with ``space`` sampled
+    towards ``metric``; the study ``study`` in ``journal``, its ``points`` asked first."""
 
     planned: int
     space: dict
@@ -62,7 +58,6 @@ class GridSearch:
         pass
 
     def count(self, options, trials: Sequence[TrialConfig]) -> int:
-        """The models the sweep runs."""
         return len(trials)
 
     def defers_evaluation(self, gpus: float) -> bool:
@@ -90,9 +85,8 @@ class GridSearch:
 
 
 class OptunaSearch:
-    """``--num-samples`` planned trials with the ``search`` space's settings sampled by TPE towards its
-    metric. The study is kept in a journal (``JOURNAL``; on remote storage, copied beside the results), so a
-    resumed search goes on with what it learnt."""
+    """``--num-samples`` planned trials with the ``search`` space sampled by TPE; the study is kept in a
+    journal (``JOURNAL``), so a resumed search goes on with what it learnt."""
 
     name = "optuna"
     extendable = False  # the samples depend on the whole study
@@ -122,8 +116,7 @@ class OptunaSearch:
         return 1, "1: --search optuna decides trial by trial"
 
     def work(self, sweep, statuses: Mapping[str, str]):
-        """The samples not yet taken, the interrupted ones asked again first (each goes on from its
-        checkpoint); None where none is left."""
+        """The samples left, the interrupted ones asked again first (from their checkpoints); None if none."""
         from sweeps.grid import search_space
 
         journal = open_journal(sweep.experiment_dir)
@@ -148,7 +141,6 @@ SEARCHES = {search.name: search for search in (GridSearch(), OptunaSearch())}
 
 
 def search_of(name: str):
-    """The search ``--search`` names."""
     if name not in SEARCHES:
         raise UsageError(f"--search {name!r}: choose one of {', '.join(SEARCHES)}")
     return SEARCHES[name]
@@ -180,7 +172,6 @@ def open_journal(experiment_dir: str):
 
 
 def study_size(journal) -> int:
-    """How many trials the study has (0 where it has none yet)."""
     import optuna
 
     names = [s.study_name for s in journal.get_all_studies()]

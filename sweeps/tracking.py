@@ -1,14 +1,10 @@
 """MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``,
-``--wandb PROJECT``; the optional ``mlflow`` and ``wandb`` extras).
+``--wandb PROJECT``; docs/sweeps.md, "Tracking in MLflow" and "Tracking in W&B").
 
-Tune's ``MLflowLoggerCallback`` and ``WandbLoggerCallback`` log a Tune trial as one run, but a disgen
-Tune trial is one model or a pack, whose config names its members by trial key. ``ModelRuns`` and
-``WandbRuns`` keep Tune's set-up and log per model, with the functions below for both: one run per
-model, named ``TrialConfig.dirname``, its settings as parameters and its trial key as a tag (so a
-resumed model goes on in its one run); a lone model's progress at its step (a pack's progress is means
-over its members: theirs is in TensorBoard and history.parquet) and each model's final metrics; an end
-FINISHED, FAILED or KILLED (ASHA), RUNNING after a Ctrl-C. docs/sweeps.md, "Tracking in MLflow" and
-"Tracking in W&B", says the rest.
+Tune's logger callbacks log a Tune trial as one run, but a disgen Tune trial is a model or a pack, its
+config only their keys: ``ModelRuns`` and ``WandbRuns`` keep Tune's set-up and log a run per model, with
+its settings and its trial key (so a resumed model goes on in its run), a lone model's progress and
+each model's final metrics (a pack's progress is means over its members).
 """
 
 from __future__ import annotations
@@ -167,9 +163,8 @@ API_KEY, KEY_FILE = "WANDB_API_KEY", "DISGEN_WANDB_KEY_FILE"
 
 
 def actor_environment(environment: dict, key_folder: str) -> dict:
-    """The W&B logging actor's environment: the driver's ``WANDB_*`` less the API key, which goes as a file
-    (mode 0600, in ``key_folder`` on the driver's node) named by ``DISGEN_WANDB_KEY_FILE``: a runtime_env is
-    shown on Ray's dashboard."""
+    """The W&B logging actor's environment: the driver's ``WANDB_*``, the API key as a file (mode 0600, in
+    ``key_folder``) named by ``DISGEN_WANDB_KEY_FILE``, as a runtime_env shows on Ray's dashboard."""
     env = {k: v for k, v in environment.items() if k.startswith("WANDB_") and k != API_KEY}
     if environment.get(API_KEY):
         path = os.path.join(key_folder, "wandb_api_key")

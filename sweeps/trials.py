@@ -1,12 +1,7 @@
-"""One trial's configuration: complete, validated and frozen.
-
-``TrialConfig.complete`` is the one place where a trial's settings are completed (variants merged,
-defaults filled, the condition, channels and trial key derived) and checked, each error naming its
-field; everything downstream reads the finished record. A ``TrialConfig`` is a read-only mapping of
-its flat settings (what a grid file writes, what a trials row holds) with typed parts: ``model``
-(``models.ModelConfig``), ``data`` (``data_pipeline.config.DataConfig``) and ``evaluation``
-(``analysis.metrics.registry.EvaluationConfig``).
-"""
+"""One trial's configuration: complete, validated and frozen. ``TrialConfig.complete`` is the one place a
+trial's settings are completed and checked; everything downstream reads the record: a read-only mapping of
+its flat settings with typed parts ``model`` (``ModelConfig``), ``data`` (``DataConfig``) and ``evaluation``
+(``EvaluationConfig``)."""
 
 from __future__ import annotations
 
@@ -155,11 +150,10 @@ class TrialConfig(Mapping):
         return dict(self._settings)
 
     def effective_settings(self) -> dict:
-        """Every setting the model runs with, defaults included, as its trials row and its ``config`` JSON
-        hold them: the run's, then every field of ``data``, ``model`` and ``evaluation``, normalised, with a
-        None that stands for a default resolved (γ, the likelihood, the metrics). Left None: what the run
-        resolves (``n_images``, ``transfer_factor``) and what None means (``grad_clip_norm``, ``epochs``,
-        ``epoch_length``). The trial key stays a hash of the settings as given."""
+        """Every setting the model runs with, defaults included, as its trials row holds them: the run's,
+        then ``data``'s, ``model``'s and ``evaluation``'s fields, normalised, a None that stands for a default
+        resolved (γ, the likelihood, the metrics); left None what the run resolves (``n_images``,
+        ``transfer_factor``) and what None means (``grad_clip_norm``, ``epochs``, ``epoch_length``)."""
         from models.registry import objective_class
 
         model = self.model.to_dict()
