@@ -47,7 +47,6 @@ def _number(value) -> str:
 def _work(trial: TrialConfig) -> float:
     """A model's training work in reference-network images (``sweeps/costs.py``)."""
     from sweeps.costs import relative_flops, training_images
-
     return training_images(trial) * relative_flops(trial)
 
 
@@ -81,7 +80,6 @@ class Console:
         self.reported = False  # a progress report has come in this run (the first shows the table)
 
     # -- printing ---------------------------------------------------------------------------------
-
     def print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout, flush=True)
 
@@ -94,7 +92,6 @@ class Console:
             return
         self.announced = True
         from sweeps.costs import CPU_IMAGES_PER_SECOND, gpu_flops_per_second, training_flops_per_image
-
         left = self.total_work - sum(self.work.get(k, self.mean_work) for k in self.done)
         if self.gpus > 0:
             rate = gpu_flops_per_second() / training_flops_per_image("burgess", 64, 1, 10)
@@ -106,7 +103,6 @@ class Console:
                    "(sweeps/costs.py); Ctrl-C stops the sweep cleanly")
 
     # -- Tune's events ----------------------------------------------------------------------------
-
     def members(self, trial) -> list[TrialConfig]:
         return members_of(trial.config, self.base_trials)
 
@@ -174,7 +170,6 @@ class Console:
         self.table()
 
     # -- the table --------------------------------------------------------------------------------
-
     def interval(self) -> float:
         """30 s at first, then a quarter of the time run, at most 10 minutes."""
         return min(LONGEST_INTERVAL, max(FIRST_INTERVAL, (self.clock() - self.started) / 4))

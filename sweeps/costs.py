@@ -29,7 +29,6 @@ def training_flops_per_image(architecture: str, image_size: int, channels: int, 
     from torch.utils.flop_counter import FlopCounterMode
 
     from models import VAE, ModelConfig
-
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
                          latent_dim=latent_dim, decoder=decoder)
     with torch.device("meta"):
@@ -55,7 +54,6 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
     """The whole grid's training images under a split; a file-only dataset's published size."""
     from data_pipeline import factor_space, get_split
     from data_pipeline.spaces import has_generator
-
     if not has_generator(dataset):
         from data_pipeline.robot_finger import PUBLISHED_SIZE
 

@@ -25,7 +25,6 @@ from sweeps.trials import TrialConfig
 @dataclass
 class Labels:
     """A stored dataset as the driver sees it: its factor classes and image shape."""
-
     name: str
     classes: np.ndarray
     factor_space: FactorSpace
@@ -63,7 +62,6 @@ def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Lab
     """A dataset's real file, checked from its headers and labels, or a UsageError (``MissingData``)."""
     from data_pipeline.conversion import RealFile, real_file_path
     from data_pipeline.sources import download_hint
-
     try:
         path = real_file_path(dataset, data_dir)
         source = RealFile(path, dataset)
@@ -89,7 +87,6 @@ def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Lab
 def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
     """``<data_dir>/<dataset>/`` as ``data_pipeline.prepare`` wrote it, checked, or a one-line UsageError."""
     from data_pipeline import prepared
-
     if not data_dir:
         raise UsageError("data_source prepared: no folder of prepared datasets; pass --data-dir DIR (or set "
                          "$DISGEN_DATA), where DIR/<dataset>/ was written by python -m data_pipeline.prepare")
@@ -210,7 +207,6 @@ def share_procedural(references: dict, shared_dir: str) -> dict:
     """The references, each procedural dataset rendered once to ``shared_dir`` (Ray Data) and named by it."""
     from data_pipeline import prepared
     from data_pipeline.prepare import prepare
-
     shared: dict = {}
     out = {}
     for key, reference in references.items():

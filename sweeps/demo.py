@@ -109,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = os.path.join(args.storage_path, report_folder(args.budget))
     from analysis.report import main as report_main
-
     # five pictures: one model of each split the reconstruction findings read (M21's three decoders,
     # M22's two CompositionNets; analysis.trained_models.spread)
     code = report_main([*present, "--out", out, "--max-models", "5", "--no-progress"])

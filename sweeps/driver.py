@@ -20,7 +20,6 @@ from sweeps.results import ResultsWriter, StorageFailed, read_trials, retried
 @dataclasses.dataclass(frozen=True)
 class SweepSummary:
     """What a run left: every model's row (None where unreadable), the failed Tune trials, seconds, stop."""
-
     trials: object
     failed: int
     seconds: float

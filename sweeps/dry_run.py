@@ -79,7 +79,6 @@ def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
     ``n_nll``: its ``test_nll`` uses all of it, fewer images than asked."""
     from data_pipeline.spaces import factor_space
     from data_pipeline.splits import get_split
-
     asked: dict[tuple[str, str], set[int]] = {}
     for trial in trials:
         if trial.data.data_source == "procedural":

@@ -118,13 +118,11 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 
 # -- evaluation off the GPU ------------------------------------------------------------------------
 
-
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
     """(weights, history, step) of member ``position`` of the final checkpoint at ``location``, read as
     data: its index and that member's file only, each checked against its seal's SHA-256."""
     from models import checkpoint as trainer_file
     from sweeps.checkpoints import SEAL, check_files, read_local_seal
-
     names = (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position))
     with tempfile.TemporaryDirectory() as local:
         path = location
@@ -147,7 +145,6 @@ def evaluate_saved(job: dict) -> dict:
 
     from data_pipeline.node_cache import DatasetReference, open_reference
     from models import build_task_model
-
     began = time.time()
     trial = TrialConfig(job["config"])
     torch.set_num_threads(max(1, int(job["cpus"])))

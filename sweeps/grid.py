@@ -154,7 +154,6 @@ def search_space(spec: dict, name: str) -> dict:
     if search.get("mode") not in ("min", "max"):
         raise UsageError(f"{name}: search.mode must be min or max; got {search.get('mode')!r}")
     from analysis.schema import METRIC_FIELDS
-
     results = sorted({f.name for f in METRIC_FIELDS} | {"loss"})
     if search.get("metric") not in results:
         raise UsageError(f"{name}: search.metric must name a result column, e.g. test_nll or d_score; got "

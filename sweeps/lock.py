@@ -42,7 +42,6 @@ def boot_id() -> str:
 
 def _me() -> dict:
     import psutil
-
     return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
             "started": psutil.Process().create_time(), "token": uuid.uuid4().hex}
 
@@ -56,7 +55,6 @@ def _same_machine(holder: dict) -> bool:
 def process_gone(holder: dict) -> bool:
     """True where the holder ran on this machine and its process is gone (or its pid reused)."""
     import psutil
-
     if not _same_machine(holder):
         return False
     try:
@@ -90,7 +88,6 @@ class ExperimentLock:
         self._thread: threading.Thread | None = None
 
     # -- the file ----------------------------------------------------------------------------------
-
     def read(self) -> dict | None:
         return self._read()[0]
 
@@ -191,7 +188,6 @@ class ExperimentLock:
         return False
 
     # -- S3: conditional writes ----------------------------------------------------------------------
-
     def _is_s3(self) -> bool:
         return self.path.startswith("s3://")
 
@@ -239,7 +235,6 @@ class ExperimentLock:
         return answer["ETag"]
 
     # -- the lease -----------------------------------------------------------------------------------
-
     def renew(self) -> bool:
         """True if this driver still holds the lock (now renewed), False if not; a silent store raises."""
         if self.record is None:
@@ -277,7 +272,6 @@ class ExperimentLock:
                 return
 
     # -- taking and giving back ----------------------------------------------------------------------
-
     def check_free(self) -> None:
         """A UsageError if a live driver holds the folder (nothing is taken)."""
         holder, age = self._read()

@@ -32,11 +32,9 @@ SCHEDULERS = ("none", "asha")
 
 
 # -- checks: what an option's value must be --------------------------------------------------------
-
 @dataclass(frozen=True)
 class Check:
     """A rule for an option's value (the docs table's "allowed"); ``problem``: its one-line error, or None."""
-
     rule: str
     problem: Callable[[str, typing.Any], str | None]
 
@@ -69,7 +67,6 @@ def positive(note: str, unit: str = "", rule: str = "finite, > 0") -> Check:
 def _pack_size(flag: str, value) -> str | None:
     """--pack-size alone; its tie to --search and --scheduler is in ``SweepOptions.__post_init__``."""
     from sweeps.packing import check_pack_size
-
     try:
         check_pack_size(value)
     except UsageError as error:
@@ -106,11 +103,9 @@ def _wandb_project(flag: str, project: str) -> str | None:
 
 
 # -- the declaration -------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Option:
     """One option's declaration (``option``); name, type, hint and default are filled from its field."""
-
     help: str
     check: Check | None = None
     choices: tuple | None = None
@@ -170,7 +165,6 @@ def _arms(hint) -> tuple:
 @dataclass(frozen=True)
 class SweepOptions:
     """The options of one sweep, checked on construction: a bad value is refused naming its flag."""
-
     # the preset's and scale's names are listed here and refused by the plan, which knows a grid's scales
     preset: str = option("default", "the study to run (each is described below)",
         metavar="{" + ",".join(PRESETS) + "}", run_as="first argument")
@@ -258,7 +252,6 @@ class SweepOptions:
                 raise UsageError(problem)
         from sweeps.packing import check_pack_size
         from sweeps.search import search_of
-
         check_pack_size(self.pack_size, search_of(self.search).decides_one_by_one or self.scheduler == "asha")
         if self.gpu_memory is not None and not self.dry_run:
             raise UsageError("--gpu-memory plans a --dry-run for a card the planner cannot see; a run "
@@ -293,13 +286,11 @@ def run_signature(first: inspect.Parameter) -> inspect.Signature:
 
 
 # -- the planned sweep, and what a trial reads of it -----------------------------------------------
-
 @dataclass(frozen=True)
 class Sweep:
     """A planned sweep: its options, its frozen trials, their data (by reference) and where the experiment
     goes. ``plan_trials`` leaves the experiment's fields unset; the driver adds what only a running Ray
     tells (pack size, GPUs, shared data)."""
-
     options: SweepOptions
     name: str
     preset: str
@@ -318,7 +309,6 @@ class Sweep:
     def search(self):
         """How the sweep picks its trials (``sweeps.search``): ``GridSearch`` or ``OptunaSearch``."""
         from sweeps.search import search_of
-
         return search_of(self.options.search)
 
     @property
@@ -330,7 +320,6 @@ class Sweep:
     def base_trials(self) -> PlannedTrials:
         """The trials indexed by key (``sweeps.packing.PlannedTrials``), built once per record."""
         from sweeps.packing import PlannedTrials
-
         return PlannedTrials(self.trials)
 
     @property
@@ -342,7 +331,6 @@ class Sweep:
 @dataclass(frozen=True)
 class TrialRun:
     """What every Tune trial reads besides its config, sent once with the trainable: a few hundred bytes."""
-
     experiment_dir: str
     tensorboard_root: str | None  # local storage: the experiment folder; remote: the trial's working folder
     cpus_per_trial: float
@@ -356,7 +344,6 @@ class TrialRun:
 
 
 # -- the docs' options table -----------------------------------------------------------------------
-
 TABLE_START = "<!-- the options table: made by sweeps.options.write_options_table() -->"
 TABLE_END = "<!-- end of the options table -->"
 
@@ -385,5 +372,4 @@ def write_options_table(page: str = "docs/sweeps.md") -> None:
 def with_options_table(page: str) -> str:
     """``page``'s text with its options table replaced by ``options_table()``."""
     from models.config import with_marked_table  # imports torch: not for --help or a bad option
-
     return with_marked_table(page, TABLE_START, TABLE_END, options_table(), "options")

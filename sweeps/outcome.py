@@ -21,7 +21,6 @@ class ModelOutcome:
     ``n_images`` and ``bf16`` are what only the run resolves; ``train_*`` the training's timings (epoch
     seconds; a pack's members share its time equally); ``data_*`` the dataset read; ``history`` the loss
     history, where it travels with the outcome (a deferred evaluation's)."""
-
     trial: TrialConfig
     step: int | None = None
     error: str | None = None
@@ -73,7 +72,6 @@ class TrialOutcome:
     """A Tune trial's outcome: its models' (in its config's order), its step and what ran it (``facts``). An
     evaluated one names its history part (``results_part``); a deferred one (``evaluated`` False: it held a
     GPU) its dataset and an evaluation's CPUs."""
-
     members: list[ModelOutcome]
     step: int | None = None
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)

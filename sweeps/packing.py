@@ -158,7 +158,6 @@ def trial_dataset_bytes(trial: TrialConfig) -> int:
     """The bytes of the uint8 dataset a trial's process loads."""
     from data_pipeline import factor_space
     from models.packed import dataset_bytes
-
     n_images = trial.data.n_images
     if n_images is None:
         n_images = int(np.prod(factor_space(trial.data.dataset).sizes, dtype=np.int64))
@@ -173,7 +172,6 @@ def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConf
     Adam's moments and activations). ``gpu_free_bytes`` None: ``ASSUMED_GPU_BYTES``. An explicit size that
     does not fit is a UsageError naming the largest that does."""
     from models.packed import max_pack_size, pack_memory_bytes, vmap_group_key
-
     size = check_pack_size(requested)
     if size == AUTO and gpus_per_trial == 0:
         return 1, "auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's parallel slots"
@@ -204,14 +202,12 @@ def _device_share(trials: Sequence[TrialConfig], gpus_per_trial: float,
     import torch
 
     from models.packed import free_memory_bytes
-
     return "cpu", free_memory_bytes(torch.device("cpu")), 0, "host memory"
 
 
 def _auto_size(fits: int, model, shape: str, where: str, data: int, device_bytes: int) -> tuple[int, str]:
     """``auto`` on a GPU: as many members as fit, up to ``AUTO_LIMIT``, and why."""
     from models.packed import CUDA_PROCESS_BYTES, fits_resident, member_memory_bytes
-
     size = min(AUTO_LIMIT, fits)
     uploaded = data if fits_resident(data, device_bytes) else 0
     reason = (f"auto: {fits} members of {shape} fit in 80% of {where}, at "

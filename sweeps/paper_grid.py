@@ -60,7 +60,6 @@ def _presets_epilog() -> str:
 def _prepared_state(data_dir: str | None, dataset: str) -> str:
     """Where a prepared dataset is, or that it is not there."""
     from data_pipeline import prepared
-
     if not data_dir:
         return "no --data-dir or $DISGEN_DATA"
     uri = prepared.join(prepared.normalise(data_dir), dataset)
@@ -253,7 +252,6 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     search_of(options.search).check(spec, preset, trials[0])
     from sweeps.data import plan_data
-
     # from labels and manifests only (never images): a missing or bad data file stops it before Ray starts
     name = options.name or default_experiment_name(preset, scale, options.budget)
     return Sweep(options, name=name, preset=preset, spec=spec, seeds=seeds, trials=tuple(trials),
@@ -349,7 +347,6 @@ def execute(options: SweepOptions, given=None):
     sweep = plan(options, given)
     from sweeps import driver  # imports Ray: only once the input is known to be good
     from sweeps.errors import StopSignal
-
     stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
     lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
@@ -432,7 +429,6 @@ def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
     """A finished sweep's summary, results and next commands; the exit code (1 if a trial failed)."""
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
-
     print(f"\n{summary.finished} of {sweep.planned} trials finished "
           f"in {summary.seconds:.0f} s; results in {sweep.experiment_dir}")
     if summary.failed:

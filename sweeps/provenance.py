@@ -42,7 +42,6 @@ def git_state() -> tuple[str | None, bool | None]:
 @functools.cache
 def software() -> dict:
     import torch
-
     commit, dirty = git_state()
     return {"disgen_version": _version("disgen"), "git_commit": commit, "git_dirty": dirty,
             "python_version": platform.python_version(), "torch_version": torch.__version__,
@@ -52,7 +51,6 @@ def software() -> dict:
 def device_name(device) -> str | None:
     """The CUDA device's name (``NVIDIA H100 80GB HBM3``); None for any other device."""
     import torch
-
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -67,5 +65,4 @@ def provenance(device) -> dict:
 def torch_device_type(device) -> str:
     """cpu, cuda or mps: the device's kind, without its index."""
     import torch
-
     return torch.device(device).type

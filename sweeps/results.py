@@ -221,7 +221,6 @@ class ResultsWriter:
 def _remove_training_checkpoints(experiment_dir: str, members) -> None:
     """Delete a trial's in-training checkpoints, now that its final one is stored (as far as it can)."""
     from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints, trial_folder
-
     try:
         filesystem, folder = checkpoint_folder(experiment_dir, members)
         remove_training_checkpoints(filesystem, folder, members, unsealed=True)

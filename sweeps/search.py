@@ -23,7 +23,6 @@ STUDY = "disgen"
 @dataclasses.dataclass(frozen=True)
 class Grid:
     """A run of these Tune trial configs, each once (``GridSearch``)."""
-
     configs: list[dict]
 
 
@@ -31,7 +30,6 @@ class Grid:
 class Sampled:
     """Optuna's run: ``samples`` planned trials (``base``, one of ``planned``) with ``space`` sampled
     towards ``metric``; the study ``study`` in ``journal``, its ``points`` asked first."""
-
     planned: int
     space: dict
     metric: str
@@ -45,7 +43,6 @@ class Sampled:
 
 class GridSearch:
     """Every planned trial, each once, one by one or in packs."""
-
     name = "grid"
     extendable = True  # a resume may add trials (more seeds, more axis values)
     takes_trial_lists = True  # sweeps.run's list of trials
@@ -67,13 +64,11 @@ class GridSearch:
     def pack_size(self, requested, trials: Sequence[TrialConfig], gpus: float,
                   free_bytes: int | None) -> tuple[int, str]:
         from sweeps.packing import pack_size_and_reason
-
         return pack_size_and_reason(requested, trials, gpus, free_bytes)
 
     def work(self, sweep, statuses: Mapping[str, str]):
         """The planned trials with neither a finished nor a stopped (ASHA) row, in packs; None if none."""
         from sweeps.packing import make_packs, tune_config
-
         left = [t for t in sweep.trials if statuses.get(t.trial_key) not in ("finished", "stopped")]
         return Grid([tune_config(pack) for pack in make_packs(left, sweep.pack_size or 1)]) if left else None
 
@@ -87,7 +82,6 @@ class GridSearch:
 class OptunaSearch:
     """``--num-samples`` planned trials with the ``search`` space sampled by TPE; the study is kept in a
     journal (``JOURNAL``), so a resumed search goes on with what it learnt."""
-
     name = "optuna"
     extendable = False  # the samples depend on the whole study
     takes_trial_lists = False
@@ -96,14 +90,12 @@ class OptunaSearch:
     def prepare_spec(self, spec: dict, preset: str) -> dict:
         """The spec with the searched settings taken off its axes: they are sampled instead."""
         from sweeps.grid import search_space, unpin_axis
-
         for setting in search_space(spec, preset):
             spec = unpin_axis(spec, setting)
         return spec
 
     def check(self, spec: dict, preset: str, first: TrialConfig) -> None:
         from sweeps.grid import check_search_bounds
-
         check_search_bounds(spec, preset, first)
 
     def count(self, options, trials: Sequence[TrialConfig]) -> int:
@@ -118,7 +110,6 @@ class OptunaSearch:
     def work(self, sweep, statuses: Mapping[str, str]):
         """The samples left, the interrupted ones asked again first (from their checkpoints); None if none."""
         from sweeps.grid import search_space
-
         journal = open_journal(sweep.experiment_dir)
         points = settle_interrupted(journal, sweep, statuses)
         left = sweep.options.num_samples - len(statuses)
@@ -148,7 +139,6 @@ def search_of(name: str):
 
 # -- Optuna's study, in its journal ------------------------------------------------------------------
 
-
 def journal_path(experiment_dir: str) -> str:
     """The study's journal on the driver: in the experiment's folder, or a local file named after its URI."""
     if not storage.is_remote(experiment_dir):
@@ -161,7 +151,6 @@ def open_journal(experiment_dir: str):
     """The study's ``JournalStorage`` (JSON lines, read as data); on remote storage, read back first."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
-
     path = journal_path(experiment_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if storage.is_remote(experiment_dir):
@@ -173,7 +162,6 @@ def open_journal(experiment_dir: str):
 
 def study_size(journal) -> int:
     import optuna
-
     names = [s.study_name for s in journal.get_all_studies()]
     return len(optuna.load_study(study_name=STUDY, storage=journal).trials) if STUDY in names else 0
 
@@ -187,7 +175,6 @@ def sampled_key(params: Mapping, base: Sequence[TrialConfig]) -> str:
 def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict]:
     """Tell the study's trials left running by a stopped run failed; those without a row, to ask first."""
     import optuna
-
     if STUDY not in [s.study_name for s in journal.get_all_studies()]:
         return []
     study = optuna.load_study(study_name=STUDY, storage=journal)

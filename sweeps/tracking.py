@@ -39,7 +39,6 @@ def _numbers(values: dict) -> dict[str, float]:
 
 
 # -- what a tracked run records of a model: the same for MLflow and W&B ----------------------------
-
 def run_tags(member: TrialConfig, trial, experiment: str, base: Sequence[TrialConfig] = ()) -> dict[str, str]:
     """A model's run labels: its trial key, the experiment, its Tune trial's name and id."""
     return {KEY_TAG: member.trial_key, "experiment": experiment,
@@ -96,7 +95,6 @@ class ModelRuns(MLflowLoggerCallback):
 
     def _client(self):
         from mlflow.tracking import MlflowClient
-
         return MlflowClient(tracking_uri=self.tracking_uri)
 
     def _run_of(self, client, member, trial) -> str:
@@ -110,7 +108,6 @@ class ModelRuns(MLflowLoggerCallback):
             self._runs[key] = found[0].info.run_id
             return self._runs[key]
         from mlflow.entities import Param
-
         run = client.create_run(experiment, run_name=member.dirname,
                                 tags=run_tags(member, trial, self.experiment_name, self.base_trials))
         params = [Param(name, str(value)) for name, value in sorted(member.items())]
@@ -122,7 +119,6 @@ class ModelRuns(MLflowLoggerCallback):
     @staticmethod
     def _log(client, run_id: str, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         metrics = [Metric(name, value, now, int(step)) for name, value in values.items()]
         for start in range(0, len(metrics), 1000):
@@ -153,7 +149,6 @@ class ModelRuns(MLflowLoggerCallback):
 
 
 # -- Weights & Biases ------------------------------------------------------------------------------
-
 def wandb_run_id(experiment: str, trial_key: str) -> str:
     """A model's W&B run id: its trial key and the experiment's hash, one run per model and experiment."""
     return f"{trial_key}-{hashlib.sha1(experiment.encode()).hexdigest()[:8]}"
@@ -189,7 +184,6 @@ class _ModelRunsActor:
 
     def __init__(self, logdir: str, runs: list[dict]):
         import wandb
-
         take_api_key()
         os.makedirs(logdir, exist_ok=True)  # the Tune trial's folder on the driver: W&B's default place
         os.chdir(logdir)
@@ -233,7 +227,6 @@ class WandbRuns(WandbLoggerCallback):
     def check(self) -> WandbRuns:
         """Tune's set-up now, before the sweep: no API key (W&B not offline) is a UsageError."""
         from sweeps.errors import UsageError
-
         try:
             self.setup()
         except ValueError:

@@ -63,7 +63,6 @@ def trial_key(settings: Mapping) -> str:
 
 def _model_keys() -> set[str]:
     from models import ModelConfig
-
     return {f.name for f in fields(ModelConfig)}
 
 
@@ -73,13 +72,11 @@ def allowed_keys() -> set[str]:
 
 class TrialConfig(Mapping):
     """A complete, validated, read-only trial config (see the module docstring)."""
-
     __slots__ = ("_settings", "model", "data", "evaluation")
 
     def __init__(self, settings: Mapping):
         """Read a complete config (from ``complete`` or ``to_dict``); completes nothing."""
         from models import ModelConfig
-
         missing = [k for k in ("trial_key", "condition", "channels") if k not in settings]
         if missing:
             raise ValueError(f"not a complete trial config (no {', '.join(missing)}); build it with "
@@ -127,7 +124,6 @@ class TrialConfig(Mapping):
         return TrialConfig.complete({**base, **values}, source)
 
     # -- the read-only mapping ------------------------------------------------------------------
-
     def __getitem__(self, key: str):
         return self._settings[key]
 
@@ -155,7 +151,6 @@ class TrialConfig(Mapping):
         resolved (γ, the likelihood, the metrics); left None what the run resolves (``n_images``,
         ``transfer_factor``) and what None means (``grad_clip_norm``, ``epochs``, ``epoch_length``)."""
         from models.registry import objective_class
-
         model = self.model.to_dict()
         has_gamma = (self.model.task == "vae"
                      and objective_class(self.model.objective).default_gamma is not None)
