@@ -56,7 +56,6 @@ def _full_grid_train_size(dataset: str, split: str) -> int:
     from data_pipeline.spaces import has_generator
     if not has_generator(dataset):
         from data_pipeline.robot_finger import PUBLISHED_SIZE
-
         return PUBLISHED_SIZE
     space = factor_space(dataset)
     return int(get_split(dataset, split).train_mask(space.all_classes(), space).sum())

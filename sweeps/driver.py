@@ -76,7 +76,6 @@ def ready(sweep: Sweep, cluster) -> Sweep:
     size = stored.get("pack_size") or pack_size(sweep, gpus, cluster)
     if sweep.shared_dir:  # procedural data rendered once to shared storage, by Ray Data
         from sweeps.data import share_procedural
-
         sweep = dataclasses.replace(sweep, data=share_procedural(sweep.data, sweep.shared_dir))
     return dataclasses.replace(sweep, gpus=gpus, pack_size=size)
 
@@ -153,11 +152,9 @@ def trackers(sweep: Sweep) -> list:
     found, options = [], sweep.options
     if options.mlflow:
         from sweeps.tracking import ModelRuns
-
         found.append(ModelRuns(options.mlflow, sweep.name, sweep.base_trials))
     if options.wandb:
         from sweeps.tracking import WandbRuns
-
         local = None if storage.is_remote(sweep.experiment_dir) else sweep.experiment_dir  # W&B's files
         found.append(WandbRuns(options.wandb.strip(), sweep.name, sweep.base_trials, local).check())
     return found

@@ -75,8 +75,7 @@ def _steps(pack: Sequence[TrialConfig]) -> str:
 
 
 def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
-    """A line for each procedural (dataset, split) whose held-out grid is smaller than some trial's
-    ``n_nll``: its ``test_nll`` uses all of it, fewer images than asked."""
+    """A line per procedural split whose held-out grid is smaller than some trial's ``n_nll``."""
     from data_pipeline.spaces import factor_space
     from data_pipeline.splits import get_split
     asked: dict[tuple[str, str], set[int]] = {}

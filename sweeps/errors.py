@@ -13,8 +13,7 @@ class UsageError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM (``ray job stop``) that stops the driver at once, as a Ctrl-C's ``KeyboardInterrupt`` does:
-    before the sweep started, or a second one."""
+    """A SIGTERM that stops the driver at once, as a ``KeyboardInterrupt`` does (not a sweep's first one)."""
 
 
 def raise_terminated(signum, frame):
@@ -34,8 +33,7 @@ def exit_code(signum: int) -> int:
 
 @contextmanager
 def sigterm_as_interrupt():
-    """While in it (on the main thread), a SIGTERM raises ``Terminated``: ``finally`` blocks run (the lock
-    is released) and the command exits 143."""
+    """While in it, a SIGTERM raises ``Terminated``: ``finally`` blocks run, and the command exits 143."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -47,11 +45,10 @@ def sigterm_as_interrupt():
 
 
 class StopSignal:
-    """Why a running sweep stops: a Ctrl-C or SIGTERM (``signum``), or a ``request`` (``reason``: the
-    results store kept failing, another driver took the lease); ``received`` is set either way. While Tune
-    runs, ``sweeps.ray_edge`` hands a signal on to Tune (``noted``) and ``interrupt`` ends the run for a
-    request; ``Tuner.fit`` returns normally. As a context manager (main thread) it puts back the signal
-    handlers Tune leaves, and outside Tune's runs a SIGTERM raises ``Terminated``."""
+    """Why a running sweep stops: a Ctrl-C or SIGTERM (``signum``), or a ``request`` (``reason``);
+    ``received`` is set either way. While Tune runs, ``sweeps.ray_edge`` hands a signal on to Tune
+    (``noted``) and ``interrupt`` ends the run for a request; as a context manager it restores the handlers.
+    """
 
     def __init__(self):
         self.received = threading.Event()

@@ -119,8 +119,7 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 # -- evaluation off the GPU ------------------------------------------------------------------------
 
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
-    """(weights, history, step) of member ``position`` of the final checkpoint at ``location``, read as
-    data: its index and that member's file only, each checked against its seal's SHA-256."""
+    """(weights, history, step) of member ``position`` of a final checkpoint, its files checked by seal."""
     from models import checkpoint as trainer_file
     from sweeps.checkpoints import SEAL, check_files, read_local_seal
     names = (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position))
@@ -139,8 +138,7 @@ def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
 
 
 def evaluate_saved(job: dict) -> dict:
-    """One trained model's evaluation in a CPU-only Ray task, from its trial's final checkpoint and this
-    node's cached data: its metrics and history returned, its last TensorBoard record written."""
+    """One trained model's evaluation in a CPU-only Ray task, from its trial's final checkpoint."""
     import torch
 
     from data_pipeline.node_cache import DatasetReference, open_reference
@@ -175,8 +173,7 @@ def evaluate_saved(job: dict) -> dict:
 
 
 class DeferredEvaluations:
-    """The driver's evaluations of trained models, one CPU-only task per model (``evaluate_saved``) through
-    ``tasks`` (``sweeps.ray_edge.RemoteTasks``); ``finished`` yields a trial once all its tasks end."""
+    """The driver's evaluations of trained models: a CPU-only task per model (``evaluate_saved``)."""
 
     def __init__(self, experiment_dir: str, tasks):
         self.experiment_dir = storage.normalise(experiment_dir)

@@ -31,7 +31,6 @@ def load_grid_file(path: str) -> dict:
         raise UsageError(f"--grid {path}: no such file")
     if path.endswith((".yaml", ".yml")):
         import yaml
-
         try:
             with open(path) as f:
                 spec = yaml.safe_load(f)
@@ -145,8 +144,7 @@ def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[T
 
 
 def search_space(spec: dict, name: str) -> dict:
-    """The ``search`` block's space, checked with its ``metric`` and ``mode`` (min or max): setting →
-    {uniform|loguniform|randint: [low, high]} or {choice: [values]}."""
+    """The ``search`` block's space (setting → {uniform|loguniform|randint|choice: [...]}), checked."""
     search = spec.get("search")
     if not isinstance(search, dict) or not isinstance(search.get("space"), dict) or not search["space"]:
         raise UsageError(f"{name}: --search optuna needs a 'search' block with metric, mode and a "

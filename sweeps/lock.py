@@ -36,7 +36,6 @@ def boot_id() -> str:
             return file.read().strip()
     except OSError:
         import psutil
-
         return f"{socket.gethostname()}@{psutil.boot_time():.0f}"
 
 
@@ -70,8 +69,7 @@ def holder_text(holder: dict, path: str) -> str:
 
 
 class ExperimentLock:
-    """Holds the experiment folder for this process, renewing its lease every ``renew_s`` seconds until
-    released; a refused renewal calls ``on_lost(reason)`` (from the renewing thread) and sets ``lost``."""
+    """Holds the folder, renewing its lease every ``renew_s`` s; a refused renewal calls ``on_lost``."""
 
     def __init__(self, experiment_dir: str, lease_s: float | None = None, renew_s: float | None = None,
                  on_lost: Callable[[str], None] | None = None):
@@ -92,8 +90,7 @@ class ExperimentLock:
         return self._read()[0]
 
     def _read(self) -> tuple[dict | None, float | None]:
-        """(the lock's record, its age by the store's clock), or (None, None); a lock that is not JSON is
-        ``{}``: nobody's, stale once its lease runs out."""
+        """(the lock's record, its age by the store's clock), or (None, None); a lock not JSON is ``{}``."""
         if self._is_s3():
             record, _, age = self._read_s3()
             return record, age

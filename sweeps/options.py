@@ -148,9 +148,8 @@ class Option:
 
 def option(default, help: str, check: Check | None = None, *, choices: tuple | None = None,
            metavar: str | None = None, run_as: str | None = "keyword"):
-    """Declare an option of ``SweepOptions`` (the field's annotation is its type). ``run_as``: how
-    ``sweeps.run`` takes it: a keyword of the same name, its ``grid_or_trials`` (``"first argument"``), or
-    not at all (None: --list, --dry-run)."""
+    """Declare an option of ``SweepOptions``; ``run_as``: how ``sweeps.run`` takes it (a keyword, its
+    ``grid_or_trials``: ``"first argument"``, or None: not at all)."""
     declared = Option(help, check, choices, metavar, run_as)
     return dataclasses.field(default=default, metadata={"option": declared})
 
@@ -288,9 +287,8 @@ def run_signature(first: inspect.Parameter) -> inspect.Signature:
 # -- the planned sweep, and what a trial reads of it -----------------------------------------------
 @dataclass(frozen=True)
 class Sweep:
-    """A planned sweep: its options, its frozen trials, their data (by reference) and where the experiment
-    goes. ``plan_trials`` leaves the experiment's fields unset; the driver adds what only a running Ray
-    tells (pack size, GPUs, shared data)."""
+    """A planned sweep: its options, frozen trials, their data by reference and where the experiment goes;
+    the driver adds what only Ray tells."""
     options: SweepOptions
     name: str
     preset: str

@@ -17,10 +17,8 @@ RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
 
 @dataclasses.dataclass
 class ModelOutcome:
-    """One model's outcome: trained (and evaluated: ``metrics``), or failed (``error``). ``steps``,
-    ``n_images`` and ``bf16`` are what only the run resolves; ``train_*`` the training's timings (epoch
-    seconds; a pack's members share its time equally); ``data_*`` the dataset read; ``history`` the loss
-    history, where it travels with the outcome (a deferred evaluation's)."""
+    """One model's outcome: trained (and evaluated: ``metrics``), or failed (``error``); with what only the
+    run resolves (``steps``, ``n_images``, ``bf16``), the training's timings and the dataset read."""
     trial: TrialConfig
     step: int | None = None
     error: str | None = None
@@ -69,9 +67,8 @@ _NOT_METRICS = {*_FACTS, "trial_key", "config", "step", "error", "history"}
 
 @dataclasses.dataclass
 class TrialOutcome:
-    """A Tune trial's outcome: its models' (in its config's order), its step and what ran it (``facts``). An
-    evaluated one names its history part (``results_part``); a deferred one (``evaluated`` False: it held a
-    GPU) its dataset and an evaluation's CPUs."""
+    """A Tune trial's outcome: its models' (in its config's order), its step and what ran it; a deferred one
+    (``evaluated`` False) names its dataset."""
     members: list[ModelOutcome]
     step: int | None = None
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -86,8 +83,7 @@ class TrialOutcome:
         return [member.trial for member in self.members]
 
     def to_report(self) -> dict:
-        """The final report to Tune: plain data, models by trial key; a lone evaluated model's values also
-        at the top (for Optuna, ASHA and Tune's table)."""
+        """The final report: plain data, models by trial key (a lone model's values also at the top)."""
         report = {"step": self.step, "done": True, **self.facts}
         if not self.evaluated:
             report.update(evaluated=False, members=[m.to_report() for m in self.members],
@@ -102,8 +98,7 @@ class TrialOutcome:
 
     @classmethod
     def from_report(cls, result: dict, trials: Sequence[TrialConfig] = ()) -> TrialOutcome:
-        """A final report (Tune's keys beside it ignored), its members' settings from ``trials`` in order,
-        or their own where they carry them (an older disgen's result)."""
+        """A final report read back, members' settings from ``trials`` (or their own, if they carry them)."""
         members = []
         for position, member in enumerate(result["members"]):
             if "config" in member:

@@ -34,8 +34,7 @@ def tune_config(members: Sequence[TrialConfig]) -> dict:
 
 
 class PlannedTrials(Sequence):
-    """The planned trials by position (an Optuna trial's ``base``) and by trial key (``get``), indexed once
-    per plan. They travel as plain settings; a ``TrialConfig`` is built where one is looked up."""
+    """The planned trials by position and by key (``get``); kept as plain settings, built when looked up."""
 
     def __init__(self, trials: Sequence[TrialConfig] = (), settings: Sequence[dict] | None = None):
         if settings is None:
@@ -69,8 +68,7 @@ def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
 
 
 def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
-    """The trials a Tune trial config holds, from the planned trials ``base`` (a ``PlannedTrials`` where
-    called often): by key (an older disgen's settings as they are), or Optuna's planned one, sampled."""
+    """The trials a Tune trial config holds, from the planned ``base``: by key, or Optuna's sampled one."""
     if "members" in config:
         members = config["members"]
         plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
@@ -89,8 +87,7 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
 
 
 def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> TrialOutcome | None:
-    """A Tune trial's final ``result`` as its ``TrialOutcome``, its members' settings from the plan
-    (``base``) unless it carries them (an older disgen's); None for a result that is not final."""
+    """A Tune trial's final ``result`` as its ``TrialOutcome``, settings from the plan; None if not final."""
     if not is_final(result):
         return None
     older = all("config" in member for member in result["members"])
@@ -107,8 +104,7 @@ def shared_key(trial: TrialConfig) -> str:
 
 
 def check_pack_size(requested: str | int | None, one_by_one: bool = False) -> int | str:
-    """``--pack-size`` checked, the one place it is: a whole number >= 1 or ``auto`` (None too), more than 1
-    only where trials are not decided ``one_by_one``."""
+    """``--pack-size`` checked: ``auto`` or None, or a whole number >= 1 (only 1 for ``one_by_one``)."""
     if requested in (None, AUTO):
         return AUTO
     if isinstance(requested, bool) or not str(requested).isdigit() or int(requested) < 1:
@@ -136,8 +132,7 @@ def pack_id(members: Sequence[TrialConfig]) -> str:
 
 
 def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
-    """The Tune trial's folder: the trial's name, or the pack's (by split, or dataset where splits differ),
-    ending in 6 characters of the key or pack id (``full``: all of it)."""
+    """The Tune trial's folder: the trial's or pack's name, ending in its key or pack id (``full``: all)."""
     if len(members) == 1:
         return members[0].full_name if full else members[0].dirname
     splits = {m.data.split for m in members}
@@ -166,11 +161,9 @@ def trial_dataset_bytes(trial: TrialConfig) -> int:
 
 def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
                          gpu_free_bytes: int | None) -> tuple[int, str]:
-    """The pack size to use and why, in one line. ``auto``: 1 on CPUs (a CPU pack is a loop, and would
-    take Ray's parallel slots), else as many members as fit in the GPU share's memory, up to ``AUTO_LIMIT``
-    (``models.packed``: the process, the dataset where it is uploaded, each member's parameters, gradients,
-    Adam's moments and activations). ``gpu_free_bytes`` None: ``ASSUMED_GPU_BYTES``. An explicit size that
-    does not fit is a UsageError naming the largest that does."""
+    """The pack size to use and why, in one line. ``auto``: 1 on CPUs (a CPU pack is a loop), else as many
+    members as fit in the GPU share's memory (``models.packed``), up to ``AUTO_LIMIT``; ``gpu_free_bytes``
+    None: ``ASSUMED_GPU_BYTES``. An explicit size that does not fit is a UsageError."""
     from models.packed import max_pack_size, pack_memory_bytes, vmap_group_key
     size = check_pack_size(requested)
     if size == AUTO and gpus_per_trial == 0:

@@ -95,15 +95,11 @@ def datasets_text(options: SweepOptions) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one flag per option that ``sweeps.options.SweepOptions`` declares."""
-    parser = Parser(
-        prog="python -m sweeps.paper_grid",
-        description=textwrap.fill(
-            "Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no arguments: the "
-            "default study at the 'smoke' scale on a local Ray (4 trials, about 4 minutes on 2 CPU cores).",
-            width=100),
-        epilog=_presets_epilog(),
-        formatter_class=HelpFormatter,
-    )
+    description = textwrap.fill("Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
+                                "arguments: the default study at the 'smoke' scale on a local Ray (4 trials, "
+                                "about 4 minutes on 2 CPU cores).", width=100)
+    parser = Parser(prog="python -m sweeps.paper_grid", description=description, epilog=_presets_epilog(),
+                    formatter_class=HelpFormatter)
     for declared in OPTIONS.values():
         parser.add_argument(declared.flag, **declared.argparse())
     return parser
@@ -121,10 +117,8 @@ def check_storage(path: str) -> str:
         storage.check_writable(path)
     except (OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
-        raise UsageError(
-            f"cannot write to storage path {path} ({reason}); "
-            "pass --storage-path with a folder (or s3:// prefix) you can write to"
-        ) from None
+        raise UsageError(f"cannot write to storage path {path} ({reason}); "
+                         "pass --storage-path with a folder (or s3:// prefix) you can write to") from None
     return path
 
 
@@ -132,7 +126,6 @@ def check_address(address: str | None) -> None:
     """Fail fast, before Ray starts, on a cluster address that cannot be reached."""
     if address == "auto":  # a cluster on this machine (its head node): one must run
         from data_pipeline.prepare import missing_cluster
-
         if problem := missing_cluster(address):
             raise UsageError(problem)
         return
@@ -146,10 +139,8 @@ def check_address(address: str | None) -> None:
         with socket.create_connection((host, int(port)), timeout=3):
             pass
     except OSError as error:
-        raise UsageError(
-            f"cannot reach Ray at {address} ({error.strerror or error}); check that the cluster "
-            "is up (ray status) and the address, or omit --address for a local Ray"
-        ) from None
+        raise UsageError(f"cannot reach Ray at {address} ({error.strerror or error}); check that the cluster "
+                         "is up (ray status) and the address, or omit --address for a local Ray") from None
 
 
 def check_data_dir(options: SweepOptions) -> None:
@@ -235,8 +226,7 @@ def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
 
 
 def plan_trials(options: SweepOptions, given=None) -> Sweep:
-    """The study's trials (complete and frozen) from the preset, grid or ``given`` list, and their data by
-    reference, with nothing written: what ``--dry-run`` shows."""
+    """The study's frozen trials and their data by reference, nothing written: what ``--dry-run`` shows."""
     scale = options.scale
     if given is not None:  # trials given one by one (sweeps.run)
         spec, seeds, trials = {}, None, given_trials(options, given)
@@ -251,8 +241,7 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
     check_data_dir(options)
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     search_of(options.search).check(spec, preset, trials[0])
-    from sweeps.data import plan_data
-    # from labels and manifests only (never images): a missing or bad data file stops it before Ray starts
+    from sweeps.data import plan_data  # labels and manifests only: a bad data file stops it before Ray starts
     name = options.name or default_experiment_name(preset, scale, options.budget)
     return Sweep(options, name=name, preset=preset, spec=spec, seeds=seeds, trials=tuple(trials),
                  data=plan_data(trials, data_dir))
@@ -308,9 +297,8 @@ TERMINATED = exit_code(signal.SIGTERM)  # 143
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped once started, by Ctrl-C or SIGTERM (``signum``) or a results store that kept failing
-    (``reason``): its finished models are stored, and ``resume=True`` goes on. Stopped before it started: a
-    plain ``KeyboardInterrupt``."""
+    """A sweep stopped once started (``signum``, or ``reason``: the results store kept failing): its
+    finished models are stored, and ``resume=True`` goes on."""
 
     def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None,
                  signum: int = signal.SIGINT):
@@ -341,9 +329,8 @@ def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
 
 
 def execute(options: SweepOptions, given=None):
-    """Plan, lock and run the sweep: (its plan, ``sweeps.driver.run``'s ``SweepSummary``). Bad input raises
-    a ``UsageError`` before Ray starts; a Ctrl-C, ``KeyboardInterrupt`` before the sweep starts,
-    ``SweepInterrupted`` after."""
+    """Plan, lock and run the sweep: (its plan, its ``SweepSummary``); ``UsageError`` before Ray starts,
+    ``SweepInterrupted`` once the sweep started."""
     sweep = plan(options, given)
     from sweeps import driver  # imports Ray: only once the input is known to be good
     from sweeps.errors import StopSignal
@@ -401,13 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_options(argv)
         if options.list:
             from sweeps.costs import presets_table
-
             print(presets_table())
             print(datasets_text(options))
             return 0
         if options.dry_run:  # the plan, without Ray
             from sweeps.dry_run import plan_text
-
             print(plan_text(plan_trials(options)))
             return 0
         with sigterm_as_interrupt():  # a SIGTERM stops the sweep as Ctrl-C does (exit code 143)
@@ -435,14 +420,11 @@ def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
         print(f"{summary.failed} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
               "(analysis.load_errors) and rerun with --resume")
     if summary.trials is not None and len(summary.trials):
-        print()
-        print(trials_text(summary.trials))
-        print()
-        print(correlation_text(summary.trials))
+        print(f"\n{trials_text(summary.trials)}")
+        print(f"\n{correlation_text(summary.trials)}")
         seeds = seed_text(summary.trials)
         if seeds:
-            print()
-            print(seeds)
+            print(f"\n{seeds}")
     print_commands(sweep.experiment_dir, argv)
     return 0 if not summary.failed else 1
 

@@ -80,8 +80,7 @@ def describe(diff: dict, limit: int = 8) -> str:
 
 
 def check_resume(experiment_dir: str, record: dict) -> list[str]:
-    """The trial keys a ``--resume`` adds (none: a plain resume), or a UsageError with the difference where
-    it cannot be an extension."""
+    """The trial keys a ``--resume`` adds, or a UsageError with the difference if it cannot extend."""
     stored = read(experiment_dir)
     if stored is None:
         raise UsageError(f"{experiment_dir} has no {PLAN_FILE} (it was started by an older disgen), so the "

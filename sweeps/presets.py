@@ -125,8 +125,8 @@ def m22_lie_group_vae(dataset: str) -> dict:
 
 
 def m22_runs() -> list[dict]:
-    """Every (condition, model) M22's scripts ran, each a whole trial's settings: the composition runs on
-    every condition, CascadeVAE on dSprites, 3DShapes and MPI3D, LieGroupVAE on dSprites and 3DShapes."""
+    """Every (condition, model) M22's scripts ran: the composition runs on every condition, CascadeVAE on
+    dSprites, 3DShapes and MPI3D, LieGroupVAE on dSprites and 3DShapes."""
     runs = []
     for condition in M22_CONDITIONS:
         dataset = condition["dataset"]

@@ -56,8 +56,7 @@ TIMES = ("train_started_at", "train_ended_at", "eval_started_at", "eval_ended_at
 
 
 def trial_row(experiment: str, trial: TrialConfig, result: dict, status: str = "finished") -> dict:
-    """One trials.parquet row: every setting the model ran with (its columns and the ``config`` JSON), its
-    status, and the result's metrics, step reached, provenance and ``error``."""
+    """One trials.parquet row: every setting the model ran with, status, metrics, step, provenance, error."""
     settings = trial.effective_settings()
     if status == "finished":
         settings.update({name: result[name] for name in RESOLVED_BY_THE_RUN if result.get(name) is not None})
@@ -120,9 +119,8 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
 
 
 class ResultsWriter:
-    """Commits each finished trial's rows, and those of models that failed or were stopped (their errors
-    also to ``errors-parts/``); a GPU trial's once its ``evaluations`` end (``collect``). A write that keeps
-    failing stops the sweep through ``stop`` (without one, it raises ``StorageFailed``)."""
+    """Commits each finished trial's rows, and those of models that failed or were stopped (errors also to
+    ``errors-parts/``); a write that keeps failing stops the sweep through ``stop``."""
 
     def __init__(self, store: ResultsStore, base_trials=(), stop=None, evaluations=None):
         self.store, self.experiment_dir = store, store.experiment
@@ -147,8 +145,7 @@ class ResultsWriter:
             return False
 
     def completed(self, trial) -> None:
-        """Store the trial's models: a row each, finished or failed (a diverged member also in
-        errors-parts/), or ``stopped`` (ASHA); or start their deferred evaluations."""
+        """Store the trial's models (finished, failed or stopped), or start their deferred evaluations."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
             self._commit_unfinished(trial, "stopped")
@@ -204,8 +201,7 @@ class ResultsWriter:
         self._write(f"storing the {status} trial {trial.trial_id}", lambda: self.store.commit(part, rows))
 
     def _error(self, record: dict) -> None:
-        """Record a failure as a new part of ``errors-parts/``, one JSON line written whole: never a file
-        rewritten, which two writers or a retried write could tear."""
+        """Record a failure as a new part of ``errors-parts/``, written whole (never appended: no tearing)."""
         record["at"] = dt.datetime.now(dt.timezone.utc).isoformat()
         path = storage.join(self.experiment_dir, ERRORS_PARTS, f"{storage.new_part()}.jsonl")
         text = (json.dumps(record) + "\n").encode()

@@ -28,8 +28,7 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class Sampled:
-    """Optuna's run: ``samples`` planned trials (``base``, one of ``planned``) with ``space`` sampled
-    towards ``metric``; the study ``study`` in ``journal``, its ``points`` asked first."""
+    """Optuna's run: ``samples`` planned trials with ``space`` sampled; the study in ``journal``."""
     planned: int
     space: dict
     metric: str
@@ -80,8 +79,7 @@ class GridSearch:
 
 
 class OptunaSearch:
-    """``--num-samples`` planned trials with the ``search`` space sampled by TPE; the study is kept in a
-    journal (``JOURNAL``), so a resumed search goes on with what it learnt."""
+    """``--num-samples`` planned trials sampled by TPE; the study, in ``JOURNAL``, survives a resume."""
     name = "optuna"
     extendable = False  # the samples depend on the whole study
     takes_trial_lists = False

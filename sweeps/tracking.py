@@ -158,8 +158,7 @@ API_KEY, KEY_FILE = "WANDB_API_KEY", "DISGEN_WANDB_KEY_FILE"
 
 
 def actor_environment(environment: dict, key_folder: str) -> dict:
-    """The W&B logging actor's environment: the driver's ``WANDB_*``, the API key as a file (mode 0600, in
-    ``key_folder``) named by ``DISGEN_WANDB_KEY_FILE``, as a runtime_env shows on Ray's dashboard."""
+    """The W&B actor's environment: the driver's ``WANDB_*``, the API key as a 0600 file (not in the env)."""
     env = {k: v for k, v in environment.items() if k.startswith("WANDB_") and k != API_KEY}
     if environment.get(API_KEY):
         path = os.path.join(key_folder, "wandb_api_key")
@@ -179,8 +178,7 @@ def take_api_key() -> None:
 
 
 class _ModelRunsActor:
-    """A Tune trial's W&B runs, one per model, in a process of their own on the driver's node (as Tune's
-    ``_WandbLoggingActor``); a synchronous actor runs a caller's calls in order."""
+    """A Tune trial's W&B runs, one per model, in a process of their own on the driver's node."""
 
     def __init__(self, logdir: str, runs: list[dict]):
         import wandb
@@ -206,8 +204,7 @@ class _ModelRunsActor:
 
 
 class WandbRuns(WandbLoggerCallback):
-    """Tune's W&B callback, one run per model: Tune's set-up, and a ``_ModelRunsActor`` per Tune trial (no
-    CPU, on the driver's node) whose calls the driver never waits for (Tune's queue waits for its actor)."""
+    """Tune's W&B callback, one run per model, via a ``_ModelRunsActor`` per Tune trial, never waited for."""
 
     def __init__(self, project: str, experiment_name: str, base_trials=(), local_dir: str | None = None):
         entity, _, name = project.rpartition("/")

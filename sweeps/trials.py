@@ -33,8 +33,7 @@ EVALUATION_KEYS = SETTING_DOCS  # EvaluationConfig's trial settings (analysis.me
 
 
 def flatten(config: dict) -> dict:
-    """A raw trial config as flat settings: each axis value that is a mapping (a variant, ``{objective:
-    factor_vae, gamma: 20}``) merged in, then ``by_dataset``'s settings for the trial's dataset."""
+    """A raw trial config as flat settings: its variants (mappings) merged in, then ``by_dataset``'s."""
     flat: dict = {}
     variants: list[dict] = []
     for key, value in config.items():
@@ -146,10 +145,9 @@ class TrialConfig(Mapping):
         return dict(self._settings)
 
     def effective_settings(self) -> dict:
-        """Every setting the model runs with, defaults included, as its trials row holds them: the run's,
-        then ``data``'s, ``model``'s and ``evaluation``'s fields, normalised, a None that stands for a default
-        resolved (γ, the likelihood, the metrics); left None what the run resolves (``n_images``,
-        ``transfer_factor``) and what None means (``grad_clip_norm``, ``epochs``, ``epoch_length``)."""
+        """Every setting the model runs with, defaults included, as its trials row holds them: a None that
+        stands for a default resolved (γ, the likelihood, the metrics); None kept where the run resolves it
+        or None has a meaning."""
         from models.registry import objective_class
         model = self.model.to_dict()
         has_gamma = (self.model.task == "vae"
