@@ -32,9 +32,7 @@ def _values(values: Sequence) -> str:
     """One setting over a pack's members: the value, two values, or the range."""
     distinct = sorted(set(values), key=lambda v: (isinstance(v, str), v))
     text = [f"{v:g}" if isinstance(v, float) else str(v) for v in distinct]
-    if len(text) <= 2:
-        return ",".join(text)
-    return f"{text[0]}–{text[-1]}"
+    return ",".join(text) if len(text) <= 2 else f"{text[0]}–{text[-1]}"
 
 
 def _number(value) -> str:
@@ -61,9 +59,8 @@ class Console:
         self.work = {t.trial_key: _work(t) for t in planned}
         # how many models the sweep has: the planned ones, or as many as Optuna samples from them
         self.models = models if models is not None else len(planned)
-        mean = sum(self.work.values()) / max(1, len(self.work))
-        self.mean_work = mean  # a sampled model's, which the plan does not hold
-        self.total_work = mean * self.models
+        self.mean_work = sum(self.work.values()) / max(1, len(self.work))  # a sampled model's, not planned
+        self.total_work = self.mean_work * self.models
         self.done_before = set(finished_keys)
         self.done: set[str] = set(self.done_before)
         self.failed: set[str] = set()
@@ -183,8 +180,8 @@ class Console:
         return sum(shares) / len(shares) if shares else 0.0
 
     def progress(self) -> tuple[float, float]:
-        """(work done in all, work done since this run started): a finished model whole, a running one by
-        the share of its steps done (since this run first saw it, for the second) less its evaluation's."""
+        """(work done in all, work done since this run started): a running model counts the share of its
+        steps done (since first seen, for the second), less the share its evaluation takes."""
         finished = sum(self.work.get(k, self.mean_work) for k in self.done)
         since = finished - sum(self.work.get(k, self.mean_work) for k in self.done_before)
         trained = 1.0 - self.evaluation_share()

@@ -10,8 +10,7 @@ import functools
 from sweeps.grid import default_seeds, trial_configs
 from sweeps.presets import PRESETS
 
-# Training images per second of one burgess β-VAE trial at batch 64 on one CPU core, two trials
-# sharing a 2-core x86_64 machine (benchmarks/default_study.py, 2026-11-21).
+# A burgess β-VAE trial's images/s at batch 64 on one core of a 2-core x86_64 (benchmarks/default_study.py)
 CPU_IMAGES_PER_SECOND = {"burgess": 390.0}
 # Dittadi et al. 2021: 1,080 models × 400k steps × 64 images in about 2.8 GPU-years (V100).
 D21_IMAGES = 1080 * 400_000 * 64

@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             with sigterm_as_interrupt():  # a SIGTERM stops the study as Ctrl-C does
                 code, seconds = run_study(preset, args.storage_path, args.budget)
             times[preset] = seconds
-            if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # Ctrl-C or SIGTERM: stop here;
-                # the same command goes on
+            if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # stop here; the same command goes on
                 print("The demo resumes where it stopped: run the same python -m sweeps.demo command again",
                       flush=True)
                 return code
@@ -109,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = os.path.join(args.storage_path, report_folder(args.budget))
     from analysis.report import main as report_main
-    # five pictures: one model of each split the reconstruction findings read (M21's three decoders,
-    # M22's two CompositionNets; analysis.trained_models.spread)
+    # five pictures: a model of each split the reconstruction findings read (analysis.trained_models.spread)
     code = report_main([*present, "--out", out, "--max-models", "5", "--no-progress"])
     for preset, seconds in times.items():
         print(f"{preset}: {seconds / 60:.1f} min" + (" (some trials failed; rerun to resume them)"

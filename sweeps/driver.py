@@ -69,8 +69,7 @@ def gpus_per_trial(options: SweepOptions, cluster_gpus: float) -> float:
 
 
 def ready(sweep: Sweep, cluster) -> Sweep:
-    """The sweep with what only a running Ray tells: the GPUs, the pack size (a resume keeps its
-    experiment's, so its packs and checkpoints match) and the shared procedural data."""
+    """The sweep with its GPUs, pack size (a resume keeps its own: checkpoints match) and shared data."""
     gpus = gpus_per_trial(sweep.options, cluster.gpus())
     stored = (plan_record.read(sweep.experiment_dir) or {}) if sweep.options.resume else {}
     size = stored.get("pack_size") or pack_size(sweep, gpus, cluster)

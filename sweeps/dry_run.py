@@ -86,8 +86,7 @@ def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
     for (dataset, name), n_nlls in asked.items():
         space = factor_space(dataset)
         available = len(get_split(dataset, name, space=space).test_grid_indices(space))
-        short = sorted(n for n in n_nlls if n > available)
-        if short:
+        if short := sorted(n for n in n_nlls if n > available):
             n_nll = ", ".join(f"{n:,}" for n in short)
             lines.append(f"  held out:    {dataset} {name}: {available:,} held-out combinations of the "
                          f"{space.n_images:,}-point grid, fewer than n_nll {n_nll}: its test_nll uses all "

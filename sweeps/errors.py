@@ -47,8 +47,7 @@ def sigterm_as_interrupt():
 class StopSignal:
     """Why a running sweep stops: a Ctrl-C or SIGTERM (``signum``), or a ``request`` (``reason``);
     ``received`` is set either way. While Tune runs, ``sweeps.ray_edge`` hands a signal on to Tune
-    (``noted``) and ``interrupt`` ends the run for a request; as a context manager it restores the handlers.
-    """
+    (``noted``) and ``interrupt`` ends the run for a request; a context manager, it restores the handlers."""
 
     def __init__(self):
         self.received = threading.Event()

@@ -40,8 +40,7 @@ class ModelLog:
     def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
         self.trial, self.data, self.history = trial, data, []
         self.log_dir, self._writer = log_dir, None
-        # The first step this process writes (set on a restore): TensorBoard drops what an earlier
-        # worker wrote from that step on, so a resumed model's curves do not double back.
+        # set on a restore: TensorBoard drops an earlier worker's events from here on (no curve doubles back)
         self.purge_step = 1
         rng = np.random.default_rng(trial.model.seed)
         self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
@@ -101,8 +100,7 @@ _NOT_SCALARS = ("eval_started_at", "eval_ended_at")
 
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,
                    ood2_sets: dict | None = None) -> dict:
-    """``trial``'s metrics of a trained ``model`` (and OOD2 sets), with ``eval_seconds``, its start and end.
-    """
+    """``trial``'s metrics of a trained ``model`` (and OOD2 sets), with ``eval_seconds``, start and end."""
     began, started = time.time(), time.perf_counter()
     metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
                        data_seed=trial.data.data_seed, ood2_sets=ood2_sets)
@@ -155,8 +153,7 @@ def evaluate_saved(job: dict) -> dict:
     split, train_rows, test_rows = split_rows(trial, data)
     model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
     model.load_state_dict(weights)
-    # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
-    # are exactly those the trial would have computed itself, not the same to rounding only
+    # a CPU trainer's layout (models.engine.Trainer): exactly the numbers the trial would have computed
     model = model.to(memory_format=torch.channels_last).eval()
     metrics = evaluate_model(model, trial, data, split, job["cpus"], sets)
     metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
@@ -199,8 +196,7 @@ class DeferredEvaluations:
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
     def start(self, outcome: TrialOutcome, checkpoint: str | None, stored: set[str]) -> int:
-        """Evaluate the models of ``outcome`` that trained to the end, from its final ``checkpoint``, unless
-        they have a row in ``stored`` or a running evaluation; how many started."""
+        """Evaluate ``outcome``'s trained models with no row in ``stored``, none running; how many start."""
         if checkpoint is None:
             raise ValueError(f"trial {outcome.trial_id}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()

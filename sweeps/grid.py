@@ -52,8 +52,7 @@ def load_grid_file(path: str) -> dict:
 
 def check_spec(spec: dict, source: str) -> None:
     """Structural checks: the keys of a spec, and that every axis is a non-empty list."""
-    unknown = set(spec) - set(SPEC_KEYS)
-    if unknown:
+    if unknown := set(spec) - set(SPEC_KEYS):
         raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r}; a grid has {', '.join(SPEC_KEYS)}")
     for part in ("fixed", "axes", "scales"):
         if not isinstance(spec.get(part, {}), dict):
@@ -135,8 +134,7 @@ def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[T
     if not points:
         raise UsageError(f"{name}: the grid has zero trials")
     trials = [TrialConfig.complete(point, name) for point in points]
-    repeated = [key for key, count in Counter(t.trial_key for t in trials).items() if count > 1]
-    if repeated:
+    if repeated := [key for key, count in Counter(t.trial_key for t in trials).items() if count > 1]:
         twin = next(t for t in trials if t.trial_key == repeated[0])
         raise UsageError(f"{name}: {len(trials) - len(set(t.trial_key for t in trials))} trial(s) repeat "
                          f"another (e.g. {twin.dirname}); give each seed and axis value once")

@@ -1,11 +1,8 @@
-"""One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews.
-
-It names its holder (boot id, host, pid, start time, a token), and is renewed every ``RENEW_S`` seconds;
-a refused renewal stops the sweep (``on_lost``). It is stale, and taken over, where its holder ran here
-and its process is gone, or its last renewal is older than ``LEASE_S`` by the store's own clock
-(docs/cluster.md, "The driver's lease"). Taking it is one atomic create: a hard link locally, a
-conditional ``PutObject`` on S3 (through boto3), a write read back on other object stores.
-"""
+"""One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews every
+``RENEW_S`` seconds; a refused renewal stops the sweep. A lock is stale, and taken over, where its holder
+ran here and its process is gone, or where it was renewed more than ``LEASE_S`` ago by the store's own clock
+(docs/cluster.md, "The driver's lease"). Taking it is one atomic create: a hard link locally, a conditional
+``PutObject`` on S3 (boto3), a write read back on other stores."""
 
 from __future__ import annotations
 
@@ -112,8 +109,7 @@ class ExperimentLock:
     @staticmethod
     def _store_now(fs, inner: str) -> float:
         """The store's clock now: the modification time of a file written beside ``inner``."""
-        folder = inner.rsplit("/", 1)[0]
-        probe = f"{folder}/.{LOCK_FILE}.{uuid.uuid4().hex}.clock"
+        probe = f"{inner.rsplit('/', 1)[0]}/.{LOCK_FILE}.{uuid.uuid4().hex}.clock"
         with fs.open_output_stream(probe) as stream:
             stream.write(b"")
         try:
@@ -130,8 +126,7 @@ class ExperimentLock:
         fs, inner = storage.resolve(self.path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         if not storage.is_remote(self.path):
-            # written whole beside it, then linked in place: os.link fails if the lock exists, as
-            # an O_EXCL create does, and no driver ever reads a lock still being written
+            # written whole beside it, then linked in place: os.link fails where a lock exists (as O_EXCL)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(inner), prefix=f".{LOCK_FILE}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -149,9 +144,7 @@ class ExperimentLock:
 
     def _is_stale(self, holder: dict, age: float | None) -> bool:
         """A holder on this machine: stale once its process is gone; elsewhere, once its lease ran out."""
-        if _same_machine(holder):
-            return process_gone(holder)
-        return age is not None and age > self.lease_s
+        return process_gone(holder) if _same_machine(holder) else age is not None and age > self.lease_s
 
     def _take_over(self, holder: dict, record: dict) -> bool:
         """Replace the stale lock of ``holder`` by ``record`` if it is still ``holder``'s; True if this
@@ -168,8 +161,7 @@ class ExperimentLock:
             if current == holder and self._is_stale(current, age):
                 fs.delete_file(inner)
             return False
-        # one driver of this machine at a time reads and removes (an flock), so a lock a faster driver
-        # just created is never removed; across machines, each removes only a lock it read as stale
+        # one driver here at a time (an flock) removes the lock, only while it is still the stale one
         guard_path = os.path.join(tempfile.gettempdir(),
                                   f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
         with open(guard_path, "a") as guard:
@@ -239,8 +231,7 @@ class ExperimentLock:
         self._renewals += 1
         if self._is_s3():
             text = json.dumps({**self.record, "renewals": self._renewals}).encode()
-            etag = self._put_s3(text, IfMatch=self._etag)
-            if etag:
+            if etag := self._put_s3(text, IfMatch=self._etag):
                 self._etag = etag
             return bool(etag)
         current = self.read()

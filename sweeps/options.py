@@ -148,8 +148,8 @@ class Option:
 
 def option(default, help: str, check: Check | None = None, *, choices: tuple | None = None,
            metavar: str | None = None, run_as: str | None = "keyword"):
-    """Declare an option of ``SweepOptions``; ``run_as``: how ``sweeps.run`` takes it (a keyword, its
-    ``grid_or_trials``: ``"first argument"``, or None: not at all)."""
+    """Declare an option of ``SweepOptions`` (its annotation is its type). ``run_as``: how ``sweeps.run``
+    takes it: as a keyword, as its first argument (``grid_or_trials``), or not at all (None)."""
     declared = Option(help, check, choices, metavar, run_as)
     return dataclasses.field(default=default, metadata={"option": declared})
 
@@ -287,8 +287,8 @@ def run_signature(first: inspect.Parameter) -> inspect.Signature:
 # -- the planned sweep, and what a trial reads of it -----------------------------------------------
 @dataclass(frozen=True)
 class Sweep:
-    """A planned sweep: its options, frozen trials, their data by reference and where the experiment goes;
-    the driver adds what only Ray tells."""
+    """A planned sweep: its options, its frozen trials, their data by reference and where the experiment
+    goes; the driver adds what only a running Ray tells (pack size, GPUs, shared data)."""
     options: SweepOptions
     name: str
     preset: str

@@ -17,8 +17,7 @@ RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
 
 @dataclasses.dataclass
 class ModelOutcome:
-    """One model's outcome: trained (and evaluated: ``metrics``), or failed (``error``); with what only the
-    run resolves (``steps``, ``n_images``, ``bf16``), the training's timings and the dataset read."""
+    """One model's outcome: trained (``metrics``) or failed (``error``), and what its run resolved."""
     trial: TrialConfig
     step: int | None = None
     error: str | None = None
@@ -67,8 +66,8 @@ _NOT_METRICS = {*_FACTS, "trial_key", "config", "step", "error", "history"}
 
 @dataclasses.dataclass
 class TrialOutcome:
-    """A Tune trial's outcome: its models' (in its config's order), its step and what ran it; a deferred one
-    (``evaluated`` False) names its dataset."""
+    """A Tune trial's outcome: its models (in its config's order), its step and what ran it; a deferred one
+    (``evaluated`` False) names its dataset and an evaluation's CPUs."""
     members: list[ModelOutcome]
     step: int | None = None
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)

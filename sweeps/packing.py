@@ -1,9 +1,6 @@
-"""Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
-
-A Tune trial's config names its members by trial key (an Optuna trial: a planned trial's index and its
-sampled values), never their settings: Tune writes it into every result (benchmarks/README.md, "Small
-results"). Members share the data settings but the split, the evaluation's and ``MODEL_SHARED``.
-"""
+"""Packs: trials that share a dataset and a model shape (``shared_key``), trained together in one Tune
+trial. A Tune trial's config names its members by trial key, never their settings, as Tune writes it into
+every result (benchmarks/README.md, "Small results")."""
 
 from __future__ import annotations
 
@@ -17,13 +14,11 @@ from sweeps.errors import UsageError
 from sweeps.outcome import TrialOutcome, is_final
 from sweeps.trials import TrialConfig
 
-# What a pack's members share, besides the data and evaluation settings: one network shape, one
-# objective and task (one vmap, one code path) and one run length.
+# What a pack's members share besides data and evaluation settings: one vmap, one code path, one length
 MODEL_SHARED = ("architecture", "objective", "task", "latent_dim", "batch_size", "image_size", "channels",
                 "steps", "epochs", "epoch_length")
 AUTO = "auto"
-# Without knowing a GPU's memory (an autoscaling cluster with no GPU node up yet), assume the
-# smallest of the common training GPUs: cluster.yaml's g5 instances have 24 GB A10Gs.
+# A GPU of unknown memory (no GPU node up yet) is taken for the smallest common one: cluster.yaml's A10G
 ASSUMED_GPU_BYTES = 24 * 2**30
 AUTO_LIMIT = 64
 
@@ -73,8 +68,7 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
         members = config["members"]
         plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
         found = [TrialConfig(m) if isinstance(m, Mapping) else plan.get(m) for m in members]
-        missing = [key for key, trial in zip(members, found) if trial is None]
-        if missing:
+        if missing := [key for key, trial in zip(members, found) if trial is None]:
             named = ", ".join(map(str, members))
             raise UsageError(f"trial {missing[0]} (of the Tune trial of {named}) is not in this run's "
                              "plan, which holds the settings Tune's state names by key; resume "
@@ -143,10 +137,7 @@ def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
 
 def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote: bool) -> str:
     """A model's TensorBoard folder in the experiment (on remote storage, inside its pack's)."""
-    folder = trial.dirname
-    if remote and len(trials) > 1:
-        folder = f"{dirname(trials)}/{folder}"
-    return folder
+    return f"{dirname(trials)}/{trial.dirname}" if remote and len(trials) > 1 else trial.dirname
 
 
 def trial_dataset_bytes(trial: TrialConfig) -> int:

@@ -43,8 +43,7 @@ GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
 
 
 def default_experiment_name(preset: str, scale: str, budget: float = 1.0) -> str:
-    """The study's name, plus the scale unless smoke, plus the budget factor unless 1
-    (``dittadi2021-demo-budget0.5``), so that a scaled run never resumes into the full one."""
+    """The study's name, plus the scale unless smoke and the budget unless 1: a scaled run is kept apart."""
     name = preset if scale == "smoke" else f"{preset}-{scale}"
     return name if budget == 1 else f"{name}-budget{budget:g}"
 
@@ -166,8 +165,8 @@ def check_data_dir(options: SweepOptions) -> None:
 
 
 def load_spec(options: SweepOptions) -> tuple[dict, str]:
-    """The study's spec and name (a preset or a grid file), the command line's data settings pinned and, for
-    --search optuna, the searched settings off the axes."""
+    """The study's spec and name (preset or grid file), data options pinned, searched settings off the axes.
+    """
     if isinstance(options.grid, Mapping):  # a grid given as data (sweeps.run)
         spec, preset = dict(options.grid), options.name or "grid"
     elif options.grid:
@@ -198,8 +197,7 @@ def seed_list(seeds) -> list[int]:
 
 
 def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
-    """``sweeps.run``'s list of trials (``TrialConfig``s or mappings of settings), each completed as a grid
-    point is, none twice. They carry their own seeds: --seeds and --search optuna are refused."""
+    """``sweeps.run``'s list of trials, completed as grid points, none twice (no --seeds, no optuna)."""
     if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence) or not given:
         raise UsageError("trials: give a non-empty list of trial configs (TrialConfig, or mappings of "
                          "settings), or a grid instead")
@@ -297,8 +295,7 @@ TERMINATED = exit_code(signal.SIGTERM)  # 143
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped once started (``signum``, or ``reason``: the results store kept failing): its
-    finished models are stored, and ``resume=True`` goes on."""
+    """A sweep stopped once started (``signum``, or a failing store: ``reason``); ``resume=True`` goes on."""
 
     def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None,
                  signum: int = signal.SIGINT):
@@ -329,8 +326,8 @@ def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
 
 
 def execute(options: SweepOptions, given=None):
-    """Plan, lock and run the sweep: (its plan, its ``SweepSummary``); ``UsageError`` before Ray starts,
-    ``SweepInterrupted`` once the sweep started."""
+    """Plan, lock and run the sweep: (its plan, its ``SweepSummary``). Bad input raises ``UsageError``
+    before Ray starts; a Ctrl-C once the sweep started, ``SweepInterrupted``."""
     sweep = plan(options, given)
     from sweeps import driver  # imports Ray: only once the input is known to be good
     from sweeps.errors import StopSignal
@@ -351,18 +348,13 @@ def execute(options: SweepOptions, given=None):
 
 def run(grid_or_trials="default", **options):
     """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every model's
-    row of ``trials.parquet``, finished or not (its ``status`` says which), as ``analysis.load_trials``
-    gives them.
-
-    ``grid_or_trials``: a preset's name; a grid file (``.yaml``, ``.yml``, or ``.py`` defining ``GRID``);
-    a grid as a dict (named ``name``, else ``grid``); or a list of trials (``TrialConfig``s or mappings
-    of settings), run as they are (``scale`` and ``seeds`` do not apply). Every keyword is the option
-    of the same name, with its default, but ``address``: None joins the Ray this process started,
-    else ``$RAY_ADDRESS``, else starts a local one. Bad input raises ``UsageError`` before Ray starts;
-    an experiment that exists needs ``resume=True``. A Ctrl-C once the sweep started raises
-    ``SweepInterrupted``: the finished models are stored, and ``resume=True`` goes on."""
-    unknown = sorted(set(options) - set(KEYWORDS))
-    if unknown:
+    row of ``trials.parquet``, finished or not, as ``analysis.load_trials`` gives them. ``grid_or_trials``:
+    a preset's name, a grid file (``.yaml``, ``.yml``, or ``.py`` defining ``GRID``), a grid as a dict, or
+    a list of trials (``TrialConfig``s or mappings of settings), run as they are. Every keyword is the
+    command-line option of the same name, but ``address``: None joins the Ray this process started, else
+    ``$RAY_ADDRESS``, else starts a local one. Bad input raises ``UsageError`` before Ray starts; a Ctrl-C
+    once the sweep started, ``SweepInterrupted``: the finished models are stored; ``resume=True`` goes on."""
+    if unknown := sorted(set(options) - set(KEYWORDS)):
         raise TypeError(f"run() got an unexpected keyword argument {unknown[0]!r}")
     given = None
     if isinstance(grid_or_trials, (str, os.PathLike)):
@@ -422,8 +414,7 @@ def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
     if summary.trials is not None and len(summary.trials):
         print(f"\n{trials_text(summary.trials)}")
         print(f"\n{correlation_text(summary.trials)}")
-        seeds = seed_text(summary.trials)
-        if seeds:
+        if seeds := seed_text(summary.trials):
             print(f"\n{seeds}")
     print_commands(sweep.experiment_dir, argv)
     return 0 if not summary.failed else 1

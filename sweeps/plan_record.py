@@ -17,8 +17,8 @@ VERSION = 1
 
 
 def plain(trial: TrialConfig) -> dict:
-    """A trial's settings as plan.json stores them, as JSON values, less those that only label it
-    (``NOT_IN_KEY``): a copy of the grid under a new file name extends the experiment."""
+    """A trial's settings as plan.json stores them, less those that only label it (``NOT_IN_KEY``): a copy
+    of the grid under a new file name extends the experiment."""
     settings = {k: v for k, v in trial.to_dict().items() if k not in NOT_IN_KEY}
     return json.loads(json.dumps(settings, sort_keys=True, default=str))
 

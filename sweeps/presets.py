@@ -85,8 +85,7 @@ M22_WAE_LOSS = {"objective": "wae_mmd", "mmd_weight": 10.0, "logvar_l1_weight": 
 
 
 def m22_composition_nets(dataset: str, split: str) -> list[dict]:
-    """The CompositionNets M22's scripts train on one condition, with their network, lr, batch and
-    epochs (docs/presets.md, "montero2022")."""
+    """The CompositionNets M22's scripts train on one condition (docs/presets.md, "montero2022")."""
     if dataset in ("circles", "simple"):
         # run-spriteworld.sh: kim encoder, spatial broadcast decoder, fixint, batch 16, 100 epochs;
         # lr 3e-4 on Circles, 1e-4 on Simple
@@ -104,10 +103,10 @@ def m22_composition_nets(dataset: str, split: str) -> list[dict]:
 
 
 def m22_cascade_vae(dataset: str) -> dict:
-    """CascadeVAE as run-alts.sh ran it (configs/vaes.py cascade(), configs/training.py cascade()):
-    kim's encoder layout, 6 continuous latents, 3 categories (4 on 3DShapes and MPI3D), λ 1e-3, the
-    discrete code held at zero for the first 80,000 steps, β 10 → 2 one dimension every 20,000
-    steps, lr 3e-4; 40 epochs on dSprites, 60 on 3DShapes and MPI3D."""
+    """CascadeVAE as run-alts.sh ran it (configs/vaes.py and configs/training.py cascade()): kim's encoder
+    layout, 6 continuous latents, 3 categories (4 on 3DShapes and MPI3D), λ 1e-3, the discrete code held at
+    zero for 80,000 steps, β 10 → 2 one dimension every 20,000 steps, lr 3e-4; 40 epochs on dSprites, 60 on
+    3DShapes and MPI3D."""
     return {"objective": "cascade_vae", "architecture": "kim", "latent_dim": 6,
             "discrete_categories": 3 if dataset == "dsprites" else 4, "duplicate_penalty": 1e-3,
             "discrete_warmup_steps": 80_000, "beta_low": 2.0, "beta_high": 10.0, "cascade_steps": 20_000,
@@ -115,9 +114,8 @@ def m22_cascade_vae(dataset: str) -> dict:
 
 
 def m22_lie_group_vae(dataset: str) -> dict:
-    """LieGroupVAE as run-alts.sh ran it on the held-out splits (configs/training.py lievae()):
-    kim's encoder layout, batch 256, lr 1e-4, 100 epochs; one 10×10 group on dSprites, 20×20 with
-    the Hessian weight 20 on 3DShapes."""
+    """LieGroupVAE as run-alts.sh ran it (configs/training.py lievae()): kim's encoder layout, batch 256, lr
+    1e-4, 100 epochs; one 10×10 group on dSprites, 20×20 with the Hessian weight 20 on 3DShapes."""
     group = {"lie_matrix_size": 10, "hessian_weight": 40.0} if dataset == "dsprites" else {
         "lie_matrix_size": 20, "hessian_weight": 20.0}
     return {"objective": "lie_group_vae", "architecture": "kim", "batch_size": 256, "lr": 1e-4, "epochs": 100,

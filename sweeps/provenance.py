@@ -52,9 +52,7 @@ def device_name(device) -> str | None:
     """The CUDA device's name (``NVIDIA H100 80GB HBM3``); None for any other device."""
     import torch
     device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_name(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 def provenance(device) -> dict:

@@ -1,11 +1,8 @@
 """The results writer: a listener of a sweep's trial events that commits each finished trial's rows as one
-part, and a row for each model that failed or was stopped (docs/sweeps.md, "How results are stored").
-
-A finished trial writes its history part itself; the writer's trials part of the same name is the
-commit, so a crash before it leaves history no reader sees. A write that fails with an ``OSError``
-is retried with backoff; where it still fails, the sweep stops as a Ctrl-C does, and the resume runs
-every trial whose rows did not land.
-"""
+part, and a row for each model that failed or was stopped (docs/sweeps.md, "How results are stored"). A
+trial writes its history part itself; the writer's trials part of the same name is the commit. A write that
+keeps failing (``OSError``, retried with backoff) stops the sweep as a Ctrl-C does; the resume runs every
+trial whose rows did not land."""
 
 from __future__ import annotations
 
@@ -107,8 +104,7 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
     experiment = experiment_name(store.experiment)
     rows = member_rows(experiment, outcome, storage.is_remote(store.experiment))
     part = outcome.results_part
-    if part is None:  # the history is in the outcome: a deferred evaluation's (read from the trial's
-        # checkpoint), or a result of disgen before the trial wrote its own history
+    if part is None:  # the history is in the outcome (a deferred evaluation's, or an older disgen's result)
         part = storage.new_part()
         new = {row["trial_key"] for row in rows if row["status"] == "finished"} - store.keys
         history = [row for m in outcome.members if not m.failed and m.trial.trial_key in new
@@ -119,8 +115,7 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
 
 
 class ResultsWriter:
-    """Commits each finished trial's rows, and those of models that failed or were stopped (errors also to
-    ``errors-parts/``); a write that keeps failing stops the sweep through ``stop``."""
+    """Commits each trial's rows (finished, failed or stopped); a write that keeps failing stops the sweep."""
 
     def __init__(self, store: ResultsStore, base_trials=(), stop=None, evaluations=None):
         self.store, self.experiment_dir = store, store.experiment

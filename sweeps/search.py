@@ -1,8 +1,6 @@
 """How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned trial,
-``OptunaSearch`` ``--num-samples`` that Optuna's TPE samples from the grid's ``search`` space. Each owns
-what differs between the two, so no other module asks which runs. A resume plans from disgen's records,
-never Tune's: the trials with no row yet, or the samples left (the study kept in ``JOURNAL``).
-"""
+``OptunaSearch`` ``--num-samples`` that Optuna's TPE samples from the grid's ``search`` space; each owns
+what differs, so no other module asks which runs. A resume plans from disgen's records, never Tune's."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``,
-``--wandb PROJECT``; docs/sweeps.md, "Tracking in MLflow" and "Tracking in W&B").
-
-Tune's logger callbacks log a Tune trial as one run, but a disgen Tune trial is a model or a pack, its
-config only their keys: ``ModelRuns`` and ``WandbRuns`` keep Tune's set-up and log a run per model, with
-its settings and its trial key (so a resumed model goes on in its run), a lone model's progress and
-each model's final metrics (a pack's progress is means over its members).
-"""
+"""MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``, ``--wandb
+PROJECT``; docs/sweeps.md, "Tracking in MLflow" and "Tracking in W&B"). Tune's logger callbacks log a Tune
+trial as one run, but a disgen Tune trial is a model or a pack: ``ModelRuns`` and ``WandbRuns`` keep Tune's
+set-up and log a run per model, found again by its trial key on a resume."""
 
 from __future__ import annotations
 
@@ -103,8 +99,7 @@ class ModelRuns(MLflowLoggerCallback):
         if key in self._runs:
             return self._runs[key]
         experiment = self.mlflow_util.experiment_id
-        found = client.search_runs([experiment], f"tags.{KEY_TAG} = '{key}'", max_results=1)
-        if found:
+        if found := client.search_runs([experiment], f"tags.{KEY_TAG} = '{key}'", max_results=1):
             self._runs[key] = found[0].info.run_id
             return self._runs[key]
         from mlflow.entities import Param
@@ -138,8 +133,7 @@ class ModelRuns(MLflowLoggerCallback):
                 client.set_tag(run_id, "error", error)
             else:
                 self._log(client, run_id, metrics, step)
-        progress = progress_of(members, result)
-        if progress is not None:
+        if (progress := progress_of(members, result)) is not None:
             self._log(client, self._run_of(client, members[0], trial), progress[1], progress[0])
 
     def log_trial_end(self, trial, failed: bool = False):
@@ -171,8 +165,7 @@ def actor_environment(environment: dict, key_folder: str) -> dict:
 
 def take_api_key() -> None:
     """In the logging actor: the W&B API key from ``actor_environment``'s file into the environment."""
-    path = os.environ.pop(KEY_FILE, None)
-    if path:
+    if path := os.environ.pop(KEY_FILE, None):
         with open(path) as file:
             os.environ[API_KEY] = file.read()
 
@@ -233,8 +226,7 @@ class WandbRuns(WandbLoggerCallback):
         return self
 
     def _actor_class(self):
-        # the driver's W&B settings go with the actor (a Ray worker may predate them), the API key as
-        # a file; not restarted: an actor that dies costs its trial's W&B records, never the sweep
+        # the driver's W&B settings go with the actor (the key as a file); a dead actor costs only its records
         if self._runs_actor is None:
             self._key_folder = tempfile.TemporaryDirectory(prefix="disgen-wandb-")  # removed at exit
             env = actor_environment(dict(os.environ), self._key_folder.name)
@@ -261,16 +253,14 @@ class WandbRuns(WandbLoggerCallback):
         actor, members = self._actors[trial], self._members(trial)
         for k, (_, step, metrics, error) in enumerate(finals_of(members, result)):
             actor.log.remote(k, step, metrics, {"error": error} if error else {})
-        progress = progress_of(members, result)
-        if progress is not None:
+        if (progress := progress_of(members, result)) is not None:
             actor.log.remote(0, progress[0], progress[1], {})
 
     def log_trial_save(self, trial):
         pass  # checkpoints are a Tune trial's, of all its models: not uploaded to a model's run
 
     def log_trial_end(self, trial, failed: bool = False):
-        actor = self._actors.pop(trial, None)
-        if actor is None:
+        if (actor := self._actors.pop(trial, None)) is None:
             return
         status = {"FINISHED": "finished", "FAILED": "failed", "KILLED": "stopped"}
         ends = {k: (1 if state == "FAILED" else 0, status[state])

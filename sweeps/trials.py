@@ -76,8 +76,7 @@ class TrialConfig(Mapping):
     def __init__(self, settings: Mapping):
         """Read a complete config (from ``complete`` or ``to_dict``); completes nothing."""
         from models import ModelConfig
-        missing = [k for k in ("trial_key", "condition", "channels") if k not in settings]
-        if missing:
+        if missing := [k for k in ("trial_key", "condition", "channels") if k not in settings]:
             raise ValueError(f"not a complete trial config (no {', '.join(missing)}); build it with "
                              "TrialConfig.complete")
         settings = dict(settings)
@@ -97,8 +96,7 @@ class TrialConfig(Mapping):
         """The one completion: raw grid-point settings → a validated TrialConfig; errors start ``source:``."""
         try:
             settings = {k: v for k, v in flatten(dict(raw)).items() if k not in DERIVED}
-            unknown = sorted(set(settings) - allowed_keys())
-            if unknown:
+            if unknown := sorted(set(settings) - allowed_keys()):
                 raise UsageError(f"unknown setting {unknown[0]!r}; allowed: "
                                  f"{', '.join(sorted(allowed_keys()))}")
             settings.setdefault("data_source", DEFAULT_DATA_SOURCE)
