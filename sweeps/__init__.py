@@ -1,8 +1,6 @@
-"""Sweeps: a study's grid → Ray Tune trials → results. ``sweeps.run`` runs one from Python, as
-``python -m sweeps.paper_grid`` does from a shell.
-
-Names are imported on first use, so that ``import sweeps`` stays light (and imports no Ray).
-"""
+"""Sweeps: a study's grid → Ray Tune trials → results. ``sweeps.run`` runs one from Python, as ``python -m
+sweeps.paper_grid`` does from a shell. Names are imported on first use, so that ``import sweeps`` stays
+light (and imports no Ray)."""
 
 import importlib
 

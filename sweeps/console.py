@@ -1,30 +1,7 @@
-"""The sweep's console: what a researcher reads while a sweep runs.
-
-Tune's own output (a ``members`` column, ``train_trial_…`` names, a result box of about 45 rows
-per finished trial) is replaced by three things, printed to stdout as plain lines that read the
-same in a terminal, in ``ray job logs`` and in a CI log:
-
-- a **progress table** of the models that are running: the model's name (the trial's
-  ``TrialConfig.dirname``, or the pack's name), dataset, split, objective, β, seed (a pack shows
-  its range), step (or ``evaluating``), loss and images per second, under a status line with the
-  models done, running and waiting and the **ETA of the whole sweep**. It comes at the first progress
-  report, then every 30 s, the interval growing to a quarter of the time run (at most 10
-  minutes), so a day-long sweep prints a few hundred tables, not thousands; its column header
-  only when the models in it have changed;
-- **one line per finished model** with its headline metrics (one per member of a pack), and one
-  per failed or early-stopped model;
-- Tune's own messages, less those that repeat the above or give a hint that disgen replaces (its
-  ``Tuner.restore(...)`` hint: the command line prints the exact ``--resume`` command instead).
-
-The ETA is the work left, counted as ``sweeps/costs.py`` counts training (images × FLOPs per
-image), at the rate measured so far in this run: the work done since its first trial started over
-the time since. A model counts whole once finished; a running one by the share of its steps done,
-less the share of its time that evaluation takes (measured on the models finished so far), so
-the ETA does not reach zero while the last models are being evaluated. Before the first
-progress report, the header gives ``sweeps/costs.py``'s a-priori estimate.
-
-``--verbose`` gives Tune's full output instead (``LiveView`` is then left out).
-"""
+"""The sweep's console, in place of Tune's own output: a progress table of the running models under a status
+line with the sweep's ETA, and a line per finished, failed or stopped model (docs/sweeps.md, "What you see
+while it runs"). The ETA is the work left (``sweeps/costs.py``) at the rate measured since the run's first
+trial started, a running model counted less the share of its time evaluation takes."""
 
 from __future__ import annotations
 
@@ -55,9 +32,7 @@ def _values(values: Sequence) -> str:
     """One setting over a pack's members: the value, two values, or the range."""
     distinct = sorted(set(values), key=lambda v: (isinstance(v, str), v))
     text = [f"{v:g}" if isinstance(v, float) else str(v) for v in distinct]
-    if len(text) <= 2:
-        return ",".join(text)
-    return f"{text[0]}–{text[-1]}"
+    return ",".join(text) if len(text) <= 2 else f"{text[0]}–{text[-1]}"
 
 
 def _number(value) -> str:
@@ -70,13 +45,11 @@ def _number(value) -> str:
 def _work(trial: TrialConfig) -> float:
     """A model's training work in reference-network images (``sweeps/costs.py``)."""
     from sweeps.costs import relative_flops, training_images
-
     return training_images(trial) * relative_flops(trial)
 
 
 class Console:
-    """The state behind the live view of one experiment: the planned models, which are done, what
-    each running Tune trial last reported. ``LiveView`` feeds it Tune's events; it prints."""
+    """The live view's state: the planned models, those done, and each running Tune trial's last report."""
 
     def __init__(self, name: str, planned: Sequence[TrialConfig], finished_keys=(), base_trials=(),
                  models: int | None = None, gpus: float = 0.0, stream=None, clock=time.monotonic):
@@ -86,9 +59,8 @@ class Console:
         self.work = {t.trial_key: _work(t) for t in planned}
         # how many models the sweep has: the planned ones, or as many as Optuna samples from them
         self.models = models if models is not None else len(planned)
-        mean = sum(self.work.values()) / max(1, len(self.work))
-        self.mean_work = mean  # a sampled model's, which the plan does not hold
-        self.total_work = mean * self.models
+        self.mean_work = sum(self.work.values()) / max(1, len(self.work))  # a sampled model's, not planned
+        self.total_work = self.mean_work * self.models
         self.done_before = set(finished_keys)
         self.done: set[str] = set(self.done_before)
         self.failed: set[str] = set()
@@ -105,7 +77,6 @@ class Console:
         self.reported = False  # a progress report has come in this run (the first shows the table)
 
     # -- printing ---------------------------------------------------------------------------------
-
     def print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout, flush=True)
 
@@ -118,7 +89,6 @@ class Console:
             return
         self.announced = True
         from sweeps.costs import CPU_IMAGES_PER_SECOND, gpu_flops_per_second, training_flops_per_image
-
         left = self.total_work - sum(self.work.get(k, self.mean_work) for k in self.done)
         if self.gpus > 0:
             rate = gpu_flops_per_second() / training_flops_per_image("burgess", 64, 1, 10)
@@ -130,7 +100,6 @@ class Console:
                    "(sweeps/costs.py); Ctrl-C stops the sweep cleanly")
 
     # -- Tune's events ----------------------------------------------------------------------------
-
     def members(self, trial) -> list[TrialConfig]:
         return members_of(trial.config, self.base_trials)
 
@@ -198,7 +167,6 @@ class Console:
         self.table()
 
     # -- the table --------------------------------------------------------------------------------
-
     def interval(self) -> float:
         """30 s at first, then a quarter of the time run, at most 10 minutes."""
         return min(LONGEST_INTERVAL, max(FIRST_INTERVAL, (self.clock() - self.started) / 4))
@@ -207,15 +175,13 @@ class Console:
         return [t for t in self.trials if t.status == "RUNNING" and t.trial_id in self.latest]
 
     def evaluation_share(self) -> float:
-        """The share of a model's time its evaluation took, over the models finished in this run
-        (0 until one has)."""
+        """The mean share of a model's time its evaluation took, over this run's finished models."""
         shares = [e / (t + e) for t, e in self.timings if t + e > 0]
         return sum(shares) / len(shares) if shares else 0.0
 
     def progress(self) -> tuple[float, float]:
-        """(work done in all, work done since this run started): a finished model counts whole, a
-        running one by the fraction of its steps done (since this run first saw it, for the
-        second), less the share of its time that its evaluation will take."""
+        """(work done in all, work done since this run started): a running model counts the share of its
+        steps done (since first seen, for the second), less the share its evaluation takes."""
         finished = sum(self.work.get(k, self.mean_work) for k in self.done)
         since = finished - sum(self.work.get(k, self.mean_work) for k in self.done_before)
         trained = 1.0 - self.evaluation_share()
@@ -227,8 +193,7 @@ class Console:
         return finished, since
 
     def eta(self) -> str:
-        """The time the sweep's work left takes at the rate measured in this run (since its first
-        trial started)."""
+        """The time the work left takes at the rate measured since this run's first trial started."""
         elapsed = self.clock() - (self.started if self.first_start is None else self.first_start)
         finished, since = self.progress()
         if since <= 0 or elapsed <= 0:
@@ -236,8 +201,7 @@ class Console:
         return f"ETA {duration(max(0.0, self.total_work - finished) / (since / elapsed))}"
 
     def table(self, force: bool = False) -> None:
-        """The status line and the running models (training or being evaluated), if ``force`` or the
-        interval has passed."""
+        """The status line and the running models' rows, if ``force`` or the interval has passed."""
         now = self.clock()
         if not force and (self.last_table is None or now - self.last_table < self.interval()):
             return
@@ -276,9 +240,7 @@ class Console:
 
 
 class LiveView:
-    """The sweep's trial events (``sweeps.ray_edge.Events``), handed to its ``Console``: a listener.
-    Once the sweep is stopping because its results could not be written (``stop.reason``), no
-    model is said to be done: its row is not stored."""
+    """The sweep's trial events, handed to its ``Console`` (none said done once results cannot be written)."""
 
     def __init__(self, console: Console, stop=None):
         self.console, self.stop = console, stop

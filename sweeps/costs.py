@@ -1,17 +1,7 @@
-"""What a preset costs: trial counts and compute estimates, each from a measured figure.
-
-- **CPU-core-hours.** One measured figure: a burgess β-VAE trains at 390 images/s on one core of
-  the project's 2-core x86_64 machine (benchmarks/default_study.py). Other networks are scaled by
-  their training FLOPs per image (counted by ``torch.utils.flop_counter`` on PyTorch's meta
-  device), which is how a CPU, compute-bound at these sizes, behaves to first order.
-- **GPU-hours.** No GPU has been lent to this project yet, so there is no disgen GPU measurement.
-  The one published figure is Dittadi et al. 2021's: 1,080 residual-network models (128 px, 400k
-  steps at batch 64) took about 2.8 V100-years, i.e. an effective 313 images/s per model and GPU,
-  or about 6.0 TFLOP/s of training. GPU-hours here are training FLOPs at that effective rate, in
-  V100-equivalent hours. For the small networks of Montero et al. this is a lower bound for one
-  model per GPU (a lone small model is bound by kernel launches, not FLOPs); packing many models
-  per GPU (``--pack-size``) is how disgen aims to get near it.
-"""
+"""What a preset costs: trial counts, and compute from two measured figures: a burgess β-VAE's 390 images/s
+on one core of a 2-core x86_64 machine (benchmarks/default_study.py), and the 2.8 V100-years of Dittadi et
+al. 2021's 1,080 models (V100-equivalent GPU-hours, a lower bound for one small model per GPU). Other
+networks scale by their training FLOPs per image, counted on PyTorch's meta device."""
 
 from __future__ import annotations
 
@@ -20,8 +10,7 @@ import functools
 from sweeps.grid import default_seeds, trial_configs
 from sweeps.presets import PRESETS
 
-# Training images per second of one burgess β-VAE trial at batch 64 on one CPU core, two trials
-# sharing a 2-core x86_64 machine (benchmarks/default_study.py, 2026-11-21).
+# A burgess β-VAE trial's images/s at batch 64 on one core of a 2-core x86_64 (benchmarks/default_study.py)
 CPU_IMAGES_PER_SECOND = {"burgess": 390.0}
 # Dittadi et al. 2021: 1,080 models × 400k steps × 64 images in about 2.8 GPU-years (V100).
 D21_IMAGES = 1080 * 400_000 * 64
@@ -33,16 +22,12 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
                              decoder_only: bool = False, decoder: str = "mirror", encodes: int = 1,
                              decodes: int = 1) -> float:
-    """Forward and backward FLOPs of one image through the VAE's encoder and decoder (only the
-    decoder for ``decoder_only``: the ground-truth decoder has no encoder), counted on the meta
-    device (nothing is allocated or computed). ``decoder``: the ``decoder`` setting (M22's spatial
-    broadcast decoders cost far more than the mirror). ``encodes``/``decodes``: images encoded and
-    decoded per row (a composition triplet encodes 2 and decodes 1, or 3 with M22's loss)."""
+    """Forward and backward FLOPs of one image, on the meta device: the decoder's only for ``decoder_only``;
+    ``encodes``/``decodes``: images per row (a composition triplet: 2 and 1, or 3 with M22's loss)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from models import VAE, ModelConfig
-
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
                          latent_dim=latent_dim, decoder=decoder)
     with torch.device("meta"):
@@ -65,26 +50,18 @@ def gpu_flops_per_second() -> float:
 
 @functools.cache
 def _full_grid_train_size(dataset: str, split: str) -> int:
-    """Training images of the whole grid under a split, its modifiers' dropped images left out
-    (computed once per dataset and split); for
-    a dataset read only from its files (D21's robot finger, whose grid it samples), its published
-    size (``data_pipeline.robot_finger.PUBLISHED_SIZE``: 1,000,000 images)."""
+    """The whole grid's training images under a split; a file-only dataset's published size."""
     from data_pipeline import factor_space, get_split
     from data_pipeline.spaces import has_generator
-
     if not has_generator(dataset):
         from data_pipeline.robot_finger import PUBLISHED_SIZE
-
         return PUBLISHED_SIZE
     space = factor_space(dataset)
     return int(get_split(dataset, split).train_mask(space.all_classes(), space).sum())
 
 
 def training_steps(trial) -> int:
-    """The steps one trial trains for (a ``TrialConfig``): its model's ``total_steps``. Where an
-    epoch is a pass over the training rows, they are counted as ``n_images`` rows, or the full
-    grid's training side (``n_images`` None); an ``epoch_length`` is that many steps an epoch,
-    whatever the data."""
+    """The steps one trial trains for (an epoch: ``n_images`` rows, or the whole grid's training side)."""
     n_train = trial.data.n_images
     if n_train is None:
         n_train = _full_grid_train_size(trial.data.dataset, trial.data.split)
@@ -92,16 +69,13 @@ def training_steps(trial) -> int:
 
 
 def training_images(trial) -> int:
-    """The images one trial trains on (a ``TrialConfig``): ``training_steps`` batches; objectives on
-    pairs (Ada-GVAE) encode and decode both images of each of batch_size pairs."""
+    """The images one trial trains on: ``training_steps`` batches, pairs (Ada-GVAE) counting twice."""
     model = trial.model
     return training_steps(trial) * model.batch_size * (2 if model.needs_pairs else 1)
 
 
 def relative_flops(trial) -> float:
-    """A trial's training FLOPs per image relative to the reference network's (burgess, 64 px, one
-    channel, 10 latents), whose CPU speed is the measured figure. The ground-truth decoder counts
-    its decoder alone; a composition triplet its two encodings and its one or three decodings."""
+    """A trial's training FLOPs per image over the reference network's (burgess, 64 px, 10 latents)."""
     model = trial.model
     encodes, decodes = 1, 1
     if model.task == "composition":  # a triplet: both inputs encoded; the target, or all three, decoded
@@ -133,10 +107,11 @@ def preset_cost(name: str, scale: str, seeds: int | None = None) -> dict:
     return {"preset": name, "scale": scale, "seeds": seeds, **trials_cost(trials)}
 
 
-def presets_table() -> str:
-    def hours(value):
-        return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+def hours(value: float) -> str:
+    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
+
+def presets_table() -> str:
     lines = [f"{'preset':<12} {'scale':<6} {'seeds':>5} {'trials':>6} {'training images':>16} "
              f"{'CPU-core-h':>12} {'GPU-h (V100)':>13}"]
     for name in sorted(PRESETS):

@@ -1,24 +1,6 @@
-"""A sweep's datasets, planned on the driver by reference: what each trial will read, never the images.
-
-A trial's ``data.data_source`` says where its images come from: ``procedural`` (the default)
-renders them with disgen's generators; ``real`` reads the dataset's real file from ``--data-dir``
-or ``$DISGEN_DATA``; ``prepared`` reads ``DIR/<dataset>/`` as ``python -m data_pipeline.prepare``
-wrote it (a local folder or a URI such as ``s3://bucket/prefix``). :func:`plan_data` turns each into
-a :class:`~data_pipeline.node_cache.DatasetReference` (where the bytes are, and the content id that
-names them), which Tune hands to the trials; each node then materialises it once into its cache
-and every trial there memory-maps it (:mod:`data_pipeline.node_cache`).
-
-With ``--data-source procedural --data-dir DIR`` (a folder every node sees, or a URI), each
-procedural dataset is instead rendered once, in parallel Ray Data blocks, to ``DIR/<dataset>-<content
-id>/`` in the prepared layout before the trials start (:func:`share_procedural`, once Ray is up),
-and the nodes cache it from there rather than each rendering it.
-
-The driver reads only what it needs to check the trials before Ray starts: a real file's keys,
-array headers and labels, a prepared folder's manifest and factor classes (a few MB), never an
-image. A missing or malformed file is a one-line :class:`UsageError`. Subsets (``n_images``) are
-chosen from the classes alone (:func:`data_pipeline.subsets.subset_rows`), the same rows the trial
-will take, so a split that leaves no training images is refused here too.
-"""
+"""A sweep's datasets, planned on the driver by reference (``plan_data``: a ``DatasetReference`` per trial's
+data, which each node caches once), from labels, headers and manifests, never images: a missing or bad file,
+or a split that leaves no training images, is a one-line ``UsageError`` before Ray starts."""
 
 from __future__ import annotations
 
@@ -43,8 +25,7 @@ from sweeps.trials import TrialConfig
 
 @dataclass
 class Labels:
-    """A stored dataset as the driver sees it: its factor classes and image shape, not its images."""
-
+    """A stored dataset as the driver sees it: its factor classes and image shape."""
     name: str
     classes: np.ndarray
     factor_space: FactorSpace
@@ -68,9 +49,7 @@ def _first_line(error: BaseException) -> str:
 
 
 class MissingData(UsageError):
-    """A dataset's real file or prepared folder that is not there: what is missing (``problem``)
-    and the command that puts it there (``command``; None where there is none), so that a study
-    missing several is told all of them at once (``plan_data``)."""
+    """A real file or prepared folder that is not there, with the ``command`` that puts it there (or None)."""
 
     def __init__(self, message: str, problem: str, command: str | None):
         super().__init__(message)
@@ -81,11 +60,9 @@ _THEN_DATA_DIR = " and pass --data-dir data"  # download_hint's ending where no 
 
 
 def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
-    """A dataset's real file, checked from its headers and labels (never its images), or a
-    one-line UsageError saying what is wrong with it (``MissingData`` where it is not there)."""
+    """A dataset's real file, checked from its headers and labels, or a UsageError (``MissingData``)."""
     from data_pipeline.conversion import RealFile, real_file_path
     from data_pipeline.sources import download_hint
-
     try:
         path = real_file_path(dataset, data_dir)
         source = RealFile(path, dataset)
@@ -109,10 +86,8 @@ def real_file(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Lab
 
 
 def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference, Labels]:
-    """``<data_dir>/<dataset>/`` as ``data_pipeline.prepare`` wrote it: its manifest and factor
-    classes, or a one-line UsageError."""
+    """``<data_dir>/<dataset>/`` as ``data_pipeline.prepare`` wrote it, checked, or a one-line UsageError."""
     from data_pipeline import prepared
-
     if not data_dir:
         raise UsageError("data_source prepared: no folder of prepared datasets; pass --data-dir DIR (or set "
                          "$DISGEN_DATA), where DIR/<dataset>/ was written by python -m data_pipeline.prepare")
@@ -134,8 +109,7 @@ def prepared_data(dataset: str, data_dir: str | None) -> tuple[DatasetReference,
 
 
 def check_fits(data: Labels, trial: TrialConfig) -> None:
-    """A stored dataset must suit the trials that use it: image size, channels, and a split that
-    leaves training images (on the trial's own subset)."""
+    """A stored dataset must suit its trials: image size, channels, a split that leaves training images."""
     if data.image_size != trial.model.image_size:
         raise UsageError(f"{data.what} has {data.image_size} px images but the trials use image_size "
                          f"{trial.model.image_size}; set image_size: {data.image_size} in the grid")
@@ -156,9 +130,7 @@ def check_fits(data: Labels, trial: TrialConfig) -> None:
 
 
 def ood2_key(trial: TrialConfig, dataset: str) -> tuple:
-    """The key of an OOD2 set of ``trial`` (D21's OOD2-A and OOD2-B: ``ood2_a_dataset``,
-    ``ood2_b_dataset``) among :func:`plan_data`'s references: a ``DataConfig.key`` of the whole set,
-    read from the trial's own data source."""
+    """The key of ``trial``'s OOD2 set ``dataset`` among ``plan_data``'s references (the whole set)."""
     return (trial.data.data_source, dataset, None, 0)
 
 
@@ -199,10 +171,8 @@ def check_ood2_fits(data: Labels, own: Labels | None, trial: TrialConfig, scenar
 
 
 def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dict:
-    """``DataConfig.key`` → :class:`DatasetReference` for every trial's data, and for the OOD2 sets
-    its evaluation names (:func:`ood2_key`). Each real file or prepared folder is read once (labels
-    only) and checked against the trials that use it. Where several are missing, one UsageError
-    names them all, with the commands that put them there."""
+    """``DataConfig.key`` → ``DatasetReference`` for every trial's data and OOD2 sets (``ood2_key``), each
+    stored one read once (labels only) and checked; one UsageError names every missing one."""
     stored = _read_stored(trials, data_dir)
     references: dict = {}
     checked: set = set()
@@ -227,8 +197,7 @@ def plan_data(trials: Sequence[TrialConfig], data_dir: str | None = None) -> dic
 
 
 def _read_stored(trials: Sequence[TrialConfig], data_dir: str | None) -> dict:
-    """(source, dataset) → (reference, labels) of every stored dataset the trials read, each once;
-    one UsageError names every missing one."""
+    """(source, dataset) → (reference, labels) of every stored dataset the trials read, each once."""
     wanted = [(t.data.data_source, t.data.dataset) for t in trials]
     for trial in trials:
         for scenario, dataset in trial.evaluation.ood2_datasets.items():
@@ -260,12 +229,9 @@ def _read_stored(trials: Sequence[TrialConfig], data_dir: str | None) -> dict:
 
 
 def share_procedural(references: dict, shared_dir: str) -> dict:
-    """The references with every procedural dataset rendered once to ``shared_dir`` (Ray Data
-    blocks on the cluster, skipped where a finished copy is there) and named by that copy. Needs a
-    running Ray; the driver holds no image."""
+    """The references, each procedural dataset rendered once to ``shared_dir`` (Ray Data) and named by it."""
     from data_pipeline import prepared
     from data_pipeline.prepare import prepare
-
     shared: dict = {}
     out = {}
     for key, reference in references.items():

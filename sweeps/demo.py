@@ -1,17 +1,7 @@
-"""The papers' findings on a laptop: run the ``demo`` scale of montero2021, montero2022 and
-dittadi2021, one after the other, then write one report whose Findings section puts each paper's
-headline statements beside what the demo shows (✓ reproduced, ✗ not, ? inconclusive); each paper
-has a finding the demo is sized to decide.
-
-    python -m sweeps.demo                       # all three (under an hour on 2 cores), then the report
-    python -m sweeps.demo --studies dittadi2021 # one of them
-    python -m sweeps.demo --budget 0.5          # every model trained half as long: does a verdict
-                                                # depend on the budget?
-
-A study that was interrupted, or already ran, is resumed: finished trials are kept and not rerun.
-docs/presets.md says what the demo scale shrinks and why; benchmarks/README.md gives its measured
-wall times and findings.
-"""
+"""The papers' findings on a laptop: the ``demo`` scale of montero2021, montero2022 and dittadi2021 (under
+an hour on 2 cores), then one report whose Findings section says, for each paper's headline statements,
+whether the demo reproduces them (✓, ✗ or ?). An interrupted study is resumed; docs/presets.md says what the
+demo scale shrinks."""
 
 from __future__ import annotations
 
@@ -63,8 +53,7 @@ def _studies(text: str) -> list[str]:
 
 
 def experiment(preset: str, storage_path: str, budget: float = 1.0) -> str:
-    """Where a study's demo runs: ``<storage path>/<preset>-demo`` (``-budget0.5`` appended for a
-    budget factor other than 1)."""
+    """Where a study's demo runs: ``<storage path>/<preset>-demo`` (``-budget0.5`` for a budget factor)."""
     return storage.join(storage_path, paper_grid.default_experiment_name(preset, "demo", budget))
 
 
@@ -73,9 +62,7 @@ def report_folder(budget: float = 1.0) -> str:
 
 
 def run_study(preset: str, storage_path: str, budget: float = 1.0) -> tuple[int, float]:
-    """One study at demo scale (``sweeps.run``), resumed if its experiment exists; (exit code as
-    ``python -m sweeps.paper_grid`` gives it: 0, 1 if some trials failed, 2 on bad input, 130 on
-    Ctrl-C, 143 on SIGTERM; wall seconds)."""
+    """One study at demo scale, resumed if its experiment exists: (the command's exit code, wall seconds)."""
     resume = PLAN_FILE in storage.list_names(experiment(preset, storage_path, budget))
     started = time.perf_counter()
     command = (f"python -m sweeps.paper_grid --preset {preset} --scale demo --storage-path {storage_path}"
@@ -108,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             with sigterm_as_interrupt():  # a SIGTERM stops the study as Ctrl-C does
                 code, seconds = run_study(preset, args.storage_path, args.budget)
             times[preset] = seconds
-            if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # Ctrl-C or SIGTERM: stop here;
-                # the same command goes on
+            if code in (paper_grid.INTERRUPTED, paper_grid.TERMINATED):  # stop here; the same command goes on
                 print("The demo resumes where it stopped: run the same python -m sweeps.demo command again",
                       flush=True)
                 return code
@@ -122,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = os.path.join(args.storage_path, report_folder(args.budget))
     from analysis.report import main as report_main
-
-    # five pictures: one model of each split the reconstruction findings read (M21's three decoders,
-    # M22's two CompositionNets; analysis.trained_models.spread)
+    # five pictures: a model of each split the reconstruction findings read (analysis.trained_models.spread)
     code = report_main([*present, "--out", out, "--max-models", "5", "--no-progress"])
     for preset, seconds in times.items():
         print(f"{preset}: {seconds / 60:.1f} min" + (" (some trials failed; rerun to resume them)"

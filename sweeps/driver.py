@@ -1,12 +1,5 @@
-"""The driver: a planned sweep (``sweeps.paper_grid.plan``) run on Ray, start to finish.
-
-``run`` reads top to bottom: what the experiment's results already hold (``ResultsStore``), Ray
-(``sweeps.ray_edge.connected``), the resources and the pack size, what is left to run
-(``Sweep.search.work``: from the plan and the results, never from Tune's saved state, so a new run,
-a resume and an extension are one path), the plan written, one Tune run with the results writer,
-the console and the trackers listening, the deferred evaluations waited for, the results compacted.
-It returns a ``SweepSummary``.
-"""
+"""The driver: a planned sweep run on Ray, start to finish. What is left to run comes from the plan and the
+results, never from Tune's saved state, so a new run, a resume and an extension are one path."""
 
 from __future__ import annotations
 
@@ -26,10 +19,7 @@ from sweeps.results import ResultsWriter, StorageFailed, read_trials, retried
 
 @dataclasses.dataclass(frozen=True)
 class SweepSummary:
-    """What a run of a sweep left: every model's row (``trials``, None where the results could not
-    be read back), the Tune trials that failed, its seconds, and its ``StopSignal`` (what stopped
-    it, if anything did)."""
-
+    """What a run left: every model's row (None where unreadable), the failed Tune trials, seconds, stop."""
     trials: object
     failed: int
     seconds: float
@@ -45,8 +35,7 @@ class SweepSummary:
 
 
 def run(sweep: Sweep, stop: StopSignal | None = None) -> SweepSummary:
-    """Run what is left of the planned ``sweep`` on Ray; ``stop``: its stop signal (a Ctrl-C, or a
-    ``request`` from the driver lock's lease, which another driver took), else a new one."""
+    """Run what is left of ``sweep`` on Ray; ``stop``: a Ctrl-C, or the lock's lease lost."""
     stop, started, failed = stop or StopSignal(), time.perf_counter(), 0
     store = ResultsStore(sweep.experiment_dir)  # the stored rows, read once
     options = sweep.options
@@ -66,8 +55,7 @@ def run(sweep: Sweep, stop: StopSignal | None = None) -> SweepSummary:
 
 
 def gpus_per_trial(options: SweepOptions, cluster_gpus: float) -> float:
-    """The GPUs each trial reserves: as asked, or 1 where the cluster has GPUs; refused on a local
-    Ray without GPUs."""
+    """The GPUs per trial: as asked, else 1 where the cluster has GPUs; refused on a local Ray without."""
     gpus = options.gpus_per_trial
     if gpus is None:
         gpus = 1.0 if cluster_gpus > 0 else 0.0
@@ -81,22 +69,18 @@ def gpus_per_trial(options: SweepOptions, cluster_gpus: float) -> float:
 
 
 def ready(sweep: Sweep, cluster) -> Sweep:
-    """The sweep with what only a running Ray tells: the GPUs per trial, the pack size (a resume's
-    is the one its experiment started with, so its packs, and their checkpoints, are the same) and,
-    with ``--data-source procedural --data-dir``, its datasets rendered once to shared storage."""
+    """The sweep with its GPUs, pack size (a resume keeps its own: checkpoints match) and shared data."""
     gpus = gpus_per_trial(sweep.options, cluster.gpus())
     stored = (plan_record.read(sweep.experiment_dir) or {}) if sweep.options.resume else {}
     size = stored.get("pack_size") or pack_size(sweep, gpus, cluster)
     if sweep.shared_dir:  # procedural data rendered once to shared storage, by Ray Data
         from sweeps.data import share_procedural
-
         sweep = dataclasses.replace(sweep, data=share_procedural(sweep.data, sweep.shared_dir))
     return dataclasses.replace(sweep, gpus=gpus, pack_size=size)
 
 
 def pack_size(sweep: Sweep, gpus: float, cluster) -> int:
-    """The pack size (``Sweep.search.pack_size``), measured on a GPU node where the trials hold GPUs,
-    and why, said where there is something to explain."""
+    """The pack size, measured on a GPU node where trials hold GPUs, and why, where that needs saying."""
     requested = sweep.options.pack_size
     if sweep.options.scheduler == "asha":
         return 1  # ASHA decides trial by trial (an explicit size > 1 is refused by the options)
@@ -136,9 +120,7 @@ def checkpoint_every(sweep: Sweep) -> int:
 
 
 def tune_run(sweep: Sweep, work) -> ray_edge.TuneRun:
-    """The Tune run of ``work`` (``Sweep.search.work``). Local storage: TensorBoard files go straight
-    to the trial folders, live; remote: into each trial's working folder, which Tune syncs to the
-    store. The datasets travel as references (a few hundred bytes each); each node caches them."""
+    """The Tune run of ``work`` (TensorBoard files straight to the trial folders where storage is local)."""
     options, base, remote = sweep.options, sweep.base_trials, storage.is_remote(sweep.experiment_dir)
     run_info = TrialRun(
         experiment_dir=sweep.experiment_dir, tensorboard_root=None if remote else sweep.experiment_dir,
@@ -155,9 +137,7 @@ def tune_run(sweep: Sweep, work) -> ray_edge.TuneRun:
 
 
 def listeners(sweep: Sweep, writer: ResultsWriter, store: ResultsStore) -> list:
-    """Who hears the run's trial events: the results writer first (a model's row is stored before
-    the console says it is done), the search's own (Optuna's journal, copied), the live view unless
-    --verbose."""
+    """The trial events' listeners: the results writer first, the search's, the live view (not --verbose)."""
     found = [writer, *sweep.search.listeners(sweep)]
     if not sweep.options.verbose:
         console = Console(sweep.name, sweep.trials, store.keys, base_trials=sweep.base_trials,
@@ -171,19 +151,16 @@ def trackers(sweep: Sweep) -> list:
     found, options = [], sweep.options
     if options.mlflow:
         from sweeps.tracking import ModelRuns
-
         found.append(ModelRuns(options.mlflow, sweep.name, sweep.base_trials))
     if options.wandb:
         from sweeps.tracking import WandbRuns
-
         local = None if storage.is_remote(sweep.experiment_dir) else sweep.experiment_dir  # W&B's files
         found.append(WandbRuns(options.wandb.strip(), sweep.name, sweep.base_trials, local).check())
     return found
 
 
 def finish_evaluations(writer: ResultsWriter, evaluations: DeferredEvaluations) -> int:
-    """Wait for the evaluations still running and commit each trial as it ends; the evaluations
-    that failed. Interrupted (a second Ctrl-C), the rest are left to --resume."""
+    """Wait for the running evaluations, committing each trial as it ends; the evaluations that failed."""
     if len(evaluations):
         print(f"Waiting for {len(evaluations)} evaluations on CPUs to end (interrupt to leave them to "
               "--resume)", flush=True)
@@ -192,8 +169,7 @@ def finish_evaluations(writer: ResultsWriter, evaluations: DeferredEvaluations) 
 
 
 def compacted(store: ResultsStore, stop: StopSignal):
-    """Every part folded into the two files, then every model's row (finished, failed or stopped);
-    not after a write that kept failing: the parts stay (they read the same) for the resume."""
+    """Every model's row, the parts folded in (not after a write kept failing: they stay for --resume)."""
     try:
         if stop.reason is None:
             retried(store.compact, f"compacting the results of {store.experiment}")

@@ -1,19 +1,12 @@
-"""A sweep's plan as text, for ``python -m sweeps.paper_grid ... --dry-run``: what a run would do,
-decided without Ray (which this module never imports) and without writing anything.
-
-It prints the trials and their packs (each pack's size, what its members share, the steps they
-train for and what varies among them), the resources each Tune trial reserves and where its
-models are evaluated, the pack size and why, the estimated training cost (``sweeps.costs``), a
-line for each split whose held-out part of the factor grid has fewer combinations than its
-trials' ``n_nll`` (:func:`held_out_shortfalls`), and last a line ``N trials in M packs``.
-"""
+"""A sweep's plan as text (``--dry-run``): what a run would do, decided without Ray (never imported here)
+and without writing anything: the trials and packs, resources, pack size, cost and held-out shortfalls."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from analysis import storage
-from sweeps.costs import training_steps, trials_cost
+from sweeps.costs import hours, training_steps, trials_cost
 from sweeps.options import Sweep, SweepOptions
 from sweeps.packing import ASSUMED_GPU_BYTES, make_packs, pack_size_and_reason
 from sweeps.search import search_of
@@ -27,8 +20,7 @@ NOT_VARYING = ("trial_key", "condition", "preset", "scale")
 
 
 def _pack_size(options: SweepOptions, trials: Sequence[TrialConfig]) -> tuple[int, str]:
-    """The pack size a run would use, and why; where only a running Ray can tell (the GPUs of an
-    unnamed cluster, a GPU's free memory), what is assumed."""
+    """The pack size a run would use, and why; what is assumed where only a running Ray can tell."""
     requested, search = options.pack_size, search_of(options.search)
     if search.decides_one_by_one or options.scheduler == "asha":
         return 1, f"1: --search {options.search} and --scheduler {options.scheduler} decide trial by trial"
@@ -37,15 +29,12 @@ def _pack_size(options: SweepOptions, trials: Sequence[TrialConfig]) -> tuple[in
         size, reason = pack_size_and_reason(requested, trials, 0, None)
         return size, reason + ("; planned for CPU trials: on a cluster with GPUs the size is decided "
                                "when Ray starts (pass --gpus-per-trial to plan it)")
-    # without Ray, a GPU of --gpu-memory GiB, else of sweeps.packing.ASSUMED_GPU_BYTES, is assumed (a
-    # run measures the one it gets); a --pack-size that does not fit it is refused, as a run refuses
-    # it before any trial runs
+    # a card of --gpu-memory GiB (else ASSUMED_GPU_BYTES) is assumed; a size that does not fit is refused
     return pack_size_and_reason(requested, trials, gpus, card_bytes(options))
 
 
 def card_bytes(options: SweepOptions) -> int | None:
-    """The GPU memory the plan assumes a trial's GPU has: ``--gpu-memory`` GiB, else None
-    (``sweeps.packing.ASSUMED_GPU_BYTES``)."""
+    """The GPU memory the plan assumes: ``--gpu-memory`` GiB, else None (``ASSUMED_GPU_BYTES``)."""
     return None if options.gpu_memory is None else int(options.gpu_memory * 2**30)
 
 
@@ -68,8 +57,7 @@ def _varying(pack: Sequence[TrialConfig]) -> str:
 
 
 def _model_details(pack: Sequence[TrialConfig]) -> list[str]:
-    """What else names a pack's model: a composition network's latent op and loss, a decoder other
-    than the architecture's own, and the learning rate (or that it varies)."""
+    """What else names a pack's model: a CompositionNet's op and loss, a decoder of its own, the lr."""
     model = pack[0].model
     details = [f"latent_op={model.latent_op}", f"composition_loss={model.composition_loss}"] if (
         model.task == "composition") else []
@@ -81,21 +69,15 @@ def _model_details(pack: Sequence[TrialConfig]) -> list[str]:
 
 
 def _steps(pack: Sequence[TrialConfig]) -> str:
-    """How long a pack's members train (``sweeps.costs.training_steps``): one figure, or the range
-    where an epoch is a pass over each member's own training rows."""
+    """How long a pack's members train: one figure, or the range where an epoch is each member's own rows."""
     steps = sorted({training_steps(member) for member in pack})
     return f"{steps[0]:,} steps" if len(steps) == 1 else f"{steps[0]:,} to {steps[-1]:,} steps"
 
 
 def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
-    """One line for each (dataset, split) of the procedural trials whose held-out part of the
-    generator's factor grid (modifiers included) has fewer combinations than some of its trials'
-    ``n_nll``: their ``test_nll`` averages over every one of those combinations, fewer images than
-    asked (``test_nll_images`` in their rows). A few ms a split. Trials on a real file or prepared
-    data are left out: their grid is the data's, which the plan does not open."""
+    """A line per procedural split whose held-out grid is smaller than some trial's ``n_nll``."""
     from data_pipeline.spaces import factor_space
     from data_pipeline.splits import get_split
-
     asked: dict[tuple[str, str], set[int]] = {}
     for trial in trials:
         if trial.data.data_source == "procedural":
@@ -104,8 +86,7 @@ def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
     for (dataset, name), n_nlls in asked.items():
         space = factor_space(dataset)
         available = len(get_split(dataset, name, space=space).test_grid_indices(space))
-        short = sorted(n for n in n_nlls if n > available)
-        if short:
+        if short := sorted(n for n in n_nlls if n > available):
             n_nll = ", ".join(f"{n:,}" for n in short)
             lines.append(f"  held out:    {dataset} {name}: {available:,} held-out combinations of the "
                          f"{space.n_images:,}-point grid, fewer than n_nll {n_nll}: its test_nll uses all "
@@ -113,12 +94,7 @@ def held_out_shortfalls(trials: Sequence[TrialConfig]) -> list[str]:
     return lines
 
 
-def _hours(value: float) -> str:
-    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
-
-
 def plan_text(sweep: Sweep) -> str:
-    """The plan of ``sweep`` (``sweeps.paper_grid.plan_trials``) under its options."""
     options, trials = sweep.options, sweep.trials
     size, reason = _pack_size(options, trials)
     packs = make_packs(trials, size)
@@ -137,9 +113,9 @@ def plan_text(sweep: Sweep) -> str:
         lines.append(card)
     lines.append(f"  pack size:   {size} ({reason})")
     cost = trials_cost(trials)
-    lines.append(f"  cost:        {cost['images']:,} training images; {_hours(cost['gpu_hours'])} GPU-hours "
+    lines.append(f"  cost:        {cost['images']:,} training images; {hours(cost['gpu_hours'])} GPU-hours "
                  "(V100-equivalent at Dittadi et al. 2021's effective training rate, packing aside); "
-                 f"{_hours(cost['cpu_core_hours'])} CPU-core-hours")
+                 f"{hours(cost['cpu_core_hours'])} CPU-core-hours")
     lines += _pack_lines(packs)
     lines.extend(held_out_shortfalls(trials))
     lines.append(f"{len(trials)} trials in {len(packs)} packs")
@@ -147,7 +123,6 @@ def plan_text(sweep: Sweep) -> str:
 
 
 def _evaluation_line(search, cpus: float, gpus: float | None) -> str:
-    """Where the models are evaluated: in the trial, or in CPU-only tasks once trained."""
     if gpus is None and search.defers_evaluation(1.0):
         return ("  evaluation:  in the trial on CPUs; with GPUs, in CPU-only tasks of "
                 f"{cpus:g} CPU each once a trial's models are trained (the GPU goes to the next trial)")

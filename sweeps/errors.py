@@ -13,15 +13,11 @@ class UsageError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM (``ray job stop``, a batch scheduler ending the job) where it stops the driver at
-    once, as a Ctrl-C's ``KeyboardInterrupt`` does: before the sweep started, or a second SIGTERM
-    while the sweep stops. The first SIGTERM of a running sweep stops it cleanly, as a first Ctrl-C
-    does (``sweeps.console.StopSignal``)."""
+    """A SIGTERM that stops the driver at once, as a ``KeyboardInterrupt`` does (not a sweep's first one)."""
 
 
 def raise_terminated(signum, frame):
-    """A SIGTERM handler: raise ``Terminated``, as Python's own SIGINT handler raises
-    ``KeyboardInterrupt``."""
+    """A SIGTERM handler: raise ``Terminated``, as Python's SIGINT handler raises ``KeyboardInterrupt``."""
     raise Terminated()
 
 
@@ -31,16 +27,13 @@ def stop_signal(stop: BaseException) -> int:
 
 
 def exit_code(signum: int) -> int:
-    """A process's exit code when ``signum`` stopped it, as a shell reports one it killed: 128 + the
-    signal (130 for SIGINT, 143 for SIGTERM)."""
+    """A process's exit code when ``signum`` stopped it, as a shell reports it: 128 + the signal."""
     return 128 + int(signum)
 
 
 @contextmanager
 def sigterm_as_interrupt():
-    """While in it (on the main thread), a SIGTERM raises ``Terminated``: the ``finally`` blocks run
-    (the experiment's lock is released) and the command line exits 143, where the default action
-    would kill the process where it stands."""
+    """While in it, a SIGTERM raises ``Terminated``: ``finally`` blocks run, and the command exits 143."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -52,19 +45,9 @@ def sigterm_as_interrupt():
 
 
 class StopSignal:
-    """Why a running sweep stops: a Ctrl-C or a SIGTERM (``signum``), or a ``request`` (``reason``:
-    the results store kept failing, another driver took the lock's lease). ``received`` is set
-    either way.
-
-    While Tune runs, ``sweeps.ray_edge`` puts a handler in front of Tune's own SIGINT handler that
-    notes the signal (``noted``) and hands it on, so Tune ends its run; and sets ``interrupt``, which
-    ends it the same way for a ``request``. Tune then marks the trials it stopped as terminated,
-    finished or not, and ``Tuner.fit`` returns normally: the driver asks this object what happened.
-
-    Used as a context manager around the runs (on the main thread), it puts back the SIGINT and
-    SIGTERM handlers that were there before (Tune leaves its own in place after a run that was not
-    interrupted, where a later Ctrl-C would do nothing); inside it, outside Tune's runs, a SIGTERM
-    raises ``Terminated`` as a Ctrl-C raises ``KeyboardInterrupt``."""
+    """Why a running sweep stops: a Ctrl-C or SIGTERM (``signum``), or a ``request`` (``reason``);
+    ``received`` is set either way. While Tune runs, ``sweeps.ray_edge`` hands a signal on to Tune
+    (``noted``) and ``interrupt`` ends the run for a request; a context manager, it restores the handlers."""
 
     def __init__(self):
         self.received = threading.Event()
@@ -79,9 +62,7 @@ class StopSignal:
         self.received.set()
 
     def request(self, reason: str) -> None:
-        """Stop the sweep as a Ctrl-C does, for ``reason``: Tune ends its run and leaves the
-        unfinished trials to a resume. Outside a Tune run, the sweep only notes it: nothing more is
-        started."""
+        """Stop the sweep as a Ctrl-C does, for ``reason`` (outside a Tune run, nothing more starts)."""
         if self.reason is None:
             self.reason = reason
         self.received.set()

@@ -1,20 +1,7 @@
-"""A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU.
-
-A trial that holds no GPU evaluates its models itself, right after training (``evaluate_model``,
-called by ``sweeps/trainable.py``): the plain path. A trial that holds a GPU does not, because the
-GPU would sit idle for as long as CPU-only metrics take (DCI's gradient-boosted trees alone take
-minutes per model). It saves its trained models in its final checkpoint, reports them as trained
-(``"evaluated": False``) and ends, which frees its GPU for the next trial. The driver then
-evaluates each model in a CPU-only Ray task (``num_gpus=0``), all in parallel as the cluster's
-CPUs allow, from that checkpoint (``DeferredEvaluations``, fed by the results writer,
-``sweeps/results.py``), and commits the trial's models once all their evaluations have ended.
-
-Nothing is lost or stored twice: a model's row is committed once, by the driver, with its loss
-history, which its evaluation task read from the checkpoint; a driver killed while evaluations
-run leaves trained models without rows, and ``--resume`` runs their trials again: each finds its
-final checkpoint (``sweeps.checkpoints.newest_checkpoint``), trains nothing and is evaluated
-(``start`` skips every model that has a row or is being evaluated). Tune sees scalars only.
-"""
+"""A trained model's evaluation and its final TensorBoard record: in its trial, or off the GPU. A trial that
+holds a GPU does not evaluate (DCI's boosted trees alone take minutes a model): it saves its trained models
+in its final checkpoint and ends, and the driver evaluates each in a CPU-only Ray task
+(``DeferredEvaluations``), then commits them (docs/sweeps.md, "Evaluation off the GPU")."""
 
 from __future__ import annotations
 
@@ -41,23 +28,19 @@ N_GRID_IMAGES = 8
 
 
 def split_rows(trial: TrialConfig, data) -> tuple:
-    """(split, training rows, held-out rows) of ``trial``'s own split on ``data``: the training rows
-    less those held back as the in-distribution control where the trial trains on the whole
-    training part (``data_pipeline.in_distribution.training_rows``)."""
+    """(split, training rows, held-out rows) of ``trial`` on ``data``, less the in-distribution control."""
     split = get_split(trial.data.dataset, trial.data.split)
     train, _, test = training_rows(data, split, trial.data.data_seed)
     return split, train, test
 
 
 class ModelLog:
-    """One model's TensorBoard folder, the training and held-out images its grids show, and its
-    loss history."""
+    """One model's TensorBoard folder, the training and held-out images its grids show, its loss history."""
 
     def __init__(self, trial: TrialConfig, data, train_rows, test_rows, log_dir: str, total_steps: int):
         self.trial, self.data, self.history = trial, data, []
         self.log_dir, self._writer = log_dir, None
-        # The first step this process writes (set on a restore): TensorBoard drops what an earlier
-        # worker wrote from that step on, so a resumed model's curves do not double back.
+        # set on a restore: TensorBoard drops an earlier worker's events from here on (no curve doubles back)
         self.purge_step = 1
         rng = np.random.default_rng(trial.model.seed)
         self.shown = {side: np.sort(rng.choice(rows, min(N_GRID_IMAGES, len(rows)), replace=False))
@@ -68,8 +51,7 @@ class ModelLog:
 
     @property
     def writer(self) -> SummaryWriter:
-        """The model's TensorBoard writer, opened at the first event (after a restore has set
-        ``purge_step``)."""
+        """Opened at the first event, after a restore has set ``purge_step``."""
         if self._writer is None:
             self._writer = SummaryWriter(self.log_dir, purge_step=self.purge_step)
         return self._writer
@@ -87,8 +69,7 @@ class ModelLog:
             self.writer.add_image(f"reconstructions/{side}", grid, step)
 
     def progress(self, report: dict, current_model) -> None:
-        """Record a progress report; every ``image_every`` reports, a grid of reconstructions by
-        ``current_model()``, the model with its weights as they are now."""
+        """Record a progress report; every ``image_every`` reports, reconstructions by ``current_model()``."""
         step = report["step"]
         self.history.append(report)
         for name, value in report.items():
@@ -128,9 +109,7 @@ def model_logs(members: Sequence[TrialConfig], data, rows: list[tuple], trainer,
 
 def evaluate_model(model, trial: TrialConfig, data, split, cpus: float,
                    ood2_sets: dict | None = None) -> dict:
-    """``trial``'s metrics of a trained ``model`` (or its trainer) on its own split (and its OOD2
-    sets, {scenario: dataset}), with the seconds they took (``eval_seconds``) and when they
-    started and ended (epoch seconds)."""
+    """``trial``'s metrics of a trained ``model`` (and OOD2 sets), with ``eval_seconds``, start and end."""
     began, started = time.time(), time.perf_counter()
     metrics = evaluate(model, data, split, trial.evaluation, seed=trial.model.seed, n_jobs=max(1, int(cpus)),
                        data_seed=trial.data.data_seed, ood2_sets=ood2_sets)
@@ -146,15 +125,10 @@ def write_final(log: ModelLog, model, step: int, metrics: dict) -> None:
 
 # -- evaluation off the GPU ------------------------------------------------------------------------
 
-
 def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
-    """(weights, loss history, step) of member ``position`` of the final checkpoint in the folder
-    ``location`` (a path or URI), read as data: its index and that member's file only, never the
-    other members' (``models.checkpoint.load_member``), each checked against the SHA-256 the
-    checkpoint's seal names (``sweeps.checkpoints.check_files``)."""
+    """(weights, history, step) of member ``position`` of a final checkpoint, its files checked by seal."""
     from models import checkpoint as trainer_file
     from sweeps.checkpoints import SEAL, check_files, read_local_seal
-
     names = (trainer_file.CHECKPOINT_FILE, trainer_file.member_file(position))
     with tempfile.TemporaryDirectory() as local:
         path = location
@@ -171,15 +145,11 @@ def _final_member(location: str, position: int) -> tuple[dict, list[dict], int]:
 
 
 def evaluate_saved(job: dict) -> dict:
-    """One trained model's evaluation, in a CPU-only Ray task: its weights and loss history from
-    its trial's final checkpoint, its data from this node's cache, its metrics and eval timestamps
-    returned with the history; its last reconstructions, metrics and hyperparameters written into
-    its TensorBoard folder (a new event file beside its training one)."""
+    """One trained model's evaluation in a CPU-only Ray task, from its trial's final checkpoint."""
     import torch
 
     from data_pipeline.node_cache import DatasetReference, open_reference
     from models import build_task_model
-
     began = time.time()
     trial = TrialConfig(job["config"])
     torch.set_num_threads(max(1, int(job["cpus"])))
@@ -192,8 +162,7 @@ def evaluate_saved(job: dict) -> dict:
     split, train_rows, test_rows = split_rows(trial, data)
     model = build_task_model(trial.model, data.classes, data.factor_space, train_rows)
     model.load_state_dict(weights)
-    # the layout a CPU trainer gives its model (models.engine.Trainer): on a CPU the numbers then
-    # are exactly those the trial would have computed itself, not the same to rounding only
+    # a CPU trainer's layout (models.engine.Trainer): exactly the numbers the trial would have computed
     model = model.to(memory_format=torch.channels_last).eval()
     metrics = evaluate_model(model, trial, data, split, job["cpus"], sets)
     metrics["eval_started_at"] = began  # the task's start: reading the checkpoint and data included
@@ -210,12 +179,7 @@ def evaluate_saved(job: dict) -> dict:
 
 
 class DeferredEvaluations:
-    """The driver's evaluations of trained models: for each Tune trial that trained on a GPU and
-    ended without evaluating, one CPU-only task per model (``evaluate_saved``), run in parallel
-    through ``tasks`` (``sweeps.ray_edge.RemoteTasks``: ``submit``, ``done``, ``result``).
-    ``finished`` gives each trial's outcome (``sweeps.outcome.TrialOutcome``) once all its
-    evaluations have ended, its members' metrics and histories filled in, for the results writer
-    to commit. One per sweep, made by its driver."""
+    """The driver's evaluations of trained models: a CPU-only task per model (``evaluate_saved``)."""
 
     def __init__(self, experiment_dir: str, tasks):
         self.experiment_dir = storage.normalise(experiment_dir)
@@ -232,8 +196,7 @@ class DeferredEvaluations:
                 for k in p["refs"].values()}
 
     def _checkpoint_location(self, path: str) -> str:
-        """A final checkpoint's folder (its path on the experiment's file system) as a path or URI
-        under the experiment's storage."""
+        """A final checkpoint's folder (its path on the experiment's file system) under the storage."""
         filesystem, inner = storage.resolve(self.experiment_dir)
         if not storage.is_remote(self.experiment_dir):
             return path
@@ -242,10 +205,7 @@ class DeferredEvaluations:
         return storage.join(self.experiment_dir, path[len(inner) + 1:])
 
     def start(self, outcome: TrialOutcome, checkpoint: str | None, stored: set[str]) -> int:
-        """Evaluate the trained models of a Tune trial's ``outcome`` from its final ``checkpoint``
-        (its folder's path on the experiment's file system):
-        those that trained to the end and have no row in ``stored`` and no evaluation running.
-        Returns how many started."""
+        """Evaluate ``outcome``'s trained models with no row in ``stored``, none running; how many start."""
         if checkpoint is None:
             raise ValueError(f"trial {outcome.trial_id}: trained, but Tune holds no checkpoint of it")
         busy = stored | self.in_flight()
@@ -267,9 +227,7 @@ class DeferredEvaluations:
         return len(refs)
 
     def finished(self, wait: bool = False) -> Iterator[TrialOutcome]:
-        """The outcomes of trials whose evaluations have all ended (``wait``: every trial's, as
-        its evaluations end): the members evaluated, each with its metrics and loss history, and
-        those whose evaluation failed, each with its error."""
+        """The outcomes of trials whose evaluations all ended (``wait``: each as it ends)."""
         while self.pending:
             refs = [ref for p in self.pending.values() for ref in p["refs"] if ref not in p["done"]]
             ready = self.tasks.done(refs, wait)
@@ -290,8 +248,7 @@ class DeferredEvaluations:
 
     @staticmethod
     def _evaluated(pending: dict) -> TrialOutcome:
-        """The trial's outcome with the models evaluated (those only), each with its metrics,
-        step and history, or its evaluation's error (and nothing of its training)."""
+        """The trial's outcome with its evaluated models only: metrics, step and history, or the error."""
         outcome, members = pending["outcome"], []
         for ref, position in pending["refs"].items():
             member, done = outcome.members[position], pending["done"][ref]

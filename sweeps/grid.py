@@ -1,11 +1,6 @@
-"""Sweep specifications: from a preset or a user's grid file to validated trial configs.
-
-A spec is data: ``description``, ``fixed`` settings shared by every trial, ``axes`` (each a list
-of values; the grid is their cartesian product, with the seeds as one more axis) and ``scales``
-(settings that depend on how big the run is). Presets live in ``sweeps.presets``; users write the
-same structure in a YAML or Python file and pass it with ``--grid FILE``. Everything is checked
-before Ray starts, with errors naming the bad key or value.
-"""
+"""Sweep specifications: a preset (``sweeps.presets``) or a user's YAML or Python grid file (``--grid``),
+whose ``fixed`` settings, ``axes`` × seeds and ``scales`` make validated trial configs, checked before Ray
+starts with errors naming the bad key or value."""
 
 from __future__ import annotations
 
@@ -23,11 +18,6 @@ DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 MAX_SEEDS = 10_000
 
 
-# ----------------------------------------------------------------------------------------------
-# Specs
-# ----------------------------------------------------------------------------------------------
-
-
 def get_spec(preset: str) -> dict:
     if preset not in PRESETS:
         raise UsageError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))} "
@@ -41,7 +31,6 @@ def load_grid_file(path: str) -> dict:
         raise UsageError(f"--grid {path}: no such file")
     if path.endswith((".yaml", ".yml")):
         import yaml
-
         try:
             with open(path) as f:
                 spec = yaml.safe_load(f)
@@ -63,8 +52,7 @@ def load_grid_file(path: str) -> dict:
 
 def check_spec(spec: dict, source: str) -> None:
     """Structural checks: the keys of a spec, and that every axis is a non-empty list."""
-    unknown = set(spec) - set(SPEC_KEYS)
-    if unknown:
+    if unknown := set(spec) - set(SPEC_KEYS):
         raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r}; a grid has {', '.join(SPEC_KEYS)}")
     for part in ("fixed", "axes", "scales"):
         if not isinstance(spec.get(part, {}), dict):
@@ -85,8 +73,7 @@ def check_spec(spec: dict, source: str) -> None:
 
 
 def pin_setting(spec: dict, key: str, value) -> dict:
-    """The spec with ``key`` set to ``value`` for every trial, whatever its fixed settings, axes
-    and scales said (a command-line option such as ``--data-source`` wins over the grid)."""
+    """The spec with ``key`` set to ``value`` for every trial, over its fixed settings, axes and scales."""
     scales = {scale: {k: v for k, v in settings.items() if k != key}
               for scale, settings in spec.get("scales", {}).items()}
     for settings in scales.values():
@@ -97,9 +84,7 @@ def pin_setting(spec: dict, key: str, value) -> dict:
 
 
 def with_dataset(spec: dict, name: str, dataset: str | None) -> dict:
-    """The spec on ``dataset``, one of its ``datasets`` (``--dataset``): that entry's ``fixed``
-    settings pinned over the spec's fixed settings, axes and scales, then its ``scales``' settings
-    over theirs; the spec as it is for None. A dataset the spec does not offer is refused."""
+    """The spec on one of its ``datasets`` (``--dataset``): that entry's settings pinned over the spec's."""
     offered = spec.get("datasets") or {}
     if dataset is None:
         return spec
@@ -124,10 +109,7 @@ def unpin_axis(spec: dict, key: str) -> dict:
 
 
 def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict, dict]:
-    """(fixed settings, axes): what every trial shares, and the values each axis takes.
-
-    A scale's settings override the fixed ones; a scale may also replace whole axes (under its
-    own ``axes`` key), so that a CI-sized run keeps the grid's shape with fewer points."""
+    """(fixed settings, axes) at ``scale``: its settings override the fixed ones, its ``axes`` whole axes."""
     scales = spec.get("scales", {})
     if scales and scale not in scales:
         raise UsageError(f"unknown scale {scale!r} for preset {name!r}; choose one of: {', '.join(scales)}")
@@ -145,16 +127,14 @@ def grid_axes(spec: dict, name: str, scale: str, seeds: list[int]) -> tuple[dict
 
 
 def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[TrialConfig]:
-    """Every trial of the spec at ``scale``, one per point of the axes × seeds, completed and
-    validated (``TrialConfig.complete``); two points that make the same trial are refused."""
+    """Every trial of the spec at ``scale`` (axes × seeds), complete and validated, none twice."""
     check_spec(spec, name)
     fixed, axes = grid_axes(spec, name, scale, seeds)
     points = [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
     if not points:
         raise UsageError(f"{name}: the grid has zero trials")
     trials = [TrialConfig.complete(point, name) for point in points]
-    repeated = [key for key, count in Counter(t.trial_key for t in trials).items() if count > 1]
-    if repeated:
+    if repeated := [key for key, count in Counter(t.trial_key for t in trials).items() if count > 1]:
         twin = next(t for t in trials if t.trial_key == repeated[0])
         raise UsageError(f"{name}: {len(trials) - len(set(t.trial_key for t in trials))} trial(s) repeat "
                          f"another (e.g. {twin.dirname}); give each seed and axis value once")
@@ -162,9 +142,7 @@ def trial_configs(spec: dict, name: str, scale: str, seeds: list[int]) -> list[T
 
 
 def search_space(spec: dict, name: str) -> dict:
-    """The spec's ``search`` block, checked: ``metric``, ``mode`` (min or max) and ``space``, a
-    mapping of setting → {uniform|loguniform|randint: [low, high]} or {choice: [values]}.
-    Every bound is validated as a trial setting, so a negative β range is refused up front."""
+    """The ``search`` block's space (setting → {uniform|loguniform|randint|choice: [...]}), checked."""
     search = spec.get("search")
     if not isinstance(search, dict) or not isinstance(search.get("space"), dict) or not search["space"]:
         raise UsageError(f"{name}: --search optuna needs a 'search' block with metric, mode and a "
@@ -172,7 +150,6 @@ def search_space(spec: dict, name: str) -> dict:
     if search.get("mode") not in ("min", "max"):
         raise UsageError(f"{name}: search.mode must be min or max; got {search.get('mode')!r}")
     from analysis.schema import METRIC_FIELDS
-
     results = sorted({f.name for f in METRIC_FIELDS} | {"loss"})
     if search.get("metric") not in results:
         raise UsageError(f"{name}: search.metric must name a result column, e.g. test_nll or d_score; got "

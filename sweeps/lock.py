@@ -1,33 +1,8 @@
-"""One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews.
-
-The lock names its holder by the machine's boot id, its host name, pid and the process's start
-time, and a token of its own. Its driver renews it every ``RENEW_S`` seconds (a conditional write
-that succeeds only while the lock is still the one it wrote) from a thread of its own. A lock is
-stale, and the next driver takes it over with no manual step, where
-
-- its holder ran on this very machine (the same boot id) and its process is gone (its pid not
-  running, or running but started later: a reused pid); or
-- it was last renewed more than ``LEASE_S`` seconds ago, judged by the store's own clock: on S3 the
-  lock's ``LastModified`` against the ``Date`` of the store's answer, on a file system the lock's
-  modification time against that of a file written beside it now. No client clock is compared, so a
-  head machine that `ray up` replaced (a new host name, or another machine of the same name) is
-  taken over once its lease runs out.
-
-A driver whose renewal is refused (another driver took the lock over: its lease had run out, say,
-while the store did not answer) stops as a Ctrl-C stops it (``on_lost``, which the command line
-points at its stop signal: exit 1 and the resume command), and never deletes the other's lock.
-
-Taking the lock is one atomic create, so of two drivers started at the same moment exactly one
-gets it. On a local folder: the lock is written whole beside its place and hard-linked there
-(``os.link`` fails where a lock exists, as an ``O_EXCL`` create does, and no driver reads a lock
-half written); a renewal touches its modification time while it is still this driver's. On S3: a
-conditional ``PutObject`` with ``If-None-Match: *`` (through boto3, the ``cloud`` extra: pyarrow's
-file systems cannot make a conditional write), renewed and taken over with ``If-Match`` on its
-ETag, so only one driver replaces it. Other object stores (``gs://``…) have no such operation in
-pyarrow: there the lock is written and read back, which catches all but two drivers started within
-the same second. A stale local lock is removed under an ``flock`` (a guard file in the temporary
-folder), only while it is still the stale holder's; then each driver tries the atomic create again.
-"""
+"""One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews every
+``RENEW_S`` seconds; a refused renewal stops the sweep. A lock is stale, and taken over, where its holder
+ran here and its process is gone, or where it was renewed more than ``LEASE_S`` ago by the store's own clock
+(docs/cluster.md, "The driver's lease"). Taking it is one atomic create: a hard link locally, a conditional
+``PutObject`` on S3 (boto3), a write read back on other stores."""
 
 from __future__ import annotations
 
@@ -58,13 +33,11 @@ def boot_id() -> str:
             return file.read().strip()
     except OSError:
         import psutil
-
         return f"{socket.gethostname()}@{psutil.boot_time():.0f}"
 
 
 def _me() -> dict:
     import psutil
-
     return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
             "started": psutil.Process().create_time(), "token": uuid.uuid4().hex}
 
@@ -76,10 +49,8 @@ def _same_machine(holder: dict) -> bool:
 
 
 def process_gone(holder: dict) -> bool:
-    """True where the holder ran on this machine and its process is gone (its pid not running, or
-    a newer process that reuses it); False where it runs, or ran on another machine."""
+    """True where the holder ran on this machine and its process is gone (or its pid reused)."""
     import psutil
-
     if not _same_machine(holder):
         return False
     try:
@@ -95,9 +66,7 @@ def holder_text(holder: dict, path: str) -> str:
 
 
 class ExperimentLock:
-    """``with ExperimentLock(experiment_dir):`` holds the folder for this process, renewing its lease
-    every ``renew_s`` seconds until released; ``on_lost(reason)`` is called (from the renewing
-    thread) if a renewal is refused, and ``lost`` then says why."""
+    """Holds the folder, renewing its lease every ``renew_s`` s; a refused renewal calls ``on_lost``."""
 
     def __init__(self, experiment_dir: str, lease_s: float | None = None, renew_s: float | None = None,
                  on_lost: Callable[[str], None] | None = None):
@@ -114,14 +83,11 @@ class ExperimentLock:
         self._thread: threading.Thread | None = None
 
     # -- the file ----------------------------------------------------------------------------------
-
     def read(self) -> dict | None:
         return self._read()[0]
 
     def _read(self) -> tuple[dict | None, float | None]:
-        """(the lock's record, seconds since it was last written by the store's clock), or (None,
-        None) where there is none. A lock that cannot be read as JSON is ``{}``: held by nobody
-        this driver can check, so stale once its lease runs out."""
+        """(the lock's record, its age by the store's clock), or (None, None); a lock not JSON is ``{}``."""
         if self._is_s3():
             record, _, age = self._read_s3()
             return record, age
@@ -143,8 +109,7 @@ class ExperimentLock:
     @staticmethod
     def _store_now(fs, inner: str) -> float:
         """The store's clock now: the modification time of a file written beside ``inner``."""
-        folder = inner.rsplit("/", 1)[0]
-        probe = f"{folder}/.{LOCK_FILE}.{uuid.uuid4().hex}.clock"
+        probe = f"{inner.rsplit('/', 1)[0]}/.{LOCK_FILE}.{uuid.uuid4().hex}.clock"
         with fs.open_output_stream(probe) as stream:
             stream.write(b"")
         try:
@@ -161,8 +126,7 @@ class ExperimentLock:
         fs, inner = storage.resolve(self.path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         if not storage.is_remote(self.path):
-            # written whole beside it, then linked in place: os.link fails if the lock exists, as
-            # an O_EXCL create does, and no driver ever reads a lock still being written
+            # written whole beside it, then linked in place: os.link fails where a lock exists (as O_EXCL)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(inner), prefix=f".{LOCK_FILE}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -179,16 +143,12 @@ class ExperimentLock:
         return (self.read() or {}).get("token") == record["token"]
 
     def _is_stale(self, holder: dict, age: float | None) -> bool:
-        """A holder on this machine: stale once its process is gone. On another machine (or one
-        this driver cannot tell): once its lease has run out by the store's clock."""
-        if _same_machine(holder):
-            return process_gone(holder)
-        return age is not None and age > self.lease_s
+        """A holder on this machine: stale once its process is gone; elsewhere, once its lease ran out."""
+        return process_gone(holder) if _same_machine(holder) else age is not None and age > self.lease_s
 
     def _take_over(self, holder: dict, record: dict) -> bool:
-        """Replace the stale lock of ``holder`` by ``record``, if it is still ``holder``'s (not one a
-        faster driver just took, or the holder renewed); True if this driver now holds the lock.
-        Locally the stale lock is removed, and the caller creates its own."""
+        """Replace the stale lock of ``holder`` by ``record`` if it is still ``holder``'s; True if this
+        driver now holds it (locally it is removed, and the caller creates its own)."""
         if self._is_s3():
             current, etag, age = self._read_s3()
             if current != holder or not self._is_stale(current, age):
@@ -201,11 +161,7 @@ class ExperimentLock:
             if current == holder and self._is_stale(current, age):
                 fs.delete_file(inner)
             return False
-        # One driver of this machine at a time reads and removes (an flock, released by the kernel
-        # if its holder dies): the lock is removed only while it is still the stale holder's, never a
-        # lock a faster driver has just created (that one cannot be replaced meanwhile: creating is
-        # a link, which fails where a lock exists). Drivers on two machines that share the folder
-        # are not serialised by it: each removes only a lock it read as stale, and the link decides.
+        # one driver here at a time (an flock) removes the lock, only while it is still the stale one
         guard_path = os.path.join(tempfile.gettempdir(),
                                   f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
         with open(guard_path, "a") as guard:
@@ -221,7 +177,6 @@ class ExperimentLock:
         return False
 
     # -- S3: conditional writes ----------------------------------------------------------------------
-
     def _is_s3(self) -> bool:
         return self.path.startswith("s3://")
 
@@ -237,8 +192,7 @@ class ExperimentLock:
         return client, bucket, key
 
     def _read_s3(self) -> tuple[dict | None, str | None, float | None]:
-        """(the lock's record, its ETag, seconds since its LastModified by the ``Date`` of the
-        store's answer), or (None, None, None) where there is none."""
+        """(record, ETag, age by the ``Date`` of the store's answer), or (None, None, None)."""
         client, bucket, key = self._s3()
         try:
             answer = client.get_object(Bucket=bucket, Key=key)
@@ -255,8 +209,7 @@ class ExperimentLock:
         return record, answer["ETag"], age
 
     def _put_s3(self, text: bytes, **condition) -> str | None:
-        """A conditional PutObject of the lock: its new ETag; None if the condition failed (another
-        driver's lock is there, or it changed), or another conditional write of it is in flight."""
+        """A conditional PutObject of the lock: its new ETag, or None where the condition failed."""
         client, bucket, key = self._s3()
         try:
             answer = client.put_object(Bucket=bucket, Key=key, Body=text, ContentType="application/json",
@@ -271,17 +224,14 @@ class ExperimentLock:
         return answer["ETag"]
 
     # -- the lease -----------------------------------------------------------------------------------
-
     def renew(self) -> bool:
-        """Renew the lease: True if this driver still holds the lock (now renewed), False if the
-        lock is another's or gone. A store that does not answer raises (the next renewal retries)."""
+        """True if this driver still holds the lock (now renewed), False if not; a silent store raises."""
         if self.record is None:
             return False
         self._renewals += 1
         if self._is_s3():
             text = json.dumps({**self.record, "renewals": self._renewals}).encode()
-            etag = self._put_s3(text, IfMatch=self._etag)
-            if etag:
+            if etag := self._put_s3(text, IfMatch=self._etag):
                 self._etag = etag
             return bool(etag)
         current = self.read()
@@ -310,7 +260,6 @@ class ExperimentLock:
                 return
 
     # -- taking and giving back ----------------------------------------------------------------------
-
     def check_free(self) -> None:
         """A UsageError if a live driver holds the folder (nothing is taken)."""
         holder, age = self._read()

@@ -1,17 +1,6 @@
-"""A sweep's options, declared once, and the records a planned sweep travels in.
-
-Each option is one field of ``SweepOptions`` made by ``option(...)``: its Python type (the
-annotation), its default, its check, its help, and its metavar or choices where it has them, in the
-order ``--help`` lists them. Everything else is derived from the declarations (``OPTIONS``): the
-command line's flags (``python -m sweeps.paper_grid``'s ``build_parser``), ``sweeps.run``'s keyword
-arguments and its signature, the checks a value meets (on construction: a bad one is a one-line
-``UsageError`` naming its flag, before Ray starts) and the options table of docs/sweeps.md
-(``options_table``; ``write_options_table()`` rewrites it).
-
-``Sweep`` is what ``sweeps.paper_grid.plan`` makes of the options: the options with the planned
-trials, their data and where the experiment goes, read by the driver (``sweeps.driver.run``).
-``TrialRun`` is the part of it each Tune trial reads (``sweeps.trainable.train_trial``).
-"""
+"""A sweep's options, each declared once, as a field of ``SweepOptions`` (``option(...)``), from which the
+command line's flags, ``sweeps.run``'s keywords and signature, the checks and docs/sweeps.md's options table
+are derived; and the records a planned sweep travels in (``Sweep``, and ``TrialRun`` for each Tune trial)."""
 
 from __future__ import annotations
 
@@ -43,12 +32,9 @@ SCHEDULERS = ("none", "asha")
 
 
 # -- checks: what an option's value must be --------------------------------------------------------
-
 @dataclass(frozen=True)
 class Check:
-    """A rule for an option's value (the docs table's "allowed"), and ``problem(flag, value)``: the
-    one-line error where a value breaks it, else None. A None is never checked."""
-
+    """A rule for an option's value (the docs table's "allowed"); ``problem``: its one-line error, or None."""
     rule: str
     problem: Callable[[str, typing.Any], str | None]
 
@@ -73,28 +59,19 @@ def _cpu_share(flag: str, value: float) -> str | None:
 CPU_SHARE = Check("finite, > 0", _cpu_share)
 
 
-def _budget(flag: str, value: float) -> str | None:
-    if math.isfinite(value) and value > 0:
-        return None
-    return f"{flag} must be a finite number > 0 (0.5 halves every training budget); got {value}"
+def positive(note: str, unit: str = "", rule: str = "finite, > 0") -> Check:
+    return Check(rule, lambda flag, value: None if math.isfinite(value) and value > 0 else
+                 f"{flag} must be a finite number {unit}> 0 ({note}); got {value}")
 
 
 def _pack_size(flag: str, value) -> str | None:
-    """--pack-size alone (``sweeps.packing.check_pack_size``, where it is checked; the rule that ties
-    it to --search and --scheduler is in ``SweepOptions.__post_init__``)."""
+    """--pack-size alone; its tie to --search and --scheduler is in ``SweepOptions.__post_init__``."""
     from sweeps.packing import check_pack_size
-
     try:
         check_pack_size(value)
     except UsageError as error:
         return str(error)
     return None
-
-
-def _gpu_memory(flag: str, value: float) -> str | None:
-    if math.isfinite(value) and value > 0:
-        return None
-    return f"{flag} must be a finite number of GiB > 0 (e.g. 80 for an H100); got {value}"
 
 
 def _folder_name(flag: str, name: str) -> str | None:
@@ -126,12 +103,9 @@ def _wandb_project(flag: str, project: str) -> str | None:
 
 
 # -- the declaration -------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Option:
-    """One option's declaration (see ``option``); ``name``, ``type`` (the annotation's text),
-    ``hint`` (the Python type) and ``default`` are filled from its field of ``SweepOptions``."""
-
+    """One option's declaration (``option``); name, type, hint and default are filled from its field."""
     help: str
     check: Check | None = None
     choices: tuple | None = None
@@ -153,7 +127,6 @@ class Option:
         return arms[0] if len(arms) == 1 and arms[0] in (int, float) else None
 
     def argparse(self) -> dict:
-        """``add_argument``'s keywords for the flag."""
         if self.hint is bool:
             return {"action": "store_true", "help": self.help}
         given = {"default": self.default, "help": self.help, "type": self.number, "choices": self.choices,
@@ -175,12 +148,8 @@ class Option:
 
 def option(default, help: str, check: Check | None = None, *, choices: tuple | None = None,
            metavar: str | None = None, run_as: str | None = "keyword"):
-    """Declare an option of ``SweepOptions``: the field's annotation is its type (a number's is
-    checked, and converted on the command line), ``help`` its ``--help`` text, ``check`` a rule for
-    its value, ``choices`` the names it may take (the command line refuses others), ``metavar``
-    how ``--help`` shows its value. ``run_as``: how ``sweeps.run`` takes it: as a keyword of the same
-    name, as its ``grid_or_trials`` (``"first argument"``), or not at all (None: the command line's
-    --list and --dry-run, which do not run)."""
+    """Declare an option of ``SweepOptions`` (its annotation is its type). ``run_as``: how ``sweeps.run``
+    takes it: as a keyword, as its first argument (``grid_or_trials``), or not at all (None)."""
     declared = Option(help, check, choices, metavar, run_as)
     return dataclasses.field(default=default, metadata={"option": declared})
 
@@ -194,9 +163,7 @@ def _arms(hint) -> tuple:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """The options of one sweep: ``python -m sweeps.paper_grid``'s flags, ``sweeps.run``'s keywords.
-    Checked on construction; an option's value is refused in one line naming its flag."""
-
+    """The options of one sweep, checked on construction: a bad value is refused naming its flag."""
     # the preset's and scale's names are listed here and refused by the plan, which knows a grid's scales
     preset: str = option("default", "the study to run (each is described below)",
         metavar="{" + ",".join(PRESETS) + "}", run_as="first argument")
@@ -213,7 +180,8 @@ class SweepOptions:
         "paper)", metavar="{" + ",".join(SCALES) + "}")
     budget: float = option(1.0, "multiply every model's training budget by this factor: its steps (or "
         "epochs) and the schedules counted in steps (KL warm-up, lr milestones, CascadeVAE's releases); "
-        "0.5 halves them, to see whether a result depends on the budget", Check("finite, > 0", _budget))
+        "0.5 halves them, to see whether a result depends on the budget",
+        positive("0.5 halves every training budget"))
     storage_path: str = option(DEFAULT_STORAGE, "folder that receives the experiment folder")
     name: str | None = option(None, "experiment name, the folder under --storage-path (default: the "
         "preset's name, plus the scale unless it is smoke)", Check("one folder name", _folder_name))
@@ -270,7 +238,8 @@ class SweepOptions:
     gpu_memory: float | None = option(None, "with --dry-run and --gpus-per-trial: plan the packs for GPUs "
         "of this many GiB, the cluster's card (80 for an H100 or A100 80 GB; cluster.yaml's A10G: 24), "
         "instead of the 24 GiB card assumed; the plan prints which it assumed. A run measures the GPU "
-        "it gets", Check("finite, > 0; with --dry-run", _gpu_memory), metavar="GIB", run_as=None)
+        "it gets", positive("e.g. 80 for an H100", "of GiB ", "finite, > 0; with --dry-run"),
+        metavar="GIB", run_as=None)
     pack_size: int | str = option("auto", "train up to N models that share data, split and shape in one "
         "trial (models.packed: vmapped on a GPU). auto: 1 on CPUs; on GPUs as many as fit in the GPU "
         "share's memory, up to 64. Each model still gets its own row, TensorBoard folder and metrics",
@@ -282,7 +251,6 @@ class SweepOptions:
                 raise UsageError(problem)
         from sweeps.packing import check_pack_size
         from sweeps.search import search_of
-
         check_pack_size(self.pack_size, search_of(self.search).decides_one_by_one or self.scheduler == "asha")
         if self.gpu_memory is not None and not self.dry_run:
             raise UsageError("--gpu-memory plans a --dry-run for a card the planner cannot see; a run "
@@ -292,15 +260,12 @@ class SweepOptions:
 
     @property
     def pinned_data_source(self) -> str | None:
-        """The data source the options set on every trial: ``--data-source``, else real where
-        ``--data-dir`` is given, else None (each trial's own ``data_source`` setting, procedural
-        unless the grid says otherwise)."""
+        """``--data-source``, else real with ``--data-dir``, else None (each trial's own setting)."""
         return self.data_source or ("real" if self.data_dir else None)
 
 
 def declarations(cls: type = SweepOptions) -> dict[str, Option]:
-    """The options a dataclass declares with ``option``, by name, in field order, each with its
-    name, type (its annotation's text), Python type and default filled in."""
+    """The ``option`` declarations of a dataclass, by name in field order, their fields' facts filled in."""
     hints = typing.get_type_hints(cls)
     return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=f.type, hint=hints[f.name],
                                         default=f.default) for f in dataclasses.fields(cls)}
@@ -313,22 +278,17 @@ KEYWORDS = tuple(name for name, declared in OPTIONS.items() if declared.run_as =
 
 
 def run_signature(first: inspect.Parameter) -> inspect.Signature:
-    """``sweeps.run``'s signature: ``first``, then every option it takes as a keyword, with its default
-    and type."""
+    """``sweeps.run``'s signature: ``first``, then every keyword option with its default and type."""
     keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=OPTIONS[name].default,
                                   annotation=OPTIONS[name].type) for name in KEYWORDS]
     return inspect.Signature([first, *keywords])
 
 
 # -- the planned sweep, and what a trial reads of it -----------------------------------------------
-
 @dataclass(frozen=True)
 class Sweep:
-    """A planned sweep (``sweeps.paper_grid.plan``): its options, its trials (each complete and
-    frozen) and the data they read (by reference), and where the experiment goes. ``plan_trials``
-    (a dry run) leaves the experiment's fields unset; the driver adds the pack size once Ray tells
-    it and the datasets' shared references once rendered."""
-
+    """A planned sweep: its options, its frozen trials, their data by reference and where the experiment
+    goes; the driver adds what only a running Ray tells (pack size, GPUs, shared data)."""
     options: SweepOptions
     name: str
     preset: str
@@ -347,21 +307,17 @@ class Sweep:
     def search(self):
         """How the sweep picks its trials (``sweeps.search``): ``GridSearch`` or ``OptunaSearch``."""
         from sweeps.search import search_of
-
         return search_of(self.options.search)
 
     @property
     def shared_dir(self) -> str | None:
-        """With ``--data-source procedural --data-dir``: the shared folder each procedural dataset is
-        rendered to once, once Ray is up."""
+        """With ``--data-source procedural --data-dir``: where each procedural dataset is rendered once."""
         return self.options.data_dir if self.options.pinned_data_source == "procedural" else None
 
     @functools.cached_property
     def base_trials(self) -> PlannedTrials:
-        """The trials indexed by key (``sweeps.packing.PlannedTrials``), what the Tune trials'
-        configs name: built once per record, for the driver, its listeners and the trainable."""
+        """The trials indexed by key (``sweeps.packing.PlannedTrials``), built once per record."""
         from sweeps.packing import PlannedTrials
-
         return PlannedTrials(self.trials)
 
     @property
@@ -372,9 +328,7 @@ class Sweep:
 
 @dataclass(frozen=True)
 class TrialRun:
-    """What every Tune trial of a sweep reads besides its config, sent once with the trainable
-    (``tune.with_parameters``): a few hundred bytes, never images."""
-
+    """What every Tune trial reads besides its config, sent once with the trainable: a few hundred bytes."""
     experiment_dir: str
     tensorboard_root: str | None  # local storage: the experiment folder; remote: the trial's working folder
     cpus_per_trial: float
@@ -388,7 +342,6 @@ class TrialRun:
 
 
 # -- the docs' options table -----------------------------------------------------------------------
-
 TABLE_START = "<!-- the options table: made by sweeps.options.write_options_table() -->"
 TABLE_END = "<!-- end of the options table -->"
 
@@ -409,13 +362,12 @@ def options_table() -> str:
 
 
 def write_options_table(page: str = "docs/sweeps.md") -> None:
-    """Rewrite the options table of ``page`` (docs/sweeps.md) from the declarations."""
+    """Rewrite the options table of ``page`` from the declarations."""
     path = pathlib.Path(page)
     path.write_text(with_options_table(path.read_text()))
 
 
 def with_options_table(page: str) -> str:
-    """``page`` (docs/sweeps.md's text) with its options table replaced by ``options_table()``."""
+    """``page``'s text with its options table replaced by ``options_table()``."""
     from models.config import with_marked_table  # imports torch: not for --help or a bad option
-
     return with_marked_table(page, TABLE_START, TABLE_END, options_table(), "options")

@@ -1,20 +1,6 @@
-"""What a trial's models report, from the trainable to their rows: ``ModelOutcome`` and
-``TrialOutcome``.
-
-A trained model reports its trial (its settings, named by its trial key), the step it reached,
-what its run resolved and timed (its length in steps, its images, bf16, the training's seconds,
-start and end, the dataset it read), and its evaluation's metrics; or its error. A Tune trial
-reports its models together, with what ran them (its node, device and software:
-``sweeps/provenance.py``).
-
-Tune writes every report into the trial's result.json, so what crosses Tune is plain data and
-small: the trainable turns its ``TrialOutcome`` into its final report once (``to_report``), which
-names each model by its trial key and never holds its settings
-(tests/end_to_end/test_command.py); the driver turns a final report back once
-(``from_report``), each model's settings taken from the plan (``sweeps.packing.outcome_of``).
-Between the two, the deferred evaluations (``sweeps/evaluation.py``), the results writer
-(``sweeps/results.py``), the trackers and the console read these dataclasses.
-"""
+"""What a trial's models report, from the trainable to their rows (``ModelOutcome``, ``TrialOutcome``). Tune
+writes every report into result.json, so what crosses Tune is small plain data: models named by trial key,
+never their settings (``to_report``), read back once on the driver from the plan (``from_report``)."""
 
 from __future__ import annotations
 
@@ -31,15 +17,7 @@ RUN_FACTS = tuple(f.name for f in PROVENANCE_FIELDS)
 
 @dataclasses.dataclass
 class ModelOutcome:
-    """One model's outcome: trained (and evaluated: ``metrics``), or failed (``error``).
-
-    ``steps``, ``n_images`` and ``bf16`` are the settings only the run resolves (an epoch budget's
-    steps, a whole grid's images, bf16 on CUDA); ``train_*`` the training's timings (epoch
-    seconds; a pack's members are credited an equal share of its time); ``data_*`` the dataset
-    read. ``metrics`` holds the evaluation's values and its timings (``eval_seconds``,
-    ``eval_started_at``, ``eval_ended_at``); ``history`` the loss history, where it travels with
-    the outcome (a deferred evaluation's, read from the checkpoint; an older disgen's result)."""
-
+    """One model's outcome: trained (``metrics``) or failed (``error``), and what its run resolved."""
     trial: TrialConfig
     step: int | None = None
     error: str | None = None
@@ -59,8 +37,7 @@ class ModelOutcome:
         return self.error is not None
 
     def values(self) -> dict[str, Any]:
-        """What the run resolved and timed (those known) and the metrics, flat, as a report and a
-        row name them."""
+        """What the run resolved and timed (where known) and the metrics, flat, as a report names them."""
         facts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in _FACTS}
         return {**{k: v for k, v in facts.items() if v is not None}, **self.metrics}
 
@@ -89,12 +66,8 @@ _NOT_METRICS = {*_FACTS, "trial_key", "config", "step", "error", "history"}
 
 @dataclasses.dataclass
 class TrialOutcome:
-    """A Tune trial's outcome: its models' (one, or a pack's members, in the order of its Tune
-    config), the step it reached and what ran it (``facts``: ``RUN_FACTS``). A trial that
-    evaluated its models names the history part it wrote (``results_part``); one that deferred
-    their evaluation (``evaluated`` False: it held a GPU) names its dataset (``data_reference``)
-    and the CPUs an evaluation takes. ``trial_id`` is Tune's, which the driver's copy holds."""
-
+    """A Tune trial's outcome: its models (in its config's order), its step and what ran it; a deferred one
+    (``evaluated`` False) names its dataset and an evaluation's CPUs."""
     members: list[ModelOutcome]
     step: int | None = None
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -109,8 +82,7 @@ class TrialOutcome:
         return [member.trial for member in self.members]
 
     def to_report(self) -> dict:
-        """The trial's final report to Tune: plain data, each model named by its trial key; a lone
-        model's values also at the top (for Optuna, ASHA and Tune's table) once evaluated."""
+        """The final report: plain data, models by trial key (a lone model's values also at the top)."""
         report = {"step": self.step, "done": True, **self.facts}
         if not self.evaluated:
             report.update(evaluated=False, members=[m.to_report() for m in self.members],
@@ -125,9 +97,7 @@ class TrialOutcome:
 
     @classmethod
     def from_report(cls, result: dict, trials: Sequence[TrialConfig] = ()) -> TrialOutcome:
-        """A Tune trial's final report (or result: Tune's keys beside it are ignored), its members'
-        settings from ``trials``, its Tune config's members in order. A member that carries its
-        settings (``"config"``: a result of an older disgen) keeps them."""
+        """A final report read back, members' settings from ``trials`` (or their own, if they carry them)."""
         members = []
         for position, member in enumerate(result["members"]):
             if "config" in member:

@@ -1,22 +1,6 @@
-"""Packs: trials that share a dataset and a model shape, trained together in one Tune trial.
-
-Every Tune trial's config is ``{"members": [trial key, ...]}``: one trial, or a pack of them, named
-by their keys in the plan (an Optuna trial's is ``{"base": index, "sampled": {setting: value}}``).
-``members_of`` resolves either through the planned trials (``PlannedTrials``), which the driver's
-callbacks hold and the trainable gets once, with its run's parameters. A config never carries a
-trial's settings: Tune writes the config into every result (``result.json``, ``progress.csv``,
-what each callback is handed), where a pack of 32 whole configs took about 21 KB a report
-(benchmarks/README.md, "Small results"). The trainable trains the members with
-``models.packed.PackedTrainer`` and reports, per member, its trial key, never its settings; the
-results writer stores one row per member, with the member's own config (from the plan), key and
-metrics. A pack shares what one process holds once and what one vmap needs: the dataset and its
-data settings (not the split: each member trains on its own split's rows), the evaluation
-settings, and the model's
-architecture, objective, task, latent size, batch size, image size, channels and run length
-(``steps``/``epochs``/``epoch_length``). Members may differ in everything else, every scalar hyperparameter
-included; members that cannot share one vmap (``models.packed.vmap_group_key``) step as separate groups
-inside the pack. Trials that differ in a shared setting are put in different packs, never refused.
-"""
+"""Packs: trials that share a dataset and a model shape (``shared_key``), trained together in one Tune
+trial. A Tune trial's config names its members by trial key, never their settings, as Tune writes it into
+every result (benchmarks/README.md, "Small results")."""
 
 from __future__ import annotations
 
@@ -30,13 +14,11 @@ from sweeps.errors import UsageError
 from sweeps.outcome import TrialOutcome, is_final
 from sweeps.trials import TrialConfig
 
-# What a pack's members share, besides the data and evaluation settings: one network shape, one
-# objective and task (one vmap, one code path) and one run length.
+# What a pack's members share besides data and evaluation settings: one vmap, one code path, one length
 MODEL_SHARED = ("architecture", "objective", "task", "latent_dim", "batch_size", "image_size", "channels",
                 "steps", "epochs", "epoch_length")
 AUTO = "auto"
-# Without knowing a GPU's memory (an autoscaling cluster with no GPU node up yet), assume the
-# smallest of the common training GPUs: cluster.yaml's g5 instances have 24 GB A10Gs.
+# A GPU of unknown memory (no GPU node up yet) is taken for the smallest common one: cluster.yaml's A10G
 ASSUMED_GPU_BYTES = 24 * 2**30
 AUTO_LIMIT = 64
 
@@ -47,11 +29,7 @@ def tune_config(members: Sequence[TrialConfig]) -> dict:
 
 
 class PlannedTrials(Sequence):
-    """The planned trials, by position (an Optuna trial's ``base``) and by trial key (a grid
-    trial's members, ``get``): indexed once per plan, so that resolving a Tune trial's config is a
-    lookup. It travels (to the trainable, in Tune's saved callbacks) as the trials' plain settings,
-    and a ``TrialConfig`` is built from them where one is looked up: a trial of a plan of a
-    thousand reads one, not a thousand."""
+    """The planned trials by position and by key (``get``); kept as plain settings, built when looked up."""
 
     def __init__(self, trials: Sequence[TrialConfig] = (), settings: Sequence[dict] | None = None):
         if settings is None:
@@ -72,7 +50,6 @@ class PlannedTrials(Sequence):
         return len(self._settings)
 
     def get(self, key: str) -> TrialConfig | None:
-        """The planned trial of this key, or None."""
         index = self._index.get(key)
         return None if index is None else self[index]
 
@@ -86,18 +63,12 @@ def planned(base: Sequence[TrialConfig]) -> PlannedTrials:
 
 
 def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConfig]:
-    """The trials a Tune trial config holds, from the planned trials ``base`` (pass a
-    ``PlannedTrials`` where this is called often: a plain sequence is indexed on every call). A
-    grid trial names its members by trial key (a member that is a whole settings dict, as an
-    experiment started by an older disgen holds, is read as it is); an Optuna trial names a planned
-    trial by position and the values sampled for it, which replace the planned ones (validated
-    again)."""
+    """The trials a Tune trial config holds, from the planned ``base``: by key, or Optuna's sampled one."""
     if "members" in config:
         members = config["members"]
         plan = planned(() if all(isinstance(member, Mapping) for member in members) else base)
         found = [TrialConfig(m) if isinstance(m, Mapping) else plan.get(m) for m in members]
-        missing = [key for key, trial in zip(members, found) if trial is None]
-        if missing:
+        if missing := [key for key, trial in zip(members, found) if trial is None]:
             named = ", ".join(map(str, members))
             raise UsageError(f"trial {missing[0]} (of the Tune trial of {named}) is not in this run's "
                              "plan, which holds the settings Tune's state names by key; resume "
@@ -110,11 +81,7 @@ def members_of(config: dict, base: Sequence[TrialConfig] = ()) -> list[TrialConf
 
 
 def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = ()) -> TrialOutcome | None:
-    """A Tune trial's final ``result`` as its ``TrialOutcome`` (``sweeps.outcome``), for the
-    driver's results writer, evaluations, trackers and console: the trial reports its members by
-    trial key, in the order of its Tune ``config``'s members, whose settings come from the plan
-    (``members_of`` through ``base``); a member that carries its settings (a result of an older
-    disgen) keeps them. None for a result that is not a final one (a progress report, none)."""
+    """A Tune trial's final ``result`` as its ``TrialOutcome``, settings from the plan; None if not final."""
     if not is_final(result):
         return None
     older = all("config" in member for member in result["members"])
@@ -122,8 +89,7 @@ def outcome_of(result: dict | None, config: dict, base: Sequence[TrialConfig] = 
 
 
 def shared_key(trial: TrialConfig) -> str:
-    """Trials with equal keys may share a pack: the dataset and its data settings but the split,
-    the evaluation settings, and the model settings of ``MODEL_SHARED``."""
+    """Trials with equal keys may share a pack: data settings but the split, evaluation, ``MODEL_SHARED``."""
     data = trial.data
     model = trial.model
     shared = {"data": [data.data_source, data.dataset, data.n_images, data.data_seed],
@@ -132,9 +98,7 @@ def shared_key(trial: TrialConfig) -> str:
 
 
 def check_pack_size(requested: str | int | None, one_by_one: bool = False) -> int | str:
-    """``--pack-size`` checked, the one place it is: a whole number >= 1, or ``auto`` (None is
-    ``auto``); more than 1 only where trials are not decided ``one_by_one`` (``--search optuna``,
-    ``--scheduler asha``). The size, or ``AUTO``."""
+    """``--pack-size`` checked: ``auto`` or None, or a whole number >= 1 (only 1 for ``one_by_one``)."""
     if requested in (None, AUTO):
         return AUTO
     if isinstance(requested, bool) or not str(requested).isdigit() or int(requested) < 1:
@@ -162,9 +126,7 @@ def pack_id(members: Sequence[TrialConfig]) -> str:
 
 
 def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
-    """The Tune trial's folder: the trial's own name, or the pack's (named by its split, or by its
-    dataset when its members' splits differ), ending in 6 characters of the key or pack id;
-    ``full``: the whole key or pack id (the name no other trial shares)."""
+    """The Tune trial's folder: the trial's or pack's name, ending in its key or pack id (``full``: all)."""
     if len(members) == 1:
         return members[0].full_name if full else members[0].dirname
     splits = {m.data.split for m in members}
@@ -174,21 +136,14 @@ def dirname(members: Sequence[TrialConfig], full: bool = False) -> str:
 
 
 def tensorboard_folder(trials: Sequence[TrialConfig], trial: TrialConfig, remote: bool) -> str:
-    """A model's TensorBoard folder relative to the experiment, for ``trial`` of a Tune trial's
-    outcome whose models are ``trials`` (see sweeps/trainable.py): its own folder there, except on
-    remote storage, where a pack's members sit in the pack's."""
-    folder = trial.dirname
-    if remote and len(trials) > 1:
-        folder = f"{dirname(trials)}/{folder}"
-    return folder
+    """A model's TensorBoard folder in the experiment (on remote storage, inside its pack's)."""
+    return f"{dirname(trials)}/{trial.dirname}" if remote and len(trials) > 1 else trial.dirname
 
 
 def trial_dataset_bytes(trial: TrialConfig) -> int:
-    """The bytes of the uint8 dataset a trial's process loads (its ``n_images``, or the whole
-    grid of its dataset's factor space)."""
+    """The bytes of the uint8 dataset a trial's process loads."""
     from data_pipeline import factor_space
     from models.packed import dataset_bytes
-
     n_images = trial.data.n_images
     if n_images is None:
         n_images = int(np.prod(factor_space(trial.data.dataset).sizes, dtype=np.int64))
@@ -197,17 +152,10 @@ def trial_dataset_bytes(trial: TrialConfig) -> int:
 
 def pack_size_and_reason(requested: str | int | None, trials: Sequence[TrialConfig], gpus_per_trial: float,
                          gpu_free_bytes: int | None) -> tuple[int, str]:
-    """The pack size to use, and why, in one line. ``auto``: 1 for CPU trials (a CPU pack is a
-    loop, and would take parallel slots from Ray), else as many members as fit in the GPU share's
-    memory, up to ``AUTO_LIMIT``. On a GPU the count leaves room for what every process holds
-    besides its models (``models.packed.pack_memory_bytes``): the CUDA context and workspaces, and
-    the dataset it uploads when that fits in half its share; each member counts its parameters,
-    gradients, Adam's moments and its activations with vmap's copies
-    (``models.packed.member_memory_bytes``). ``gpu_free_bytes``: the free memory of the GPU a trial
-    gets (None: unknown, ``ASSUMED_GPU_BYTES`` assumed). An explicit size larger than the device
-    allows is a UsageError naming the largest that fits and how to ask for it."""
+    """The pack size to use and why, in one line. ``auto``: 1 on CPUs (a CPU pack is a loop), else as many
+    members as fit in the GPU share's memory (``models.packed``), up to ``AUTO_LIMIT``; ``gpu_free_bytes``
+    None: ``ASSUMED_GPU_BYTES``. An explicit size that does not fit is a UsageError."""
     from models.packed import max_pack_size, pack_memory_bytes, vmap_group_key
-
     size = check_pack_size(requested)
     if size == AUTO and gpus_per_trial == 0:
         return 1, "auto: 1 on CPUs, where a pack is a loop over its members and takes Ray's parallel slots"
@@ -238,14 +186,12 @@ def _device_share(trials: Sequence[TrialConfig], gpus_per_trial: float,
     import torch
 
     from models.packed import free_memory_bytes
-
     return "cpu", free_memory_bytes(torch.device("cpu")), 0, "host memory"
 
 
 def _auto_size(fits: int, model, shape: str, where: str, data: int, device_bytes: int) -> tuple[int, str]:
     """``auto`` on a GPU: as many members as fit, up to ``AUTO_LIMIT``, and why."""
     from models.packed import CUDA_PROCESS_BYTES, fits_resident, member_memory_bytes
-
     size = min(AUTO_LIMIT, fits)
     uploaded = data if fits_resident(data, device_bytes) else 0
     reason = (f"auto: {fits} members of {shape} fit in 80% of {where}, at "

@@ -1,12 +1,6 @@
-"""Run a study: ``python -m sweeps.paper_grid`` runs the default study on an embedded local Ray;
-from Python, ``sweeps.run`` (``run`` here) runs one and returns its trials as a DataFrame.
-
-With ``--address`` (or ``RAY_ADDRESS``) it joins an existing Ray cluster instead. Results go to
-``<storage-path>/<name>/``: ``trials.parquet``, ``history.parquet`` and one TensorBoard folder
-per trial. The command line and ``run`` share one path (``execute``): the options of one are the
-keyword arguments of the other (both made from the declarations of ``sweeps.options``), and bad
-input is the same one-line ``UsageError``.
-"""
+"""Run a study: ``python -m sweeps.paper_grid`` (a local Ray, or ``--address``'s cluster), or
+``sweeps.run`` (``run`` here) from Python. Both take one path (``execute``) with the same options and
+the same one-line ``UsageError``; results go to ``<storage-path>/<name>/``."""
 
 from __future__ import annotations
 
@@ -49,9 +43,7 @@ GRID_FILE_SUFFIXES = (".yaml", ".yml", ".py")
 
 
 def default_experiment_name(preset: str, scale: str, budget: float = 1.0) -> str:
-    """An experiment's folder name when none is given: the study's name, plus the scale unless it
-    is smoke (``dittadi2021-demo``), plus the budget factor unless it is 1
-    (``dittadi2021-demo-budget0.5``), so that a scaled run never resumes into the full one."""
+    """The study's name, plus the scale unless smoke and the budget unless 1: a scaled run is kept apart."""
     name = preset if scale == "smoke" else f"{preset}-{scale}"
     return name if budget == 1 else f"{name}-budget{budget:g}"
 
@@ -67,7 +59,6 @@ def _presets_epilog() -> str:
 def _prepared_state(data_dir: str | None, dataset: str) -> str:
     """Where a prepared dataset is, or that it is not there."""
     from data_pipeline import prepared
-
     if not data_dir:
         return "no --data-dir or $DISGEN_DATA"
     uri = prepared.join(prepared.normalise(data_dir), dataset)
@@ -79,8 +70,7 @@ def _prepared_state(data_dir: str | None, dataset: str) -> str:
 
 
 def datasets_text(options: SweepOptions) -> str:
-    """For every preset that offers other datasets (``--dataset``), the dataset the study will use
-    with these options, and whether its prepared sets are there: what ``--list`` adds."""
+    """What ``--list`` adds: each preset's other datasets, the one used and whether it is prepared."""
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     lines = []
     for name, spec in PRESETS.items():
@@ -104,15 +94,11 @@ def datasets_text(options: SweepOptions) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one flag per option that ``sweeps.options.SweepOptions`` declares."""
-    parser = Parser(
-        prog="python -m sweeps.paper_grid",
-        description=textwrap.fill(
-            "Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no arguments: the "
-            "default study at the 'smoke' scale on a local Ray (4 trials, about 4 minutes on 2 CPU cores).",
-            width=100),
-        epilog=_presets_epilog(),
-        formatter_class=HelpFormatter,
-    )
+    description = textwrap.fill("Run a disentanglement-vs-generalisation study as a Ray Tune sweep. With no "
+                                "arguments: the default study at the 'smoke' scale on a local Ray (4 trials, "
+                                "about 4 minutes on 2 CPU cores).", width=100)
+    parser = Parser(prog="python -m sweeps.paper_grid", description=description, epilog=_presets_epilog(),
+                    formatter_class=HelpFormatter)
     for declared in OPTIONS.values():
         parser.add_argument(declared.flag, **declared.argparse())
     return parser
@@ -124,17 +110,14 @@ def parse_options(argv: list[str]) -> SweepOptions:
 
 
 def check_storage(path: str) -> str:
-    """The storage folder (absolute, or a URI such as s3://bucket/prefix), created and proven
-    writable, or a UsageError."""
+    """The storage folder (absolute, or a URI), created and proven writable, or a UsageError."""
     path = storage.normalise(path)
     try:
         storage.check_writable(path)
     except (OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
-        raise UsageError(
-            f"cannot write to storage path {path} ({reason}); "
-            "pass --storage-path with a folder (or s3:// prefix) you can write to"
-        ) from None
+        raise UsageError(f"cannot write to storage path {path} ({reason}); "
+                         "pass --storage-path with a folder (or s3:// prefix) you can write to") from None
     return path
 
 
@@ -142,7 +125,6 @@ def check_address(address: str | None) -> None:
     """Fail fast, before Ray starts, on a cluster address that cannot be reached."""
     if address == "auto":  # a cluster on this machine (its head node): one must run
         from data_pipeline.prepare import missing_cluster
-
         if problem := missing_cluster(address):
             raise UsageError(problem)
         return
@@ -156,10 +138,8 @@ def check_address(address: str | None) -> None:
         with socket.create_connection((host, int(port)), timeout=3):
             pass
     except OSError as error:
-        raise UsageError(
-            f"cannot reach Ray at {address} ({error.strerror or error}); check that the cluster "
-            "is up (ray status) and the address, or omit --address for a local Ray"
-        ) from None
+        raise UsageError(f"cannot reach Ray at {address} ({error.strerror or error}); check that the cluster "
+                         "is up (ray status) and the address, or omit --address for a local Ray") from None
 
 
 def check_data_dir(options: SweepOptions) -> None:
@@ -185,8 +165,8 @@ def check_data_dir(options: SweepOptions) -> None:
 
 
 def load_spec(options: SweepOptions) -> tuple[dict, str]:
-    """The study's spec and name: a preset or a grid file, with the command line's data settings pinned
-    and, for --search optuna, the searched settings taken off the axes."""
+    """The study's spec and name (preset or grid file), data options pinned, searched settings off the axes.
+    """
     if isinstance(options.grid, Mapping):  # a grid given as data (sweeps.run)
         spec, preset = dict(options.grid), options.name or "grid"
     elif options.grid:
@@ -205,8 +185,7 @@ def load_spec(options: SweepOptions) -> tuple[dict, str]:
 
 
 def seed_list(seeds) -> list[int]:
-    """The seeds per configuration: a count (3 → 0, 1, 2) or a list, given as the command line's
-    text (``"3"``, ``"0,5,7"``), a whole number or a sequence of them."""
+    """The seeds per configuration from a count or a list: text (``"3"``, ``"0,5,7"``), int or sequence."""
     if isinstance(seeds, str):
         return parse_seeds(seeds)
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
@@ -218,9 +197,7 @@ def seed_list(seeds) -> list[int]:
 
 
 def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
-    """The trials given one by one (``sweeps.run``'s list): each a ``TrialConfig`` or a mapping of
-    its settings (completed and validated as a grid point is), none twice. They carry their own
-    seeds and scale, so --seeds and --search optuna, which make trials from a grid, are refused."""
+    """``sweeps.run``'s list of trials, completed as grid points, none twice (no --seeds, no optuna)."""
     if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence) or not given:
         raise UsageError("trials: give a non-empty list of trial configs (TrialConfig, or mappings of "
                          "settings), or a grid instead")
@@ -247,10 +224,7 @@ def given_trials(options: SweepOptions, given) -> list[TrialConfig]:
 
 
 def plan_trials(options: SweepOptions, given=None) -> Sweep:
-    """The study's trials (each complete, validated and frozen: ``sweeps.trials.TrialConfig``), made
-    from the options' preset or grid, or ``given`` one by one (``sweeps.run``'s list), and the data
-    they read (by reference, validated from labels and manifests, never images), with nothing
-    written: what ``--dry-run`` shows. The experiment's own fields are ``plan``'s."""
+    """The study's frozen trials and their data by reference, nothing written: what ``--dry-run`` shows."""
     scale = options.scale
     if given is not None:  # trials given one by one (sweeps.run)
         spec, seeds, trials = {}, None, given_trials(options, given)
@@ -265,18 +239,14 @@ def plan_trials(options: SweepOptions, given=None) -> Sweep:
     check_data_dir(options)
     data_dir = options.data_dir or os.environ.get("DISGEN_DATA") or None
     search_of(options.search).check(spec, preset, trials[0])
-    from sweeps.data import plan_data
-
-    # Planned here, on the driver, from labels and manifests only (never images), so that a missing
-    # or malformed real file or prepared folder stops the run before Ray starts.
+    from sweeps.data import plan_data  # labels and manifests only: a bad data file stops it before Ray starts
     name = options.name or default_experiment_name(preset, scale, options.budget)
     return Sweep(options, name=name, preset=preset, spec=spec, seeds=seeds, trials=tuple(trials),
                  data=plan_data(trials, data_dir))
 
 
 def plan(options: SweepOptions, given=None) -> Sweep:
-    """Everything that can be decided and validated without Ray: the study's trials and data
-    (``plan_trials``), and the experiment folder, checked writable and free."""
+    """All that can be decided without Ray: ``plan_trials``, and the experiment folder, writable and free."""
     planned = plan_trials(options, given)
     storage_path = check_storage(options.storage_path)
     check_address(options.address)
@@ -319,19 +289,13 @@ def print_commands(experiment_dir: str, argv: list[str]) -> None:
     print(f"  in pandas:         import pandas as pd; df = pd.read_parquet({trials!r})")
 
 
-# The exit codes of a run stopped by Ctrl-C (SIGINT) or by SIGTERM (``ray job stop``), as a shell
-# reports a process that signal killed (128 + the signal).
+# The exit codes of a run stopped by Ctrl-C or SIGTERM (``ray job stop``), as a shell reports them
 INTERRUPTED = exit_code(signal.SIGINT)  # 130
 TERMINATED = exit_code(signal.SIGTERM)  # 143
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by Ctrl-C (or SIGTERM: ``signum``) once it had started: the finished models
-    are stored in ``experiment_dir`` (``finished`` of ``planned``, where known); the same call with
-    ``resume=True`` (``--resume``) goes on from there. A Ctrl-C before the sweep starts, when
-    nothing ran, is a plain ``KeyboardInterrupt`` (a SIGTERM, ``sweeps.errors.Terminated``). A
-    sweep that stopped because its results store kept failing (``sweeps/results.py``) ends the same
-    way, with the ``reason``."""
+    """A sweep stopped once started (``signum``, or a failing store: ``reason``); ``resume=True`` goes on."""
 
     def __init__(self, experiment_dir: str, planned: int, finished: int | None, reason: str | None = None,
                  signum: int = signal.SIGINT):
@@ -345,19 +309,16 @@ class SweepInterrupted(KeyboardInterrupt):
                 else "the finished models are stored")
 
     def exit_code(self) -> int:
-        """The command line's exit code: 130 after a Ctrl-C, 143 after a SIGTERM, 1 where the
-        results store kept failing."""
+        """130 after a Ctrl-C, 143 after a SIGTERM, 1 where the results store kept failing."""
         return exit_code(self.signum) if self.reason is None else 1
 
 
 def stopped_by(signum: int) -> str:
-    """How the command line names a signal that stopped a sweep."""
     return "Stopped (SIGTERM, e.g. `ray job stop`)" if signum == signal.SIGTERM else "Interrupted (Ctrl-C)"
 
 
 def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
-    """What a Ctrl-C or SIGTERM (or a results store that kept failing) left, and the command that
-    goes on."""
+    """What a stopped sweep left, and the command that goes on."""
     why = stopped_by(stop.signum) if stop.reason is None else f"Stopped: {stop.reason}"
     print(f"\n{why}: {stop.kept()} in {stop.experiment_dir}; the others stopped at "
           "their last checkpoint, or had not started.", flush=True)
@@ -365,14 +326,11 @@ def print_interrupted(stop: SweepInterrupted, argv: list[str]) -> None:
 
 
 def execute(options: SweepOptions, given=None):
-    """Plan, lock and run the sweep that ``options`` describe (the command line's, or ``run``'s
-    keyword arguments; ``given``: ``run``'s list of trials): (its plan, ``sweeps.driver.run``'s
-    ``SweepSummary``). Bad input raises a ``UsageError`` before Ray starts; a Ctrl-C raises
-    ``KeyboardInterrupt`` before the sweep starts (nothing ran), ``SweepInterrupted`` after."""
+    """Plan, lock and run the sweep: (its plan, its ``SweepSummary``). Bad input raises ``UsageError``
+    before Ray starts; a Ctrl-C once the sweep started, ``SweepInterrupted``."""
     sweep = plan(options, given)
     from sweeps import driver  # imports Ray: only once the input is known to be good
     from sweeps.errors import StopSignal
-
     stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
     lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
@@ -389,23 +347,14 @@ def execute(options: SweepOptions, given=None):
 
 
 def run(grid_or_trials="default", **options):
-    """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every
-    model's row of ``trials.parquet``, finished or not (its ``status`` says which), as
-    ``analysis.load_trials`` gives them.
-
-    ``grid_or_trials``: a preset's name (``"montero2021"``); a grid file's path (``.yaml``,
-    ``.yml`` or a ``.py`` defining ``GRID``); a grid as a dict (keys ``description``, ``fixed``,
-    ``axes``, ``scales``, ``search``; named ``name``, else ``grid``); or a list of trials
-    (``sweeps.trials.TrialConfig``, or mappings of their settings), run as they are (``scale``
-    and ``seeds`` do not apply). Every keyword is the command-line option of the same name
-    (``storage_path`` is ``--storage-path``) with the same default, but ``address``: None joins
-    the Ray this process has already started, else ``$RAY_ADDRESS``, else starts a local one.
-
-    Bad input raises ``sweeps.errors.UsageError`` (the command line's one-line message) before
-    Ray starts; an experiment that exists needs ``resume=True``. A Ctrl-C once the sweep started
-    raises ``SweepInterrupted``: the finished models are stored, and ``resume=True`` goes on."""
-    unknown = sorted(set(options) - set(KEYWORDS))
-    if unknown:
+    """Run a study on Ray, as ``python -m sweeps.paper_grid`` does, and return its trials: every model's
+    row of ``trials.parquet``, finished or not, as ``analysis.load_trials`` gives them. ``grid_or_trials``:
+    a preset's name, a grid file (``.yaml``, ``.yml``, or ``.py`` defining ``GRID``), a grid as a dict, or
+    a list of trials (``TrialConfig``s or mappings of settings), run as they are. Every keyword is the
+    command-line option of the same name, but ``address``: None joins the Ray this process started, else
+    ``$RAY_ADDRESS``, else starts a local one. Bad input raises ``UsageError`` before Ray starts; a Ctrl-C
+    once the sweep started, ``SweepInterrupted``: the finished models are stored; ``resume=True`` goes on."""
+    if unknown := sorted(set(options) - set(KEYWORDS)):
         raise TypeError(f"run() got an unexpected keyword argument {unknown[0]!r}")
     given = None
     if isinstance(grid_or_trials, (str, os.PathLike)):
@@ -431,13 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_options(argv)
         if options.list:
             from sweeps.costs import presets_table
-
             print(presets_table())
             print(datasets_text(options))
             return 0
         if options.dry_run:  # the plan, without Ray
             from sweeps.dry_run import plan_text
-
             print(plan_text(plan_trials(options)))
             return 0
         with sigterm_as_interrupt():  # a SIGTERM stops the sweep as Ctrl-C does (exit code 143)
@@ -456,25 +403,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(sweep: Sweep, summary, argv: list[str]) -> int:
-    """What a finished sweep ran, its results table and correlations, and the commands that read
-    them; the exit code (1 when a trial failed)."""
+    """A finished sweep's summary, results and next commands; the exit code (1 if a trial failed)."""
     from analysis.report import correlation_text, seed_text
     from analysis.tables import trials_text
-
     print(f"\n{summary.finished} of {sweep.planned} trials finished "
           f"in {summary.seconds:.0f} s; results in {sweep.experiment_dir}")
     if summary.failed:
         print(f"{summary.failed} trials failed; see {sweep.experiment_dir}/{ERRORS_PARTS}/ "
               "(analysis.load_errors) and rerun with --resume")
     if summary.trials is not None and len(summary.trials):
-        print()
-        print(trials_text(summary.trials))
-        print()
-        print(correlation_text(summary.trials))
-        seeds = seed_text(summary.trials)
-        if seeds:
-            print()
-            print(seeds)
+        print(f"\n{trials_text(summary.trials)}")
+        print(f"\n{correlation_text(summary.trials)}")
+        if seeds := seed_text(summary.trials):
+            print(f"\n{seeds}")
     print_commands(sweep.experiment_dir, argv)
     return 0 if not summary.failed else 1
 

@@ -1,16 +1,6 @@
-"""The planned trials of an experiment, kept in its folder as ``plan.json``, and what ``--resume``
-may do when the grid given differs from it.
-
-A run writes ``plan.json`` before any trial starts: the search mode and, per trial key, the trial's
-complete settings. ``--resume`` compares the grid it is given with it:
-
-- the same trials: resume (unfinished trials continue from their checkpoints);
-- the same trials plus new ones (more seeds, a new axis value): *extend*. The finished trials are
-  kept and not re-run, the interrupted ones continue, and the new ones run;
-- anything else (a trial of the experiment no longer planned, a changed setting, or any change with
-  ``--search optuna`` or ``--scheduler asha``, which decide on the whole population): refused, with
-  the difference, before Ray starts. Results of one experiment are then never a mix of two grids.
-"""
+"""An experiment's planned trials, kept in its folder as ``plan.json``, and what ``--resume`` may do with a
+grid that differs: the same trials resume, the same plus new ones extend the experiment, anything else is
+refused with the difference (one experiment never mixes two grids)."""
 
 from __future__ import annotations
 
@@ -27,9 +17,8 @@ VERSION = 1
 
 
 def plain(trial: TrialConfig) -> dict:
-    """A trial's settings as JSON values (tuples become lists), as plan.json stores them. Settings
-    that only label or log a trial (``sweeps.trials.NOT_IN_KEY``: the grid's name, the scale, the
-    report interval) are left out: a copy of the grid under a new file name extends the experiment."""
+    """A trial's settings as plan.json stores them, less those that only label it (``NOT_IN_KEY``): a copy
+    of the grid under a new file name extends the experiment."""
     settings = {k: v for k, v in trial.to_dict().items() if k not in NOT_IN_KEY}
     return json.loads(json.dumps(settings, sort_keys=True, default=str))
 
@@ -40,8 +29,7 @@ def make_record(trials: Sequence[TrialConfig], search: str, scheduler: str) -> d
 
 
 def write(experiment_dir: str, record: dict) -> None:
-    """Write plan.json whole (``analysis.storage.write_whole``: a temporary file renamed; on an
-    object store one PUT)."""
+    """Write plan.json whole (``analysis.storage.write_whole``)."""
     fs, inner = storage.resolve(storage.join(experiment_dir, PLAN_FILE))
     fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
     storage.write_whole(fs, inner, json.dumps(record, sort_keys=True, indent=1).encode())
@@ -61,8 +49,7 @@ def _values(trials: dict, name: str) -> list:
 
 
 def differences(old: dict, new: dict) -> dict:
-    """What changed between two plan records: trial keys added and removed, the settings whose
-    values differ across the plan (name → (old values, new values)), and the search mode."""
+    """What changed between two plan records: trial keys added, removed, changed, setting values, modes."""
     old_trials, new_trials = old["trials"], new["trials"]
     names = sorted({n for t in [*old_trials.values(), *new_trials.values()] for n in t} - {"trial_key"})
     settings = {n: (_values(old_trials, n), _values(new_trials, n)) for n in names
@@ -93,8 +80,7 @@ def describe(diff: dict, limit: int = 8) -> str:
 
 
 def check_resume(experiment_dir: str, record: dict) -> list[str]:
-    """The trial keys a ``--resume`` adds to the experiment (empty: a plain resume), or a
-    UsageError with the difference where the grid changed in a way that cannot be an extension."""
+    """The trial keys a ``--resume`` adds, or a UsageError with the difference if it cannot extend."""
     stored = read(experiment_dir)
     if stored is None:
         raise UsageError(f"{experiment_dir} has no {PLAN_FILE} (it was started by an older disgen), so the "

@@ -1,15 +1,8 @@
-"""Study presets as data: the fixed settings, the grid axes, and the settings of each scale.
-
-A preset names a study; a scale says how big to run it. ``tiny`` is for CI (seconds of training),
-``smoke`` the laptop default (minutes), ``demo`` a verdict on each paper's headline finding on a
-2-core laptop (the three in under an hour; docs/presets.md says what it shrinks), ``small`` one GPU
-(hours) and ``full`` the paper.
-
-Every value of the ``full`` scales and of ``fixed``/``axes`` carries its source in a comment: the
-paper's section, its public code, or "disgen" where neither fixes it (docs/presets.md lists them
-all). The ``tiny``, ``smoke``, ``demo`` and ``small`` scales are disgen's by construction: shorter runs,
-smaller samples, a smaller network where the paper's is too slow.
-"""
+"""Study presets as data: the fixed settings, the grid axes, and the settings of each scale: ``tiny`` for CI
+(seconds), ``smoke`` a laptop's minutes, ``demo`` a verdict on each paper's headline finding (the three in
+under an hour on 2 cores; docs/presets.md), ``small`` one GPU (hours), ``full`` the paper. Every value of
+``fixed``, ``axes`` and the ``full`` scales carries its source in a comment (the paper's section, its public
+code, or "disgen" where neither fixes it); the smaller scales are disgen's."""
 
 from __future__ import annotations
 
@@ -92,8 +85,7 @@ M22_WAE_LOSS = {"objective": "wae_mmd", "mmd_weight": 10.0, "logvar_l1_weight": 
 
 
 def m22_composition_nets(dataset: str, split: str) -> list[dict]:
-    """The CompositionNets M22's scripts train on one condition, with their network, lr, batch and
-    epochs (docs/presets.md, "montero2022")."""
+    """The CompositionNets M22's scripts train on one condition (docs/presets.md, "montero2022")."""
     if dataset in ("circles", "simple"):
         # run-spriteworld.sh: kim encoder, spatial broadcast decoder, fixint, batch 16, 100 epochs;
         # lr 3e-4 on Circles, 1e-4 on Simple
@@ -111,10 +103,10 @@ def m22_composition_nets(dataset: str, split: str) -> list[dict]:
 
 
 def m22_cascade_vae(dataset: str) -> dict:
-    """CascadeVAE as run-alts.sh ran it (configs/vaes.py cascade(), configs/training.py cascade()):
-    kim's encoder layout, 6 continuous latents, 3 categories (4 on 3DShapes and MPI3D), λ 1e-3, the
-    discrete code held at zero for the first 80,000 steps, β 10 → 2 one dimension every 20,000
-    steps, lr 3e-4; 40 epochs on dSprites, 60 on 3DShapes and MPI3D."""
+    """CascadeVAE as run-alts.sh ran it (configs/vaes.py and configs/training.py cascade()): kim's encoder
+    layout, 6 continuous latents, 3 categories (4 on 3DShapes and MPI3D), λ 1e-3, the discrete code held at
+    zero for 80,000 steps, β 10 → 2 one dimension every 20,000 steps, lr 3e-4; 40 epochs on dSprites, 60 on
+    3DShapes and MPI3D."""
     return {"objective": "cascade_vae", "architecture": "kim", "latent_dim": 6,
             "discrete_categories": 3 if dataset == "dsprites" else 4, "duplicate_penalty": 1e-3,
             "discrete_warmup_steps": 80_000, "beta_low": 2.0, "beta_high": 10.0, "cascade_steps": 20_000,
@@ -122,9 +114,8 @@ def m22_cascade_vae(dataset: str) -> dict:
 
 
 def m22_lie_group_vae(dataset: str) -> dict:
-    """LieGroupVAE as run-alts.sh ran it on the held-out splits (configs/training.py lievae()):
-    kim's encoder layout, batch 256, lr 1e-4, 100 epochs; one 10×10 group on dSprites, 20×20 with
-    the Hessian weight 20 on 3DShapes."""
+    """LieGroupVAE as run-alts.sh ran it (configs/training.py lievae()): kim's encoder layout, batch 256, lr
+    1e-4, 100 epochs; one 10×10 group on dSprites, 20×20 with the Hessian weight 20 on 3DShapes."""
     group = {"lie_matrix_size": 10, "hessian_weight": 40.0} if dataset == "dsprites" else {
         "lie_matrix_size": 20, "hessian_weight": 20.0}
     return {"objective": "lie_group_vae", "architecture": "kim", "batch_size": 256, "lr": 1e-4, "epochs": 100,
@@ -132,9 +123,8 @@ def m22_lie_group_vae(dataset: str) -> dict:
 
 
 def m22_runs() -> list[dict]:
-    """Every (condition, model) M22's scripts ran, each a whole trial's settings: the composition
-    runs on every condition, CascadeVAE on dSprites, 3DShapes and MPI3D, LieGroupVAE on dSprites and
-    3DShapes."""
+    """Every (condition, model) M22's scripts ran: the composition runs on every condition, CascadeVAE on
+    dSprites, 3DShapes and MPI3D, LieGroupVAE on dSprites and 3DShapes."""
     runs = []
     for condition in M22_CONDITIONS:
         dataset = condition["dataset"]
@@ -151,19 +141,13 @@ M22_RUNS = m22_runs()
 
 
 def m22_shrunk(run: dict, **settings) -> dict:
-    """A run of ``M22_RUNS`` with its length (and any other ``settings``) replaced: ``steps`` in
-    place of M22's epochs, for the scales below full."""
+    """A run of ``M22_RUNS`` with ``settings`` replaced: ``steps`` for M22's epochs, below full scale."""
     return {**run, "epochs": None, **settings}
 
 
 # the demo: M22's Circles CompositionNet (its op, decoder, loss, lr and batch) for 100 steps, 3 seeds
-# a split (the findings read a split's mean over at least 3 models). The context VAE of earlier demos
-# (kim, lr 1e-3, 400 steps) no longer fits the hour beside them; --scale smoke runs M22's models longer.
+# a split (the findings read a split's mean over at least 3 models)
 M22_DEMO_RUNS = [m22_shrunk(run, steps=100) for run in M22_RUNS if run["dataset"] == "circles"]
-# context only, never a verdict's evidence (M22's README: not used): a VAE and a β-VAE (β = 4,
-# Higgins et al.'s, configs/training.py beta()) on M22's default network and training (vae(): 66
-# epochs, lr 5e-4, batch 64)
-M22_CONTEXT = [{"objective": "vae", "beta": 1.0}, {"objective": "beta_vae", "beta": 4.0}]
 
 # The montero presets' metrics: every metric computed by default (analysis.metrics.registry), and the
 # rendering judge (opt-in: it renders the grid's candidates), which their reconstruction findings read

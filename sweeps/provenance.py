@@ -1,7 +1,5 @@
-"""What ran a model: disgen's version and git commit, the Python, torch and Ray versions, and the
-device. A trial records its own (on the worker that trained it) in its final result; the driver
-records its own on the rows of models that did not finish.
-"""
+"""What ran a model: disgen's version and git commit, the Python, torch and Ray versions, and the device; a
+trial's own (from its worker) in its final result, the driver's on rows of models that did not finish."""
 
 from __future__ import annotations
 
@@ -32,9 +30,7 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout disgen runs from: dirty when a tracked file has
-    uncommitted changes. (None, None) when disgen is not run from its own checkout (an installed
-    wheel, or a folder inside some other repository)."""
+    """(commit, dirty) of the git checkout disgen runs from; (None, None) outside its own checkout."""
     top = _git("rev-parse", "--show-toplevel")
     if top is None or os.path.realpath(top) != os.path.realpath(CHECKOUT):
         return None, None
@@ -45,9 +41,7 @@ def git_state() -> tuple[str | None, bool | None]:
 
 @functools.cache
 def software() -> dict:
-    """The software columns of this process (computed once)."""
     import torch
-
     commit, dirty = git_state()
     return {"disgen_version": _version("disgen"), "git_commit": commit, "git_dirty": dirty,
             "python_version": platform.python_version(), "torch_version": torch.__version__,
@@ -57,11 +51,8 @@ def software() -> dict:
 def device_name(device) -> str | None:
     """The CUDA device's name (``NVIDIA H100 80GB HBM3``); None for any other device."""
     import torch
-
     device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_name(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 def provenance(device) -> dict:
@@ -72,5 +63,4 @@ def provenance(device) -> dict:
 def torch_device_type(device) -> str:
     """cpu, cuda or mps: the device's kind, without its index."""
     import torch
-
     return torch.device(device).type

@@ -1,32 +1,8 @@
-"""The results writer: a listener of a sweep's trial events (``sweeps.ray_edge.Events``) that
-commits each finished trial's rows as one part, and a row for each model that failed or was stopped.
-
-A finished trial that evaluated its models writes their loss history itself, as a history part in
-the experiment's storage (``sweeps/trainable.py``), and reports only scalars: its models' metrics
-and the part's name. This callback, on the driver, then writes the trials part of the same name,
-which is the commit (``analysis/storage.py``): a crash before it leaves history that no reader
-sees, and the resume runs the trial again, from its final checkpoint. A trial that held a GPU
-reports its models as trained but not evaluated: the writer starts their evaluations in CPU-only tasks
-(``sweeps.evaluation.DeferredEvaluations``) and, at each trial's end, commits its models with the
-histories the tasks read from its checkpoint, as a new part. The driver keeps the stored trial
-keys in memory (one ``ResultsStore`` per sweep, read once when it starts, handed to the writer),
-so a commit never reads what earlier ones wrote, and a resumed trial never gets a second row.
-
-Every row holds every setting the model ran with (``TrialConfig.effective_settings``, and what the
-run resolved: the images of a whole grid, the steps of an epoch budget, the transfer factor), its
-``status`` and what ran it (``sweeps/provenance.py``). A model that failed (its lone trial errored,
-or it diverged in a pack) or was stopped early by ASHA gets a row with its status, its settings and
-no metrics; a later finished run of it replaces that row.
-
-A write that fails with an error of the store (an ``OSError``: S3's 503s, a dropped connection) is
-tried again, ``WRITE_ATTEMPTS`` times in all, after ``WRITE_BACKOFF_S`` seconds, then twice that,
-and so on. Where it still fails, the callback stops the sweep as a Ctrl-C does
-(``sweeps.console.StopSignal.request``): Tune saves its state, the running trials stop at their
-last checkpoint, the command prints how to resume, and the writer writes nothing more. Nothing is
-lost: the resume runs every trial whose rows did not land again, each from its newest checkpoint
-(a trained one is evaluated without training again). Each file is written whole or not at all
-(``analysis.storage.write_whole``), so a failed try leaves nothing a reader sees.
-"""
+"""The results writer: a listener of a sweep's trial events that commits each finished trial's rows as one
+part, and a row for each model that failed or was stopped (docs/sweeps.md, "How results are stored"). A
+trial writes its history part itself; the writer's trials part of the same name is the commit. A write that
+keeps failing (``OSError``, retried with backoff) stops the sweep as a Ctrl-C does; the resume runs every
+trial whose rows did not land."""
 
 from __future__ import annotations
 
@@ -44,8 +20,7 @@ from sweeps.outcome import RUN_FACTS, TrialOutcome
 from sweeps.packing import members_of, outcome_of, planned, tensorboard_folder
 from sweeps.trials import TrialConfig
 
-# A failed write to the results store is tried this many times in all, the first wait this long,
-# doubled each time (1 + 2 + 4 + 8 s: about 15 s before the sweep stops).
+# A failed write is tried this many times in all, the first wait this long, doubled each time (about 15 s)
 WRITE_ATTEMPTS = int(os.environ.get("DISGEN_WRITE_ATTEMPTS", "5"))
 WRITE_BACKOFF_S = float(os.environ.get("DISGEN_WRITE_BACKOFF_S", "1.0"))
 
@@ -55,8 +30,7 @@ class StorageFailed(RuntimeError):
 
 
 def retried(action, what: str, attempts: int | None = None, backoff_s: float | None = None):
-    """``action()``, tried again after an ``OSError`` (an error of the store), with exponential
-    backoff; ``StorageFailed`` naming ``what`` once it has failed ``attempts`` times."""
+    """``action()``, retried after an ``OSError`` with exponential backoff, else ``StorageFailed``."""
     attempts = WRITE_ATTEMPTS if attempts is None else attempts
     backoff_s = WRITE_BACKOFF_S if backoff_s is None else backoff_s
     for attempt in range(attempts):
@@ -72,19 +46,14 @@ def retried(action, what: str, attempts: int | None = None, backoff_s: float | N
             time.sleep(wait)
 
 
-# Settings whose effective value only the run knows, taken from a finished model's result: the
-# images of a whole grid (n_images None), the steps of an epoch budget, the transfer scores' factor,
-# and bf16 (None: on where the model trained on CUDA).
+# Settings only the run resolves, from a finished model's result (bf16 None: on where it trained on CUDA)
 RESOLVED_BY_THE_RUN = ("n_images", "steps", "transfer_factor", "bf16")
-# When a model's training and evaluation started and ended: epoch seconds in a trial's results,
-# timestamps in its row.
+# When a model's training and evaluation started and ended: epoch seconds in results, timestamps in rows
 TIMES = ("train_started_at", "train_ended_at", "eval_started_at", "eval_ended_at")
 
 
 def trial_row(experiment: str, trial: TrialConfig, result: dict, status: str = "finished") -> dict:
-    """One trials.parquet row: every setting the model ran with (its columns and the ``config``
-    JSON), its status, and what the result holds: final metrics, the step reached (``step``),
-    what ran it (provenance) and, for a failed model, its ``error``."""
+    """One trials.parquet row: every setting the model ran with, status, metrics, step, provenance, error."""
     settings = trial.effective_settings()
     if status == "finished":
         settings.update({name: result[name] for name in RESOLVED_BY_THE_RUN if result.get(name) is not None})
@@ -111,9 +80,7 @@ def history_rows(experiment: str, trial_key: str, history: list[dict]) -> list[d
 
 
 def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) -> list[dict]:
-    """The trials rows of a Tune trial's outcome: one per member, finished or failed (a pack
-    member that diverged, or whose evaluation failed), each linked to its Ray trial (``trial_id``,
-    which Tune puts in every result) and to its TensorBoard folder (``tensorboard_folder``)."""
+    """A Tune trial's outcome's rows, one per member, with its Ray ``trial_id`` and its TensorBoard folder."""
     rows = []
     for member in outcome.members:
         status = "failed" if member.failed else "finished"
@@ -124,9 +91,7 @@ def member_rows(experiment: str, outcome: TrialOutcome, remote: bool = False) ->
 
 
 def unfinished_rows(experiment: str, trial, base_trials, status: str, error: str | None = None) -> list[dict]:
-    """The rows of a Tune trial's models (a ``sweeps.ray_edge.TrialView``) that did not finish:
-    ``failed`` (the trial errored, for good) or ``stopped`` (ASHA stopped it early), with the step
-    they reached, where and on what."""
+    """The rows of a Tune trial's models that did not finish (``failed`` or ``stopped``)."""
     result = trial.last_result or {}
     facts = {**provenance.software(), **{k: result[k] for k in ("node_id", "device") if k in result},
              "step": result.get("step"), "error": error}
@@ -139,8 +104,7 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
     experiment = experiment_name(store.experiment)
     rows = member_rows(experiment, outcome, storage.is_remote(store.experiment))
     part = outcome.results_part
-    if part is None:  # the history is in the outcome: a deferred evaluation's (read from the trial's
-        # checkpoint), or a result of disgen before the trial wrote its own history
+    if part is None:  # the history is in the outcome (a deferred evaluation's, or an older disgen's result)
         part = storage.new_part()
         new = {row["trial_key"] for row in rows if row["status"] == "finished"} - store.keys
         history = [row for m in outcome.members if not m.failed and m.trial.trial_key in new
@@ -151,13 +115,7 @@ def _commit(store: ResultsStore, outcome: TrialOutcome) -> list[dict]:
 
 
 class ResultsWriter:
-    """Commits each finished trial's rows (``ResultsStore.commit``) to the experiment's results, and
-    the rows of models that failed or were stopped; errors also go to ``errors-parts/``. A trial
-    that trained on a GPU has its models evaluated by ``evaluations``
-    (``sweeps.evaluation.DeferredEvaluations``) and is committed once they end (``collect``, at
-    every step of the run). Every write is ``retried``; one that keeps failing stops the sweep
-    through ``stop`` (its ``sweeps.errors.StopSignal``; without one, it raises ``StorageFailed``),
-    and nothing more is written. Its methods are a listener's of ``sweeps.ray_edge.Events``."""
+    """Commits each trial's rows (finished, failed or stopped); a write that keeps failing stops the sweep."""
 
     def __init__(self, store: ResultsStore, base_trials=(), stop=None, evaluations=None):
         self.store, self.experiment_dir = store, store.experiment
@@ -166,8 +124,7 @@ class ResultsWriter:
         self.failure: str | None = None  # the write that kept failing, once one has
 
     def _write(self, what: str, action) -> bool:
-        """Run the write ``action``, ``retried``; True where it succeeded. Where it keeps failing,
-        stop the sweep (see the class); once stopping, write nothing (the resume does)."""
+        """``action``, ``retried``: True where it succeeded; where it kept failing, the sweep stops."""
         if self.failure is not None:
             return False
         try:
@@ -183,10 +140,7 @@ class ResultsWriter:
             return False
 
     def completed(self, trial) -> None:
-        """Store the trial's models: one row each, finished or failed (a pack member that diverged,
-        also in errors-parts/); a trial that ASHA stopped early, ``stopped``; or, if it trained them
-        without evaluating (it held a GPU), start their evaluations. A model whose finished row is
-        already stored keeps it."""
+        """Store the trial's models (finished, failed or stopped), or start their deferred evaluations."""
         result = trial.last_result or {}
         if "members" not in result:  # no final report: the scheduler stopped it
             self._commit_unfinished(trial, "stopped")
@@ -212,13 +166,12 @@ class ResultsWriter:
         self.collect()
 
     def store_result(self, outcome: TrialOutcome) -> None:
-        """Commit a finished trial's models, and record the members that failed in errors-parts/."""
+        """Commit a finished trial's models; its failed members also go to errors-parts/."""
         if self._write(f"storing the trial {outcome.trial_id}", lambda: _commit(self.store, outcome)):
             self._errors(outcome)
 
     def collect(self, wait: bool = False) -> int:
-        """Commit the trials whose deferred evaluations have ended (``wait``: all of them, as they
-        end); the trials committed."""
+        """Commit the trials whose deferred evaluations have ended (``wait``: all, as they end); how many."""
         done = 0
         for outcome in self.evaluations.finished(wait) if self.evaluations is not None else ():
             self.store_result(outcome)
@@ -232,8 +185,7 @@ class ResultsWriter:
                              "error": member.error})
 
     def failed(self, trial) -> None:
-        """Store a ``failed`` row for each of the trial's models (with the error's last line), and
-        the error in errors-parts/."""
+        """A ``failed`` row for each of the trial's models, and the error in errors-parts/."""
         self._commit_unfinished(trial, "failed", trial.error)
         for member in members_of(trial.config, self.base_trials):
             self._error({"trial_key": member.trial_key, "trial_id": trial.trial_id, "error": trial.error})
@@ -244,9 +196,7 @@ class ResultsWriter:
         self._write(f"storing the {status} trial {trial.trial_id}", lambda: self.store.commit(part, rows))
 
     def _error(self, record: dict) -> None:
-        """Record a failed trial as a new part of ``errors-parts/`` (one JSON line, written whole):
-        never a file read, changed and written back, which two writers, or a retried write, could
-        tear or lose a line of (``analysis.load_errors`` reads them)."""
+        """Record a failure as a new part of ``errors-parts/``, written whole (never appended: no tearing)."""
         record["at"] = dt.datetime.now(dt.timezone.utc).isoformat()
         path = storage.join(self.experiment_dir, ERRORS_PARTS, f"{storage.new_part()}.jsonl")
         text = (json.dumps(record) + "\n").encode()
@@ -254,17 +204,14 @@ class ResultsWriter:
 
     @staticmethod
     def _put(path: str, content: bytes) -> None:
-        """Write the new file ``path`` whole (its folder made if need be)."""
         fs, inner = storage.resolve(path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         storage.write_whole(fs, inner, content)
 
 
 def _remove_training_checkpoints(experiment_dir: str, members) -> None:
-    """Delete a trial's in-training checkpoints once its final one (the trained models) is on
-    storage; one that cannot be deleted now stays, costing only its storage."""
+    """Delete a trial's in-training checkpoints, now that its final one is stored (as far as it can)."""
     from sweeps.checkpoints import checkpoint_folder, remove_training_checkpoints, trial_folder
-
     try:
         filesystem, folder = checkpoint_folder(experiment_dir, members)
         remove_training_checkpoints(filesystem, folder, members, unsealed=True)

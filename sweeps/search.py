@@ -1,17 +1,6 @@
-"""How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned
-trial; ``OptunaSearch`` runs ``--num-samples`` trials that Optuna (TPE) samples from the grid's
-``search`` space. Each owns what differs between the two, so that no other module asks which one
-runs: its space (``prepare_spec``, ``check``), how many models the sweep has (``count``), whether
-its trials may be packed (``pack_size``) and their evaluation deferred to CPU-only tasks
-(``defers_evaluation``), what a run, or a resume, runs (``work``: a ``Grid`` or ``Sampled``,
-which ``sweeps.ray_edge`` turns into a Tune run), what listens beside the results writer
-(``listeners``) and its lines of the dry run.
-
-A resume plans from disgen's own records, never from Tune's: the trials of ``plan.json`` whose
-models have no row yet (grid), or the samples still to take, after the Optuna trials that were
-interrupted, asked again first (Optuna, whose study lives in Optuna's own journal file, JSON
-lines, in the experiment's folder: ``JOURNAL``).
-"""
+"""How a sweep picks its trials, chosen once from ``--search``: ``GridSearch`` runs every planned trial,
+``OptunaSearch`` ``--num-samples`` that Optuna's TPE samples from the grid's ``search`` space; each owns
+what differs, so no other module asks which runs. A resume plans from disgen's records, never Tune's."""
 
 from __future__ import annotations
 
@@ -32,18 +21,12 @@ STUDY = "disgen"
 @dataclasses.dataclass(frozen=True)
 class Grid:
     """A run of these Tune trial configs, each once (``GridSearch``)."""
-
     configs: list[dict]
 
 
 @dataclasses.dataclass(frozen=True)
 class Sampled:
-    """A run of ``samples`` trials that Optuna (TPE) samples: a planned trial by index (``base``, one
-    of ``planned``) and ``space`` (setting → {uniform|loguniform|randint: [low, high]} or {choice:
-    [...]}) for it, towards ``metric`` (``mode`` min or max); the study named ``study`` in
-    ``journal`` (an ``optuna.storages.JournalStorage``), whose ``points`` (flat names: ``base``,
-    ``sampled/<setting>``) are asked first (``OptunaSearch``)."""
-
+    """Optuna's run: ``samples`` planned trials with ``space`` sampled; the study in ``journal``."""
     planned: int
     space: dict
     metric: str
@@ -57,7 +40,6 @@ class Sampled:
 
 class GridSearch:
     """Every planned trial, each once, one by one or in packs."""
-
     name = "grid"
     extendable = True  # a resume may add trials (more seeds, more axis values)
     takes_trial_lists = True  # sweeps.run's list of trials
@@ -70,7 +52,6 @@ class GridSearch:
         pass
 
     def count(self, options, trials: Sequence[TrialConfig]) -> int:
-        """The models the sweep runs."""
         return len(trials)
 
     def defers_evaluation(self, gpus: float) -> bool:
@@ -80,14 +61,11 @@ class GridSearch:
     def pack_size(self, requested, trials: Sequence[TrialConfig], gpus: float,
                   free_bytes: int | None) -> tuple[int, str]:
         from sweeps.packing import pack_size_and_reason
-
         return pack_size_and_reason(requested, trials, gpus, free_bytes)
 
     def work(self, sweep, statuses: Mapping[str, str]):
-        """The Tune trials a run starts: the planned trials whose models have no finished row, nor
-        a stopped one (ASHA decided it), in packs of ``sweep.pack_size``; None where none is left."""
+        """The planned trials with neither a finished nor a stopped (ASHA) row, in packs; None if none."""
         from sweeps.packing import make_packs, tune_config
-
         left = [t for t in sweep.trials if statuses.get(t.trial_key) not in ("finished", "stopped")]
         return Grid([tune_config(pack) for pack in make_packs(left, sweep.pack_size or 1)]) if left else None
 
@@ -99,12 +77,7 @@ class GridSearch:
 
 
 class OptunaSearch:
-    """``--num-samples`` trials, each a planned trial (its settings) with the ``search`` space's
-    settings sampled by Optuna's TPE towards the space's metric. The study is kept in an Optuna
-    journal (``JOURNAL``: in the experiment's folder; on remote storage on the driver's disk, copied
-    beside the results as each trial ends and read back on resume), so a resumed search goes on
-    with what it learnt."""
-
+    """``--num-samples`` planned trials sampled by TPE; the study, in ``JOURNAL``, survives a resume."""
     name = "optuna"
     extendable = False  # the samples depend on the whole study
     takes_trial_lists = False
@@ -113,14 +86,12 @@ class OptunaSearch:
     def prepare_spec(self, spec: dict, preset: str) -> dict:
         """The spec with the searched settings taken off its axes: they are sampled instead."""
         from sweeps.grid import search_space, unpin_axis
-
         for setting in search_space(spec, preset):
             spec = unpin_axis(spec, setting)
         return spec
 
     def check(self, spec: dict, preset: str, first: TrialConfig) -> None:
         from sweeps.grid import check_search_bounds
-
         check_search_bounds(spec, preset, first)
 
     def count(self, options, trials: Sequence[TrialConfig]) -> int:
@@ -133,11 +104,8 @@ class OptunaSearch:
         return 1, "1: --search optuna decides trial by trial"
 
     def work(self, sweep, statuses: Mapping[str, str]):
-        """Optuna's run: the samples not yet taken (``--num-samples`` less the sampled models that
-        have a row), the interrupted ones asked again first, so that each goes on from its
-        checkpoint; None where none is left."""
+        """The samples left, the interrupted ones asked again first (from their checkpoints); None if none."""
         from sweeps.grid import search_space
-
         journal = open_journal(sweep.experiment_dir)
         points = settle_interrupted(journal, sweep, statuses)
         left = sweep.options.num_samples - len(statuses)
@@ -160,7 +128,6 @@ SEARCHES = {search.name: search for search in (GridSearch(), OptunaSearch())}
 
 
 def search_of(name: str):
-    """The search ``--search`` names."""
     if name not in SEARCHES:
         raise UsageError(f"--search {name!r}: choose one of {', '.join(SEARCHES)}")
     return SEARCHES[name]
@@ -168,10 +135,8 @@ def search_of(name: str):
 
 # -- Optuna's study, in its journal ------------------------------------------------------------------
 
-
 def journal_path(experiment_dir: str) -> str:
-    """Where the driver keeps the study's journal: in the experiment's folder, or for remote storage
-    a file of this machine's named after the experiment's URI."""
+    """The study's journal on the driver: in the experiment's folder, or a local file named after its URI."""
     if not storage.is_remote(experiment_dir):
         return os.path.join(storage.normalise(experiment_dir), JOURNAL)
     name = hashlib.sha256(storage.normalise(experiment_dir).encode()).hexdigest()[:16]
@@ -179,11 +144,9 @@ def journal_path(experiment_dir: str) -> str:
 
 
 def open_journal(experiment_dir: str):
-    """The study's journal storage (``optuna.storages.JournalStorage`` on a file: JSON lines, read
-    as data). On remote storage the experiment's copy is read back first, as text."""
+    """The study's ``JournalStorage`` (JSON lines, read as data); on remote storage, read back first."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
-
     path = journal_path(experiment_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if storage.is_remote(experiment_dir):
@@ -194,25 +157,20 @@ def open_journal(experiment_dir: str):
 
 
 def study_size(journal) -> int:
-    """How many trials the study has (0 where it has none yet)."""
     import optuna
-
     names = [s.study_name for s in journal.get_all_studies()]
     return len(optuna.load_study(study_name=STUDY, storage=journal).trials) if STUDY in names else 0
 
 
 def sampled_key(params: Mapping, base: Sequence[TrialConfig]) -> str:
-    """The trial key of the model an Optuna trial sampled (``params``: Tune's flat names, ``base``
-    and ``sampled/<setting>``)."""
+    """The trial key of the model an Optuna trial sampled (``params``: Tune's flat names)."""
     sampled = {name.split("/", 1)[1]: value for name, value in params.items() if name.startswith("sampled/")}
     return base[int(params["base"])].replace("search", **sampled).trial_key
 
 
 def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict]:
-    """The study's trials that a stopped run left running, each told failed; the parameters of
-    those whose model has no row, to be asked again first (each goes on from its checkpoint)."""
+    """Tell the study's trials left running by a stopped run failed; those without a row, to ask first."""
     import optuna
-
     if STUDY not in [s.study_name for s in journal.get_all_studies()]:
         return []
     study = optuna.load_study(study_name=STUDY, storage=journal)
@@ -227,8 +185,7 @@ def settle_interrupted(journal, sweep, statuses: Mapping[str, str]) -> list[dict
 
 
 class JournalCopy:
-    """A listener of the sweep's trial events: the study's journal copied, whole, beside the results
-    on remote storage each time a trial ends."""
+    """A listener: the study's journal copied beside the results on remote storage as each trial ends."""
 
     def __init__(self, experiment_dir: str):
         self.local, self.remote = journal_path(experiment_dir), storage.join(experiment_dir, JOURNAL)

@@ -1,36 +1,7 @@
-"""MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``,
-``--wandb PROJECT``; the optional ``mlflow`` and ``wandb`` extras).
-
-Ray Tune's ``MLflowLoggerCallback`` and ``WandbLoggerCallback`` log a Tune trial as one run, with the
-trial's config as its parameters and every result as metrics. A disgen Tune trial is one model or a
-pack of them, and its config is ``{"members": [trial key, ...]}`` (their settings are in the plan:
-``base_trials``), so ``ModelRuns`` (MLflow) and ``WandbRuns``
-(W&B) keep Tune's callbacks (their set-up: MLflow's tracking URI and experiment, found or created by
-the disgen experiment's name; W&B's API key, project and a logging actor per Tune trial) and log per
-model, what the functions below take from a Tune trial and its results for both:
-
-- one run per model, named as disgen names it (``TrialConfig.dirname``), with the model's settings
-  as parameters (W&B: its config) and its trial key, experiment and Tune trial as tags (W&B: in its
-  config too; its group is the experiment);
-- a lone model's progress reports (its loss terms and images per second) as metrics at their step,
-  and its final metrics at its last step;
-- for a pack, each member's final metrics in its own run. A pack's progress reports to Tune are
-  means over its members, so they belong to no one model; each member's curves are in its
-  TensorBoard folder and in ``history.parquet``;
-- a run ends FINISHED, FAILED (a failed trial, or a pack member whose loss diverged: its error is
-  the ``error`` tag; W&B: a run that exits 1, with ``error`` in its summary) or KILLED (stopped early
-  by ASHA; W&B: exit 0, ``status: stopped`` in its summary). A run interrupted by Ctrl-C stays
-  RUNNING, and ``--resume`` continues it: a model's run is found by its trial key (W&B: its run id
-  is made of the trial key and the experiment's name, and the run resumes), so a model is one run
-  however often it resumes.
-
-MLflow 3 refuses a plain folder (``file:`` URI) as a tracking store unless
-``MLFLOW_ALLOW_FILE_STORE=true``; naming one with ``--mlflow`` sets it for this process.
-``sqlite:///path/mlflow.db`` is MLflow's recommended local store. W&B reads its usual environment
-(``WANDB_API_KEY`` or ``wandb login``; ``WANDB_MODE=offline`` writes the runs under ``WANDB_DIR``,
-else in the experiment's folder, for a later ``wandb sync``, with no network); ``--wandb
-ENTITY/PROJECT`` names a team's project.
-"""
+"""MLflow and Weights & Biases: each model of a sweep as one tracked run (``--mlflow URI``, ``--wandb
+PROJECT``; docs/sweeps.md, "Tracking in MLflow" and "Tracking in W&B"). Tune's logger callbacks log a Tune
+trial as one run, but a disgen Tune trial is a model or a pack: ``ModelRuns`` and ``WandbRuns`` keep Tune's
+set-up and log a run per model, found again by its trial key on a resume."""
 
 from __future__ import annotations
 
@@ -64,18 +35,14 @@ def _numbers(values: dict) -> dict[str, float]:
 
 
 # -- what a tracked run records of a model: the same for MLflow and W&B ----------------------------
-
-
 def run_tags(member: TrialConfig, trial, experiment: str, base: Sequence[TrialConfig] = ()) -> dict[str, str]:
-    """The labels of a model's run: its trial key, the disgen experiment, and its Tune trial (the
-    pack's name for a pack member) and that trial's id."""
+    """A model's run labels: its trial key, the experiment, its Tune trial's name and id."""
     return {KEY_TAG: member.trial_key, "experiment": experiment,
             "tune_trial": dirname(members_of(trial.config, base)), "tune_trial_id": trial.trial_id}
 
 
 def progress_of(members: Sequence[TrialConfig], result: dict) -> tuple[int, dict[str, float]] | None:
-    """(step, metrics) of a lone model's progress report; None for a pack's (means over its
-    members) and for the final result."""
+    """(step, metrics) of a lone model's progress report; None for a pack's and for the final result."""
     if len(members) != 1 or "step" not in result or (result.get("done") and "members" in result):
         return None
     return int(result["step"]), _numbers({n: result[n] for n in PROGRESS_METRICS if n in result})
@@ -83,8 +50,7 @@ def progress_of(members: Sequence[TrialConfig], result: dict) -> tuple[int, dict
 
 def finals_of(members: Sequence[TrialConfig],
               result: dict) -> list[tuple[TrialConfig, int, dict, str | None]]:
-    """Each model's (trial, step, final metrics, error) from its Tune trial's final result (none
-    before it): a pack member whose loss diverged has its error and no metrics."""
+    """Each model's (trial, step, final metrics, error) from its Tune trial's final result (none before)."""
     if not is_final(result):
         return []
     finals = []
@@ -98,8 +64,7 @@ def finals_of(members: Sequence[TrialConfig],
 
 
 def end_states(members: Sequence[TrialConfig], trial, failed: bool) -> list[tuple[TrialConfig, str]]:
-    """Each model's run state when its Tune trial ends: FINISHED, FAILED (the trial failed, or the
-    model's loss diverged in a pack) or KILLED (stopped early, by ASHA)."""
+    """Each model's run state as its Tune trial ends: FINISHED, FAILED (or diverged), KILLED (ASHA)."""
     result = trial.last_result or {}
     outcomes = TrialOutcome.from_report(result, members).members if is_final(result) else []
     states = []
@@ -126,22 +91,18 @@ class ModelRuns(MLflowLoggerCallback):
 
     def _client(self):
         from mlflow.tracking import MlflowClient
-
         return MlflowClient(tracking_uri=self.tracking_uri)
 
     def _run_of(self, client, member, trial) -> str:
-        """The model's run: the one this driver opened, the one a resumed model already has (found
-        by its trial key), or a new one with the model's settings as parameters."""
+        """The model's run: this driver's, the one a resumed model has (by trial key), or a new one."""
         key = member.trial_key
         if key in self._runs:
             return self._runs[key]
         experiment = self.mlflow_util.experiment_id
-        found = client.search_runs([experiment], f"tags.{KEY_TAG} = '{key}'", max_results=1)
-        if found:
+        if found := client.search_runs([experiment], f"tags.{KEY_TAG} = '{key}'", max_results=1):
             self._runs[key] = found[0].info.run_id
             return self._runs[key]
         from mlflow.entities import Param
-
         run = client.create_run(experiment, run_name=member.dirname,
                                 tags=run_tags(member, trial, self.experiment_name, self.base_trials))
         params = [Param(name, str(value)) for name, value in sorted(member.items())]
@@ -153,7 +114,6 @@ class ModelRuns(MLflowLoggerCallback):
     @staticmethod
     def _log(client, run_id: str, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         metrics = [Metric(name, value, now, int(step)) for name, value in values.items()]
         for start in range(0, len(metrics), 1000):
@@ -173,8 +133,7 @@ class ModelRuns(MLflowLoggerCallback):
                 client.set_tag(run_id, "error", error)
             else:
                 self._log(client, run_id, metrics, step)
-        progress = progress_of(members, result)
-        if progress is not None:
+        if (progress := progress_of(members, result)) is not None:
             self._log(client, self._run_of(client, members[0], trial), progress[1], progress[0])
 
     def log_trial_end(self, trial, failed: bool = False):
@@ -184,11 +143,8 @@ class ModelRuns(MLflowLoggerCallback):
 
 
 # -- Weights & Biases ------------------------------------------------------------------------------
-
-
 def wandb_run_id(experiment: str, trial_key: str) -> str:
-    """A model's W&B run id: its trial key and the experiment's, so that the same model in two
-    experiments of one project is two runs, and a resumed model its one run."""
+    """A model's W&B run id: its trial key and the experiment's hash, one run per model and experiment."""
     return f"{trial_key}-{hashlib.sha1(experiment.encode()).hexdigest()[:8]}"
 
 
@@ -196,11 +152,7 @@ API_KEY, KEY_FILE = "WANDB_API_KEY", "DISGEN_WANDB_KEY_FILE"
 
 
 def actor_environment(environment: dict, key_folder: str) -> dict:
-    """The environment variables the W&B logging actor gets in its runtime_env: the driver's
-    ``WANDB_*`` settings less the API key, which goes as the project's other secrets do, as a file
-    (the Ray token's ``~/.ray/auth_token``): written here, mode 0600, in the private folder
-    ``key_folder`` on the driver's node, where the actor runs (``sweeps.ray_edge.on_this_node``); only
-    its path (``DISGEN_WANDB_KEY_FILE``) is in the runtime_env, which Ray's dashboard shows."""
+    """The W&B actor's environment: the driver's ``WANDB_*``, the API key as a 0600 file (not in the env)."""
     env = {k: v for k, v in environment.items() if k.startswith("WANDB_") and k != API_KEY}
     if environment.get(API_KEY):
         path = os.path.join(key_folder, "wandb_api_key")
@@ -212,24 +164,17 @@ def actor_environment(environment: dict, key_folder: str) -> dict:
 
 
 def take_api_key() -> None:
-    """In the logging actor: the W&B API key from the file ``actor_environment`` wrote, into this
-    process's environment (where wandb reads it)."""
-    path = os.environ.pop(KEY_FILE, None)
-    if path:
+    """In the logging actor: the W&B API key from ``actor_environment``'s file into the environment."""
+    if path := os.environ.pop(KEY_FILE, None):
         with open(path) as file:
             os.environ[API_KEY] = file.read()
 
 
 class _ModelRunsActor:
-    """A Tune trial's W&B runs, one per model, in one process on the driver's node, as Tune's
-    ``_WandbLoggingActor`` holds a trial's one run (W&B wants a run's records from a process of its
-    own, not the driver's). Its methods are called without waiting for them; a synchronous actor
-    runs one caller's calls in the order they were made, so a run's records arrive in order and its
-    end comes last."""
+    """A Tune trial's W&B runs, one per model, in a process of their own on the driver's node."""
 
     def __init__(self, logdir: str, runs: list[dict]):
         import wandb
-
         take_api_key()
         os.makedirs(logdir, exist_ok=True)  # the Tune trial's folder on the driver: W&B's default place
         os.chdir(logdir)
@@ -244,7 +189,7 @@ class _ModelRunsActor:
             self.runs[k].summary.update(summary)
 
     def end(self, ends: dict[int, tuple[int, str]]) -> None:
-        """Each run's end: its exit code and its ``status`` (finished, failed, stopped or interrupted)."""
+        """Each run's end: its exit code and ``status`` (finished, failed, stopped or interrupted)."""
         for k, run in enumerate(self.runs):
             code, status = ends.get(k, (0, "finished"))
             run.summary["status"] = status
@@ -252,11 +197,7 @@ class _ModelRunsActor:
 
 
 class WandbRuns(WandbLoggerCallback):
-    """Tune's W&B callback, one run per model (see the module docstring): Tune's set-up (API key,
-    project, group) and, like Tune's, one logging actor per Tune trial (``_ModelRunsActor``, no CPU,
-    on the driver's node), holding a run for each of the trial's models. The driver never waits on
-    W&B: each record is a call on the actor, not waited for (Tune's queue makes the driver wait,
-    seconds while the queue's actor starts)."""
+    """Tune's W&B callback, one run per model, via a ``_ModelRunsActor`` per Tune trial, never waited for."""
 
     def __init__(self, project: str, experiment_name: str, base_trials=(), local_dir: str | None = None):
         entity, _, name = project.rpartition("/")
@@ -274,10 +215,8 @@ class WandbRuns(WandbLoggerCallback):
         return members_of(trial.config, self.base_trials)
 
     def check(self) -> WandbRuns:
-        """Tune's set-up now, before the sweep: no API key (where W&B is not offline) is a
-        UsageError, rather than Tune's error once the sweep has started."""
+        """Tune's set-up now, before the sweep: no API key (W&B not offline) is a UsageError."""
         from sweeps.errors import UsageError
-
         try:
             self.setup()
         except ValueError:
@@ -287,10 +226,7 @@ class WandbRuns(WandbLoggerCallback):
         return self
 
     def _actor_class(self):
-        # The driver's W&B settings (WANDB_MODE, WANDB_DIR, WANDB_BASE_URL…) go with the actor, as
-        # a Ray worker may have been started before they were set; the API key does not (a
-        # runtime_env is shown on Ray's dashboard): ``actor_environment``. Not restarted: an actor
-        # that dies costs its trial's W&B records, never the sweep
+        # the driver's W&B settings go with the actor (the key as a file); a dead actor costs only its records
         if self._runs_actor is None:
             self._key_folder = tempfile.TemporaryDirectory(prefix="disgen-wandb-")  # removed at exit
             env = actor_environment(dict(os.environ), self._key_folder.name)
@@ -317,16 +253,14 @@ class WandbRuns(WandbLoggerCallback):
         actor, members = self._actors[trial], self._members(trial)
         for k, (_, step, metrics, error) in enumerate(finals_of(members, result)):
             actor.log.remote(k, step, metrics, {"error": error} if error else {})
-        progress = progress_of(members, result)
-        if progress is not None:
+        if (progress := progress_of(members, result)) is not None:
             actor.log.remote(0, progress[0], progress[1], {})
 
     def log_trial_save(self, trial):
         pass  # checkpoints are a Tune trial's, of all its models: not uploaded to a model's run
 
     def log_trial_end(self, trial, failed: bool = False):
-        actor = self._actors.pop(trial, None)
-        if actor is None:
+        if (actor := self._actors.pop(trial, None)) is None:
             return
         status = {"FINISHED": "finished", "FAILED": "failed", "KILLED": "stopped"}
         ends = {k: (1 if state == "FAILED" else 0, status[state])

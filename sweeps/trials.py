@@ -1,18 +1,7 @@
-"""One trial's configuration: complete, validated and frozen.
-
-``TrialConfig.complete`` is the one place where a trial's settings are completed and checked: the
-grid's variants are merged in, defaults filled, the split's condition, the dataset's channels and
-the trial key derived, and every field validated with its name in the error. ``sweeps.paper_grid.
-plan`` calls it once per trial; everything downstream (the trainable, packing, costs, the results
-writer) reads the finished record and fills in nothing.
-
-A ``TrialConfig`` is a read-only mapping of its flat settings (what a grid file writes, what a
-``trials.parquet`` row holds), with typed parts that each consumer takes whole:
-
-- ``model``: a ``models.ModelConfig`` (architecture, objective and its hyperparameters, optimisation);
-- ``data``: a ``data_pipeline.config.DataConfig`` (dataset, split, images);
-- ``evaluation``: an ``analysis.metrics.registry.EvaluationConfig`` (sample budgets, metrics, reporting).
-"""
+"""One trial's configuration: complete, validated and frozen. ``TrialConfig.complete`` is the one place a
+trial's settings are completed and checked; everything downstream reads the record: a read-only mapping of
+its flat settings with typed parts ``model`` (``ModelConfig``), ``data`` (``DataConfig``) and ``evaluation``
+(``EvaluationConfig``)."""
 
 from __future__ import annotations
 
@@ -44,13 +33,7 @@ EVALUATION_KEYS = SETTING_DOCS  # EvaluationConfig's trial settings (analysis.me
 
 
 def flatten(config: dict) -> dict:
-    """Resolve a raw trial config into flat settings.
-
-    An axis value may be a mapping of settings (a *variant*, such as ``{objective: factor_vae,
-    gamma: 20}`` or ``{dataset: shapes3d, split: fhue_gt50}``): its settings are merged in. A
-    ``by_dataset`` mapping then applies the settings given for the trial's dataset (for example
-    M21's 65 epochs on 3DShapes against 100 on dSprites).
-    """
+    """A raw trial config as flat settings: its variants (mappings) merged in, then ``by_dataset``'s."""
     flat: dict = {}
     variants: list[dict] = []
     for key, value in config.items():
@@ -79,7 +62,6 @@ def trial_key(settings: Mapping) -> str:
 
 def _model_keys() -> set[str]:
     from models import ModelConfig
-
     return {f.name for f in fields(ModelConfig)}
 
 
@@ -89,15 +71,12 @@ def allowed_keys() -> set[str]:
 
 class TrialConfig(Mapping):
     """A complete, validated, read-only trial config (see the module docstring)."""
-
     __slots__ = ("_settings", "model", "data", "evaluation")
 
     def __init__(self, settings: Mapping):
         """Read a complete config (from ``complete`` or ``to_dict``); completes nothing."""
         from models import ModelConfig
-
-        missing = [k for k in ("trial_key", "condition", "channels") if k not in settings]
-        if missing:
+        if missing := [k for k in ("trial_key", "condition", "channels") if k not in settings]:
             raise ValueError(f"not a complete trial config (no {', '.join(missing)}); build it with "
                              "TrialConfig.complete")
         settings = dict(settings)
@@ -114,12 +93,10 @@ class TrialConfig(Mapping):
 
     @classmethod
     def complete(cls, raw: Mapping, source: str = "trial") -> TrialConfig:
-        """The one completion: a grid point's raw settings → a complete, validated TrialConfig.
-        Bad input raises a UsageError that starts with ``source`` and names the field."""
+        """The one completion: raw grid-point settings → a validated TrialConfig; errors start ``source:``."""
         try:
             settings = {k: v for k, v in flatten(dict(raw)).items() if k not in DERIVED}
-            unknown = sorted(set(settings) - allowed_keys())
-            if unknown:
+            if unknown := sorted(set(settings) - allowed_keys()):
                 raise UsageError(f"unknown setting {unknown[0]!r}; allowed: "
                                  f"{', '.join(sorted(allowed_keys()))}")
             settings.setdefault("data_source", DEFAULT_DATA_SOURCE)
@@ -144,7 +121,6 @@ class TrialConfig(Mapping):
         return TrialConfig.complete({**base, **values}, source)
 
     # -- the read-only mapping ------------------------------------------------------------------
-
     def __getitem__(self, key: str):
         return self._settings[key]
 
@@ -167,17 +143,10 @@ class TrialConfig(Mapping):
         return dict(self._settings)
 
     def effective_settings(self) -> dict:
-        """Every setting the model runs with, defaults included (what its trials row and that row's
-        ``config`` JSON hold): the run's (preset, scale), then every field of ``data``, ``model``
-        and ``evaluation``, normalised (aliases resolved), with a None that stands for a default
-        resolved: γ (None where the objective has none), the likelihood, the metrics (None: all).
-        Sequences are lists. Left None: what the run resolves (``n_images`` None: the whole grid;
-        ``transfer_factor`` None: the evaluation's choice) and what None means (``grad_clip_norm``:
-        no clipping; ``epochs``: the length is ``steps``; ``epoch_length``: an epoch is a pass over
-        the training rows). The trial key is not changed by any of this: it stays a hash of the
-        settings as given."""
+        """Every setting the model runs with, defaults included, as its trials row holds them: a None that
+        stands for a default resolved (γ, the likelihood, the metrics); None kept where the run resolves it
+        or None has a meaning."""
         from models.registry import objective_class
-
         model = self.model.to_dict()
         has_gamma = (self.model.task == "vae"
                      and objective_class(self.model.objective).default_gamma is not None)
@@ -194,14 +163,12 @@ class TrialConfig(Mapping):
 
     @property
     def dirname(self) -> str:
-        """A short, readable folder name for the trial (its Tune and TensorBoard folder), ending in
-        the first 6 characters of its key: two trials' names can collide (Tune then suffixes one)."""
+        """A short folder name (its Tune and TensorBoard folder) ending in 6 characters of its key."""
         return self._name(self.trial_key[:6])
 
     @property
     def full_name(self) -> str:
-        """The trial's name with its whole key: the folder of its in-training checkpoints, which
-        no other trial shares (``sweeps.checkpoints.checkpoint_folder``)."""
+        """The name with the whole key: its in-training checkpoints' folder, which no other trial shares."""
         return self._name(self.trial_key)
 
     def _name(self, key: str) -> str:
