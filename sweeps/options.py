@@ -154,7 +154,6 @@ def option(default, help: str, check: Check | None = None, *, choices: tuple | N
     return dataclasses.field(default=default, metadata={"option": declared})
 
 
-@functools.cache
 def _arms(hint) -> tuple:
     """The types a hint allows: ``int | None`` → (int, NoneType)."""
     union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
