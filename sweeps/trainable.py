@@ -163,7 +163,7 @@ def _trained(trainer, members: Sequence[TrialConfig], training: dict, reference,
 def _evaluate(trainer, logs: list[ModelLog], trained: list[ModelOutcome], data, rows: list[tuple],
               cpus: float, ood2: dict) -> list[ModelOutcome]:
     """Evaluate, in the trial, every model that trained to the end, each on its own split (and its
-    OOD2 sets, ``ood2``: :func:`_ood2_sets`): the outcomes with their metrics."""
+    OOD2 sets, ``ood2``: ``sweeps.data.open_trial_data``): the outcomes with their metrics."""
     results = []
     for model, log, member, (split, _, _) in zip(trainer.members, logs, trained, rows):
         if member.failed:

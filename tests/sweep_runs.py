@@ -197,3 +197,24 @@ fixed: {dataset: dsprites, architecture: burgess, objective: beta_vae, n_images:
 scales:
   tiny: {steps: 60, lr: 0.001}
 """
+
+
+def finished_rows(experiment) -> int:
+    """The rows a running sweep has stored (parts until it ends)."""
+    from analysis.storage import read_results
+
+    return len(read_results(str(experiment)))
+
+
+def trial_actor_pid() -> int:
+    """The pid of the one live trial actor."""
+    actors = live_trial_actors()
+    assert len(actors) == 1, actors
+    return actors[0]["Pid"]
+
+
+def restarts(trial_dir):
+    """The first training step of each worker that trained the trial after its first one (from its
+    TensorBoard event files): a worker that goes on from a checkpoint writes a new file, which starts
+    right after it."""
+    return first_loss_steps(trial_dir)[1:]

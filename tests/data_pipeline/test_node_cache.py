@@ -36,7 +36,9 @@ def _open_in_a_process(args) -> tuple[int, int]:
 
 def test_processes_that_ask_at_once_share_one_materialisation(tmp_path):
     reference = procedural_reference("dsprites", 1500, 4)
-    with multiprocessing.get_context("fork").Pool(3) as pool:
+    # spawned, not forked: a fork copies whichever lock another thread of this worker holds (a server
+    # an earlier test left, a lease renewer), and the child waits on it for ever (seen in CI)
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
         seen = pool.map(_open_in_a_process, [(reference, tmp_path)] * 6, chunksize=1)
     expected = int(load_procedural("dsprites", 1500, seed=4).images.sum(dtype=np.int64))
     assert {total for _, total in seen} == {expected} and len({pid for pid, _ in seen}) > 1

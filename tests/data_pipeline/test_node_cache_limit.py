@@ -182,7 +182,9 @@ def test_concurrent_fillers_of_one_dataset_make_one_whole_copy_and_evict_once(tm
     limit = int(2.5 * expected_bytes(x))  # two entries fit: z needs x (the least recently used) gone
     _use(x, tmp_path, limit)
     _use(y, tmp_path, limit)
-    with multiprocessing.get_context("fork").Pool(3) as pool:
+    # spawned, not forked: a fork copies whichever lock another thread of this worker holds (a server
+    # an earlier test left, a lease renewer), and the child waits on it for ever (seen in CI)
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
         seen = pool.map(_fill, [(z, tmp_path, limit)] * 6, chunksize=1)
     expected = int(load_procedural("dsprites", 300, seed=2).images.sum(dtype=np.int64))
     assert {total for _, total in seen} == {expected} and len({pid for pid, _ in seen}) > 1

@@ -1,6 +1,6 @@
 """--resume against the plan an experiment keeps (sweeps/plan_record.py): more seeds extend it; a
 removed trial, a changed setting or a search other than a plain grid is refused with the difference.
-The real drivers that resume are tests/end_to_end/test_resume.py."""
+The real drivers that resume are in tests/end_to_end/ (test_resume.py, test_extension.py)."""
 
 import pytest
 
