@@ -186,15 +186,17 @@ def test_a_crash_between_the_two_writes_shows_no_half_trial_and_the_resume_opens
     assert read_results(str(experiment), TRIALS_FILE).empty
     assert read_results(str(experiment), HISTORY_FILE).empty
 
-    # Pickles planted where Tune keeps its state (its tuner, a searcher's state, a trial's error and
-    # parameters): a resume that read Tune's state would run them.
+    # Pickles planted where Tune keeps its state (its tuner, a searcher's state, and in each trial
+    # folder Tune has synced by now, a trial's error and parameters): a resume that read Tune's state
+    # would run them. Whether a trial folder is synced before the crash depends on the load (seen
+    # missing in a reversed-order run), so only the experiment's two are counted on.
     marker = tmp_path / "a pickle ran"
     planted = [experiment / "tuner.pkl", experiment / "searcher-state-2026-11-29_00-00-00.pkl",
                *(folder / name for folder in experiment.iterdir() if (folder / "params.json").exists()
                  for name in ("error.pkl", "params.pkl"))]
     for path in planted:
         path.write_bytes(pickle.dumps(Payload(str(marker))))
-    assert len(planted) >= 4
+    assert len(planted) >= 2
 
     # The resume, in this process and joined to the same Ray (only the crash needed a process of its
     # own): the trial without a row runs again, from its final checkpoint, and is stored once.
