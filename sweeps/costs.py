@@ -1,11 +1,12 @@
 """What a preset costs: trial counts, and compute from two measured figures: a burgess β-VAE's 390 images/s
 on one core of a 2-core x86_64 machine (benchmarks/default_study.py), and the 2.8 V100-years of Dittadi et
 al. 2021's 1,080 models (V100-equivalent GPU-hours, a lower bound for one small model per GPU). Other
-networks scale by their training FLOPs per image, counted on PyTorch's meta device."""
+networks scale by their training FLOPs per image, counted layer by layer."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 from sweeps.grid import default_seeds, trial_configs
 from sweeps.presets import PRESETS
@@ -22,25 +23,52 @@ BACKWARD_FACTOR = 3  # a training step's FLOPs ≈ forward + backward (twice the
 def training_flops_per_image(architecture: str, image_size: int, channels: int, latent_dim: int,
                              decoder_only: bool = False, decoder: str = "mirror", encodes: int = 1,
                              decodes: int = 1) -> float:
-    """Forward and backward FLOPs of one image, on the meta device: the decoder's only for ``decoder_only``;
+    """Forward and backward FLOPs of one image (a zero image through the network on the CPU): the
+    decoder's only for ``decoder_only``;
     ``encodes``/``decodes``: images per row (a composition triplet: 2 and 1, or 3 with M22's loss)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     from models import VAE, ModelConfig
     config = ModelConfig(architecture=architecture, image_size=image_size, channels=channels,
                          latent_dim=latent_dim, decoder=decoder)
-    with torch.device("meta"):
+    with torch.device("meta"):  # no weights drawn; then memory on the CPU, left as it is: only shapes count
         model = VAE(config.network)
-        batch = torch.empty(4, channels, image_size, image_size)
-        codes = torch.empty(4, latent_dim)
-    with FlopCounterMode(display=False) as encoding:
+    model = model.to_empty(device="cpu").eval()  # a forward pass on the meta device imports torch._dynamo
+    batch = torch.zeros(1, channels, image_size, image_size)
+    codes = torch.zeros(1, latent_dim)
+    encoding = 0
+    with torch.no_grad():
         if not decoder_only:
-            codes, _ = model.encode(batch)
-    with FlopCounterMode(display=False) as decoding:
-        model.decode(codes)
-    per_row = encodes * encoding.get_total_flops() + decodes * decoding.get_total_flops()
-    return BACKWARD_FACTOR * per_row / 4
+            encoding, (codes, _) = _forward_flops(model, model.encode, batch)
+        decoding, _ = _forward_flops(model, model.decode, codes)
+    return float(BACKWARD_FACTOR * (encodes * encoding + decodes * decoding))
+
+
+def _forward_flops(model, forward, inputs) -> tuple[int, object]:
+    """(FLOPs, output) of ``forward(inputs)``: 2 per multiply-add of each convolution, transposed
+    convolution and linear layer it runs, from their shapes (forward hooks), as
+    ``torch.utils.flop_counter`` counts them (bias and activations not counted; the same numbers on
+    every architecture and decoder), without its import of ``torch._dynamo``: 2-4 s of every driver's
+    start."""
+    from torch import nn
+    total = 0
+
+    def count(layer, args, output):
+        nonlocal total
+        if isinstance(layer, nn.Linear):  # rows × in × out
+            total += 2 * (output.numel() // output.shape[-1]) * layer.weight.numel()
+        else:  # batch × kernel × the output's positions (a transposed one: the input's)
+            positions = args[0].shape[2:] if isinstance(layer, nn.ConvTranspose2d) else output.shape[2:]
+            total += 2 * output.shape[0] * layer.weight.numel() * math.prod(positions)
+
+    counted = (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)
+    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, counted)]
+    try:
+        output = forward(inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return total, output
 
 
 def gpu_flops_per_second() -> float:

@@ -219,6 +219,8 @@ def _run(tasks, n_jobs):
     if n_jobs is None:
         n_jobs = -1
     workers = min(effective_n_jobs(n_jobs), len(tasks))
+    if all(task[4] not in ("gbt", "hist_gbt") for task in tasks):
+        workers = 1  # a lasso fit takes milliseconds: starting worker processes takes seconds
     # HistGradientBoostingClassifier runs OpenMP threads of its own. Serially, and with the
     # threading backend, keep it to one: OpenMP threads that compete for busy cores can slow
     # a fit down many times over. Process workers get their thread limits from joblib.
@@ -309,4 +311,4 @@ def score_dci(sample) -> dict:
 def score_d_score(sample) -> dict:
     """The registry's D-score: Montero et al. 2021's Lasso DCI on the training draws (5-fold)."""
     return {"d_score": float(dci(sample.codes, sample.factors, estimator="lasso_m21",
-                                 random_state=sample.seed)["disentanglement"])}
+                                 random_state=sample.seed, n_jobs=sample.n_jobs)["disentanglement"])}

@@ -105,3 +105,27 @@ def test_an_epoch_length_counts_its_steps_not_passes_over_the_grid():
     by_passes = decoders[0].replace("search", epoch_length=None)
     n_train = costs._full_grid_train_size(by_passes.data.dataset, by_passes.data.split)
     assert costs.training_images(by_passes) == math.ceil(1000 * n_train / 64) * 64 > 10**8
+
+
+@pytest.mark.parametrize("network", [
+    ("dittadi", 128, 3, 10, False, "sbd4"), ("montero", 64, 1, 10, False, "mirror"),
+    ("mpcnn", 64, 3, 10, True, "sbd3"), ("higgins", 64, 1, 10, False, "mirror")])
+def test_the_layer_count_equals_pytorchs_flop_counter(network):
+    """The count from layer shapes (no torch._dynamo import) is PyTorch's FLOP counter's, to the FLOP."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from models import VAE, ModelConfig
+    architecture, size, channels, latents, decoder_only, decoder = network
+    config = ModelConfig(architecture=architecture, image_size=size, channels=channels, latent_dim=latents,
+                         decoder=decoder)
+    with torch.device("meta"):
+        model = VAE(config.network)
+        codes = torch.empty(4, latents)
+        with FlopCounterMode(display=False) as encoding:
+            if not decoder_only:
+                codes, _ = model.encode(torch.empty(4, channels, size, size))
+        with FlopCounterMode(display=False) as decoding:
+            model.decode(codes)
+    per_image = 3 * (encoding.get_total_flops() + decoding.get_total_flops()) / 4
+    assert costs.training_flops_per_image(*network) == per_image
