@@ -30,10 +30,12 @@ that read the same.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -371,10 +373,11 @@ def _latest(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.take(pa.array(np.sort(last.to_numpy() % table.num_rows)))
 
 
-def _committed(fs: pafs.FileSystem, inner: str) -> list[_Pair]:
+def _committed(fs: pafs.FileSystem, inner: str, listing=None) -> list[_Pair]:
     """The pairs whose rows readers see, oldest first, each with its trials table read: the
-    compacted tables, the folded pairs, and the parts that no folded pair holds."""
-    main, folded, parts = _listing(fs, inner)
+    compacted tables, the folded pairs, and the parts that no folded pair holds (of ``listing``,
+    ``_listing``'s answer, where one is given)."""
+    main, folded, parts = listing or _listing(fs, inner)
     first = [p for p in [main, *folded] if p.trials_path]
     for pair, table in zip(first, _read_files(fs, [p.trials_path for p in first], TRIALS_SCHEMA)):
         pair.trials = table
@@ -464,31 +467,66 @@ def has_results(experiment) -> bool:
 # -- compaction -----------------------------------------------------------------------------------------
 
 
-def compact(experiment) -> int:
-    """Fold every part into ``history.parquet`` and ``trials.parquet`` (in that order), then delete
-    ``results-parts``, parts that no trials file commits included. For the driver at the end of a
-    run, when no trial is writing. A crash at any point leaves files that read the same. Returns the
-    files folded or deleted."""
+def compact(experiment, stale: Sequence[str] = ()) -> int:
+    """Fold the committed parts into ``history.parquet`` and ``trials.parquet`` (in that order),
+    then delete the files folded, and no other part: a part committed after the listing (another
+    driver's, one that has not noticed it lost the lease) stays, and readers merge it as before.
+    ``stale``: parts that no trials file commits, to delete too (``ResultsStore`` passes those that
+    were there before its run began: a killed run's). A crash at any point leaves files that read
+    the same. Returns the files deleted."""
     fs, inner = resolve(experiment)
-    _, folded, parts = _listing(fs, inner)
-    files = sum(bool(p.trials_path) + bool(p.history_path) for p in folded + parts)
-    if not files:
-        return 0
-    pairs = _committed(fs, inner)
+    listing = _listing(fs, inner)
+    pairs = _committed(fs, inner, listing)
     if len(pairs) > 1 or (pairs and pairs[0].name):  # anything beyond the compacted tables
         history = _history(fs, pairs)
         trials = _trials(pairs)
         _put(fs, history, f"{inner}/{HISTORY_FILE}")
         _put(fs, trials, f"{inner}/{TRIALS_FILE}")
-    try:
-        fs.delete_dir(f"{inner}/{PARTS_DIR}")
-    except FileNotFoundError:  # an object store where the last part was deleted already
-        pass
+    folded = {p.name for p in pairs if p.name} | {name for pair in pairs for name in pair.folded}
+    _, folded_pairs, parts = listing
+    listed = [(p.name, path) for p in folded_pairs + parts for path in (p.trials_path, p.history_path)]
+    deleted = [path for name, path in listed if path and (name in folded or path in set(stale))]
+    marker = [f"{inner}/{PARTS_DIR}/"] if fs.type_name == "s3" else []  # a folder's empty object, if any
+    _delete(fs, deleted + marker)
+    if isinstance(fs, pafs.LocalFileSystem):  # an object store has no folders
+        with contextlib.suppress(OSError):  # not empty: a part committed since the listing
+            os.rmdir(f"{inner}/{PARTS_DIR}")
     for info in fs.get_file_info(pafs.FileSelector(inner)):  # what a killed write left (write_whole)
         if info.type == pafs.FileType.File and info.base_name.startswith(".") \
                 and info.base_name.endswith(prepared.TEMPORARY):
             fs.delete_file(info.path)
-    return files
+    return len(deleted)
+
+
+def _delete(fs: pafs.FileSystem, paths: list[str]) -> None:
+    """Delete files; one already gone is no error. On S3 with boto3, 1,000 keys a request
+    (``DeleteObjects``): pyarrow's ``delete_file`` writes a folder marker after each delete."""
+    client = _s3_client() if fs.type_name == "s3" else None
+    if client is None:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.delete_file(path)
+        return
+    by_bucket: dict[str, list[str]] = {}
+    for path in paths:
+        bucket, key = path.split("/", 1)
+        by_bucket.setdefault(bucket, []).append(key)
+    for bucket, keys in by_bucket.items():
+        for start in range(0, len(keys), 1000):
+            answer = client.delete_objects(Bucket=bucket, Delete={
+                "Objects": [{"Key": key} for key in keys[start:start + 1000]], "Quiet": True})
+            if answer.get("Errors"):
+                error = answer["Errors"][0]
+                raise OSError(f"s3://{bucket}/{error['Key']}: not deleted: {error.get('Code')} "
+                              f"{error.get('Message')}")
+
+
+def uncommitted_parts(experiment) -> list[str]:
+    """The paths of the parts that no trials file commits now: history a trial wrote before its
+    trials row was committed (or never will be: its run was killed)."""
+    fs, inner = resolve(experiment)
+    _, _, parts = _listing(fs, inner)
+    return [p.history_path for p in parts if p.history_path and not p.trials_path]
 
 
 class ResultsStore:
@@ -509,6 +547,9 @@ class ResultsStore:
         # committed parts that no folded pair holds yet (a previous run's, then this one's)
         self.unfolded = [_Pair(p.name, p.trials_path, p.history_path, p.trials)
                          for p in pairs if p.name and not p.name.startswith(COMPACTED)]
+        # history parts no trials file committed when this run began: a killed run's, deleted at
+        # compaction (a part written since may be a trial's of this run whose commit is on its way)
+        self.stale = uncommitted_parts(self.experiment)
 
     def commit(self, part: str, rows: list[dict]) -> list[dict]:
         """Store trials rows as the part ``part`` (whose history part, if any, the trial wrote).
@@ -545,6 +586,8 @@ class ResultsStore:
         return len(names)
 
     def compact(self) -> int:
-        """Everything into ``trials.parquet`` and ``history.parquet`` (see ``compact``)."""
+        """Everything into ``trials.parquet`` and ``history.parquet`` (see ``compact``), and the
+        history parts that were left uncommitted before this run began deleted."""
         self.unfolded = []
-        return compact(self.experiment)
+        deleted, self.stale = compact(self.experiment, self.stale), []
+        return deleted

@@ -9,7 +9,15 @@ import pytest
 from report_rows import experiment_files
 
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
-from analysis.storage import compact, new_part, read_results, write_history_part, write_results
+from analysis.storage import (
+    PARTS_DIR,
+    compact,
+    new_part,
+    read_results,
+    uncommitted_parts,
+    write_history_part,
+    write_results,
+)
 
 
 @pytest.mark.slow
@@ -38,9 +46,44 @@ def test_parts_merge_on_read_and_compact_into_the_two_files(where, tmp_path, req
             ("a", 5, 3.0), ("a", 10, 1.0), ("b", 5, 2.0)]
 
     check()
-    assert compact(experiment) == 7
+    assert compact(experiment) == 6  # the three parts' files; the uncommitted history is not compaction's
+    check()
+    (uncommitted,) = uncommitted_parts(experiment)  # its trials row may be on its way: it stays ...
+    assert sorted(experiment_files(experiment)) == sorted([
+        HISTORY_FILE, TRIALS_FILE, PARTS_DIR, uncommitted.split("/exp/")[1]])
+    assert compact(experiment, [uncommitted]) == 1  # ... unless named stale (a killed run's, ResultsStore)
     check()
     assert compact(experiment) == 0
+    assert sorted(experiment_files(experiment)) == [HISTORY_FILE, TRIALS_FILE]
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_part_committed_while_compaction_runs_survives_it(where, tmp_path, request, monkeypatch):
+    """Another driver (one that has not yet noticed it lost the lease) commits a part after this
+    driver's compaction listed the parts: the compaction deletes only what it folded."""
+    from analysis import storage
+
+    if where == "s3":
+        request.getfixturevalue("s3_server")
+        experiment = "s3://disgen-test/runs/exp"
+    else:
+        experiment = str(tmp_path / "exp")
+    write_results(experiment, [{"trial_key": "a"}], [{"trial_key": "a", "step": 5}])
+    real_put, puts = storage._put, []
+
+    def put_then_another_commit(fs, table, path):
+        puts.append(path)
+        if len(puts) == 1:  # compaction has listed and read the parts, and writes its tables
+            write_results(experiment, [{"trial_key": "b"}], [{"trial_key": "b", "step": 5}])
+        real_put(fs, table, path)
+
+    monkeypatch.setattr(storage, "_put", put_then_another_commit)
+    compact(experiment)
+    monkeypatch.setattr(storage, "_put", real_put)
+    assert sorted(read_results(experiment, TRIALS_FILE)["trial_key"]) == ["a", "b"]
+    assert sorted(read_results(experiment, HISTORY_FILE)["trial_key"]) == ["a", "b"]
+    compact(experiment)  # the next compaction folds it
+    assert sorted(read_results(experiment, TRIALS_FILE)["trial_key"]) == ["a", "b"]
     assert sorted(experiment_files(experiment)) == [HISTORY_FILE, TRIALS_FILE]
 
 
