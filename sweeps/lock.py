@@ -1,8 +1,11 @@
 """One driver per experiment folder: ``driver.lock`` is a lease the running driver holds and renews every
-``RENEW_S`` seconds; a refused renewal stops the sweep. A lock is stale, and taken over, where its holder
-ran here and its process is gone, or where it was renewed more than ``LEASE_S`` ago by the store's own clock
-(docs/cluster.md, "The driver's lease"). Taking it is one atomic create: a hard link locally, a conditional
-``PutObject`` on S3 (boto3), a write read back on other stores."""
+``RENEW_S`` seconds; a refused renewal stops the sweep, and so does a store that has not answered a
+renewal for ``LEASE_S - RENEW_S`` seconds by the driver's own clock (it stops before its lease runs
+out). A renewal refused because S3 applied it and lost the answer is told apart by reading the lock.
+A lock is stale, and taken over, where its holder ran here and its process is gone, or where it was
+renewed more than ``LEASE_S`` ago by the store's own clock (docs/cluster.md, "The driver's lease").
+Taking it is one atomic create: a hard link locally, a conditional ``PutObject`` on S3 (boto3), a
+write read back on other stores."""
 
 from __future__ import annotations
 
@@ -231,9 +234,13 @@ class ExperimentLock:
         self._renewals += 1
         if self._is_s3():
             text = json.dumps({**self.record, "renewals": self._renewals}).encode()
-            if etag := self._put_s3(text, IfMatch=self._etag):
-                self._etag = etag
-            return bool(etag)
+            etag = self._put_s3(text, IfMatch=self._etag)
+            if etag is None:  # refused; or applied, its answer lost, and the SDK's retry refused
+                current, etag, _ = self._read_s3()
+                if (current or {}).get("token") != self.record["token"]:
+                    return False
+            self._etag = etag
+            return True
         current = self.read()
         if (current or {}).get("token") != self.record["token"]:
             return False
@@ -245,19 +252,32 @@ class ExperimentLock:
         return True
 
     def _renewing(self) -> None:
+        renewed = time.monotonic()
         while not self._stop.wait(self.renew_s):
             try:
                 held = self.renew()
-            except Exception as error:  # the store does not answer: the next renewal tries again
-                print(f"warning: could not renew the driver lock {self.path} ({error}); trying again in "
-                      f"{self.renew_s:.0f} s", flush=True)
-                continue
-            if not held:
-                self.lost = (f"another driver took over the driver lock {self.path} (this driver's lease "
-                             "was not renewed in time, or the lock was removed)")
-                if self.on_lost is not None:
-                    self.on_lost(self.lost)
+            except Exception as error:  # the store does not answer: the next renewal tries again, ...
+                silent = time.monotonic() - renewed
+                if silent < self.lease_s - self.renew_s:
+                    print(f"warning: could not renew the driver lock {self.path} ({error}); trying again in "
+                          f"{self.renew_s:.0f} s", flush=True)
+                    continue
+                # ... until the lease would run out before the next one: another driver may take the
+                # folder over then, so this one stops first, by its own clock
+                self._lose(f"could not renew the driver lock {self.path} for {silent:.0f} s ({error}); "
+                           f"stopping before its {self.lease_s:.0f} s lease runs out and another driver "
+                           "may take the folder over")
                 return
+            if not held:
+                self._lose(f"another driver took over the driver lock {self.path} (this driver's lease "
+                           "was not renewed in time, or the lock was removed)")
+                return
+            renewed = time.monotonic()
+
+    def _lose(self, reason: str) -> None:
+        self.lost = reason
+        if self.on_lost is not None:
+            self.on_lost(reason)
 
     # -- taking and giving back ----------------------------------------------------------------------
     def check_free(self) -> None:

@@ -3,9 +3,10 @@
 
 ``FaultyS3(endpoint).fail(rule, times)`` answers the next ``times`` requests that ``rule(method,
 path, headers)`` matches with a 503 SlowDown (S3's answer to a burst) instead of forwarding them;
-``times=None`` fails every one from then on, until ``heal()``. ``requests`` lists what came in
-(method, path, status), and ``ranged`` the paths of those that asked for a byte range. Point
-``AWS_ENDPOINT_URL`` at ``url`` to put the proxy in the way.
+``times=None`` fails every one from then on, until ``heal()``. ``lose(rule, times)`` forwards
+them, then closes the connection unanswered: the server applied a request whose answer is lost.
+``requests`` lists what came in (method, path, status), and ``ranged`` the paths of those that
+asked for a byte range. Point ``AWS_ENDPOINT_URL`` at ``url`` to put the proxy in the way.
 
 ``FaultyS3(endpoint, atomic_conditions=True)`` also forwards conditional writes (a PUT with
 ``If-None-Match`` or ``If-Match``) one at a time, as S3 applies them atomically: moto 5.2.5 checks
@@ -43,7 +44,9 @@ class FaultyS3:
     def __init__(self, upstream: str, atomic_conditions: bool = False):
         parsed = urllib.parse.urlparse(upstream)
         self.upstream = (parsed.hostname, parsed.port)
-        self.rules: list[list] = []  # [rule, times left or None]
+        self.rules: list[list] = []  # [rule, times left or None]: answered 503, not forwarded
+        self.losing: list[list] = []  # [rule, times left or None]: forwarded, the answer lost
+        self.lost: list[tuple[str, str, int]] = []  # the requests whose answer was lost
         self.requests: list[tuple[str, str, int]] = []
         self.ranged: list[str] = []  # the paths of requests that asked for a byte range
         self.aged: dict[str, tuple[str, float]] = {}  # path -> (its ETag when aged, seconds)
@@ -80,6 +83,10 @@ class FaultyS3:
                 finally:
                     connection.close()
                 proxy.requests.append((self.command, self.path, response.status))
+                if proxy._should_lose(self.command, self.path, headers):  # applied; its answer lost
+                    proxy.lost.append((self.command, self.path, response.status))
+                    self.close_connection = True
+                    return
                 if "range" in {k.lower() for k in headers}:
                     proxy.ranged.append(self.path)
                 self.send_response(response.status)
@@ -129,8 +136,14 @@ class FaultyS3:
         self.thread.start()
 
     def _should_fail(self, method, path, headers) -> bool:
+        return self._matches(self.rules, method, path, headers)
+
+    def _should_lose(self, method, path, headers) -> bool:
+        return self._matches(self.losing, method, path, headers)
+
+    def _matches(self, rules, method, path, headers) -> bool:
         with self.lock:
-            for entry in self.rules:
+            for entry in rules:
                 rule, left = entry
                 if (left is None or left > 0) and rule(method, path, headers):
                     if left is not None:
@@ -142,9 +155,15 @@ class FaultyS3:
         with self.lock:
             self.rules.append([rule, times])
 
+    def lose(self, rule=is_put, times: int | None = 1) -> None:
+        """The next ``times`` requests ``rule`` matches reach the server, which applies them; then
+        the connection closes with no answer (a reply lost on the way back): the SDK sends again."""
+        with self.lock:
+            self.losing.append([rule, times])
+
     def heal(self) -> None:
         with self.lock:
-            self.rules = []
+            self.rules, self.losing = [], []
 
     def age(self, path: str, seconds: float) -> None:
         """The object at ``path`` (``/bucket/key``), as last written or read through the proxy, reads

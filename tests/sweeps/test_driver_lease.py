@@ -128,6 +128,62 @@ def test_a_driver_whose_renewal_is_refused_learns_it_and_leaves_the_other_driver
     assert ExperimentLock(experiment_url).read() == OLD_HEAD
 
 
+def lock_renewal(method, path, headers) -> bool:
+    """A rule (tests/s3_faults.py): a renewal of the lock, a PUT conditional on its ETag."""
+    return method == "PUT" and path.split("?")[0].endswith("/" + LOCK_FILE) and \
+        "if-match" in {k.lower() for k in headers}
+
+
+@pytest.mark.slow  # a renewal thread, every 0.2 s
+def test_a_renewal_applied_whose_answer_is_lost_keeps_the_lease(s3_server, monkeypatch):
+    """S3 applies the renewal, its answer is lost, the SDK sends it again with the old ETag and is
+    refused (412): the lock, read back, holds this driver's token, so the driver still holds it."""
+    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"], atomic_conditions=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    lost = threading.Event()
+    lock = ExperimentLock("s3://disgen-test/runs/exp", renew_s=0.2, on_lost=lambda reason: lost.set())
+    try:
+        lock.acquire()
+        proxy.lose(lock_renewal, times=1)
+        assert not lost.wait(3), lock.lost  # renewals every 0.2 s, the first one's answer lost
+        assert len(proxy.lost) == 1 and proxy.lost[0][2] == 200  # applied, then its answer lost
+        renewals = [status for method, path, status in proxy.requests
+                    if method == "PUT" and path.endswith("/" + LOCK_FILE)]
+        assert 412 in renewals and renewals[-1] == 200  # the SDK's resend refused; later ones renewed
+        assert lock.read()["token"] == lock.record["token"] and lock.read()["renewals"] >= 3
+        lock.release()
+        assert lock.read() is None
+    finally:
+        lock.release()
+        proxy.close()
+
+
+@pytest.mark.slow  # a renewal thread, every 0.2 s, and the SDK's retries of each
+def test_a_driver_that_cannot_renew_stops_before_its_lease_runs_out(s3_server, monkeypatch):
+    """Every renewal fails (the store does not answer): the driver gives the folder up by its own
+    clock, one renewal before the lease would run out, so it has stopped before another driver may
+    take the folder over."""
+    proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"], atomic_conditions=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # one 503 is one failed renewal
+    reasons = []
+    lost = threading.Event()
+    lock = ExperimentLock("s3://disgen-test/runs/exp", lease_s=3.0, renew_s=0.5,
+                          on_lost=lambda reason: (reasons.append(reason), lost.set()))
+    try:
+        lock.acquire()
+        started = len(proxy.requests)
+        proxy.fail(lock_renewal, times=None)
+        assert lost.wait(30)
+        assert "could not renew the driver lock" in reasons[0] and "3 s lease runs out" in reasons[0]
+        failed = [r for r in proxy.requests[started:] if r[2] == 503]
+        assert len(failed) >= 2  # a failed renewal is tried again until the deadline
+    finally:
+        proxy.heal()
+        lock.release()
+        proxy.close()
+
+
 @pytest.mark.slow  # imports Ray
 def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, capsys, monkeypatch):
     import sweeps.driver
