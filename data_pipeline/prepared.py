@@ -79,21 +79,54 @@ def npy_bytes(array: np.ndarray) -> bytes:
 TEMPORARY = ".tmp"  # the suffix of a file being written (``.<name>.<random>.tmp``); no reader reads one
 
 
+_S3_CLIENTS: dict = {}
+S3_ATTEMPTS = 4  # each S3 request, tried this many times by the SDK before the error is raised
+
+
+def s3_client():
+    """A boto3 S3 client for this process's ``AWS_*`` environment (``AWS_ENDPOINT_URL`` included),
+    made once per environment; None without boto3. A request S3 fails (a 503 burst, a lost answer) is
+    sent up to 4 times, with backoff (about 7 s in all, as pyarrow's own S3 client absorbs),
+    unless ``AWS_MAX_ATTEMPTS`` says otherwise."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return None
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    if key not in _S3_CLIENTS:
+        retries = None if "AWS_MAX_ATTEMPTS" in os.environ else Config(
+            retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"})
+        _S3_CLIENTS[key] = boto3.session.Session().client(
+            "s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None, config=retries)
+    return _S3_CLIENTS[key]
+
+
 def write_whole(fs, path: str, payload: bytes) -> None:
     """Write ``payload`` as the file ``path`` of the pyarrow file system ``fs``, whole or not at
     all: a reader sees the old file (or none) or the new one, never a part, whatever is raised
     meanwhile (a second Ctrl-C, a network error).
 
-    pyarrow's output streams have no abort: closing one, as a ``with`` does even when an exception
-    is raised inside it, publishes what was written. So the payload is built before anything is
-    opened, and written beside ``path`` under a temporary name (``.<name>.<random>.tmp``) that is
-    then renamed over it: ``os.replace`` on a local disk; on an object store, pyarrow's ``move``,
-    a server-side copy (the new object appears whole, or not at all) and the temporary's delete. On
-    any failure the temporary is deleted; one left by a killed process holds nothing a reader sees
-    (``analysis.storage.compact`` clears them)."""
+    On S3 (with boto3) one ``PutObject`` of the payload: S3 shows the new object whole or not at
+    all, and a worker's credentials need no delete (``cluster/iam/worker-policy.json`` denies it
+    under ``results-parts/``). Elsewhere, pyarrow's output streams have no abort: closing one, as
+    a ``with`` does even when an exception is raised inside it, publishes what was written. So the
+    payload is written beside ``path`` under a temporary name (``.<name>.<random>.tmp``) that is
+    then renamed over it: ``os.replace`` on a local disk; on another object store, pyarrow's
+    ``move``, a server-side copy and the temporary's delete. On any failure the temporary is
+    deleted; one left by a killed process holds nothing a reader sees (``analysis.storage.compact``
+    clears them)."""
     import pyarrow.fs as pafs
 
     folder, name = path.rsplit("/", 1) if "/" in path else ("", path)
+    if fs.type_name == "s3" and (client := s3_client()) is not None:
+        bucket, key = path.split("/", 1)
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=payload)
+        except (BotoCoreError, ClientError) as error:  # as pyarrow's errors are: the writers retry OSError
+            raise OSError(f"s3://{path}: {error}") from error
+        return
     if isinstance(fs, pafs.LocalFileSystem):
         import tempfile
 

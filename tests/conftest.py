@@ -127,6 +127,17 @@ def s3_server(monkeypatch):
 
 
 @pytest.fixture
+def enforced_s3():
+    """A moto S3 server that enforces the shipped IAM policies (tests/enforced_s3.py)."""
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    from enforced_s3 import EnforcedS3
+
+    server = EnforcedS3(_free_port())
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def checkpoint_signals():
     """The checkpoint signals of this test's trials; outside it the folder is gone and none wait."""
     import pathlib

@@ -11,6 +11,7 @@ from s3_faults import FaultyS3
 from analysis import storage
 from analysis.schema import TRIALS_FILE
 from analysis.storage import read_table, write_results
+from data_pipeline import prepared
 
 
 def rows(n, tag):
@@ -22,7 +23,7 @@ def rows(n, tag):
 def test_a_results_file_on_s3_is_read_in_one_get_of_the_whole_object(s3_server, monkeypatch):
     proxy = FaultyS3(s3_server["AWS_ENDPOINT_URL"])
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    storage._S3_CLIENTS.clear()
+    prepared._S3_CLIENTS.clear()
     try:
         experiment = "s3://disgen-test/runs/exp"
         write_results(experiment, rows(20000, "a"))
@@ -34,7 +35,7 @@ def test_a_results_file_on_s3_is_read_in_one_get_of_the_whole_object(s3_server, 
         assert gets == [200] and key not in proxy.ranged  # one answer: one version
     finally:
         proxy.close()
-        storage._S3_CLIENTS.clear()
+        prepared._S3_CLIENTS.clear()
 
 
 class ReplacedWhileRead:

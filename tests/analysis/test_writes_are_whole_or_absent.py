@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from s3_faults import is_copy, is_put
+from s3_faults import is_put
 
 from analysis import storage
 from analysis.schema import HISTORY_FILE, TRIALS_FILE
@@ -43,6 +43,10 @@ class FailingFileSystem:
 
     def __init__(self, fs, fail_at=1):
         self.fs, self.fail_at, self.opened = fs, fail_at, 0
+        # a store written through pyarrow's streams (the temporary, then the copy: on S3 without
+        # boto3, or another object store); S3 with boto3 is one PutObject, which S3 shows whole
+        # or not at all (test_on_s3_a_file_is_one_put_with_no_temporary_object)
+        self.type_name = f"streams-of-{fs.type_name}"
 
     def open_output_stream(self, path, *args, **kwargs):
         self.opened += 1
@@ -155,14 +159,23 @@ def test_a_burst_of_503s_is_retried_and_stores_each_row_once(faulty_s3):
     assert not [name for name in all_files(experiment) if name.endswith(".tmp")]
 
 
-@pytest.mark.slow  # pyarrow's own retries, with their backoff, before it gives up
+@pytest.mark.slow  # the SDK's own retries, with their backoff, before it gives up
 def test_a_persistent_failure_raises_and_publishes_nothing(faulty_s3):
     experiment = "s3://disgen-test/runs/exp"
     fs, inner = storage.resolve(experiment)
     old = table_bytes(10)
     storage.write_whole(fs, f"{inner}/{TRIALS_FILE}", old)
-    faulty_s3.fail(is_copy)  # the upload goes through; putting it in place never does
-    with pytest.raises(OSError):
+    faulty_s3.fail(is_put)  # every upload refused
+    with pytest.raises(OSError, match="SlowDown"):
         storage.write_whole(fs, f"{inner}/{TRIALS_FILE}", table_bytes(1000))
     faulty_s3.heal()
     assert all_files(experiment) == {TRIALS_FILE: old}
+
+
+def test_on_s3_a_file_is_one_put_with_no_temporary_object(faulty_s3):
+    """S3 shows a PutObject whole or not at all: no temporary, copy or delete (which a worker's
+    policy denies under results-parts/, cluster/iam/worker-policy.json)."""
+    experiment = "s3://disgen-test/runs/exp"
+    write_results(experiment, *rows(["a"]))
+    assert [(method, path.rsplit("/", 1)[1].split(".", 1)[1]) for method, path, _ in faulty_s3.requests] == [
+        ("PUT", "history.parquet"), ("PUT", "trials.parquet")]

@@ -1,0 +1,58 @@
+"""A moto S3 server on loopback that enforces IAM (moto's ``INITIAL_NO_AUTH_ACTION_COUNT``): the
+first requests, unauthenticated, make the bucket and two IAM users carrying the policies as shipped,
+``cluster/iam/head-policy.json`` (the driver's) and ``worker-policy.json`` (a worker's); from then
+on every request must be signed by one of them and is judged by its policy, so a request the policy
+denies fails here as it would on AWS. ``EnforcedS3.env(role)``: the ``AWS_*`` environment of the
+head or a worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLICIES = Path(__file__).resolve().parents[1] / "cluster" / "iam"
+BUCKET = "disgen-enforced"
+SETUP_REQUESTS = 7  # the bucket; per user: the user, its policy, its access key
+
+
+class EnforcedS3:
+    def __init__(self, port: int):
+        self.endpoint = f"http://127.0.0.1:{port}"
+        environment = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)}
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        self.server = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto server did not start"
+                time.sleep(0.2)
+        import boto3
+
+        setup = dict(endpoint_url=self.endpoint, aws_access_key_id="setup", aws_secret_access_key="setup",
+                     region_name="us-east-1")
+        boto3.client("s3", **setup).create_bucket(Bucket=BUCKET)
+        iam = boto3.client("iam", **setup)
+        self.keys = {}
+        for role in ("head", "worker"):
+            iam.create_user(UserName=role)
+            policy = (POLICIES / f"{role}-policy.json").read_text().replace("DISGEN_BUCKET", BUCKET)
+            iam.put_user_policy(UserName=role, PolicyName=f"disgen-{role}", PolicyDocument=policy)
+            key = iam.create_access_key(UserName=role)["AccessKey"]
+            self.keys[role] = (key["AccessKeyId"], key["SecretAccessKey"])
+
+    def env(self, role: str) -> dict[str, str]:
+        key_id, secret = self.keys[role]
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": key_id,
+                "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait()
