@@ -399,6 +399,37 @@ class _Experiment:
         named = re.compile(rf".*-{re.escape(key[:6])}(_[0-9a-f]+)?")
         return [f for f in self.folders if named.fullmatch(f)]
 
+    def checkpoint_of(self, key: str, folders: list[str], task: str = "vae") -> tuple[str, int]:
+        """(local path, position among its ``task`` models) of the final checkpoint holding trial
+        ``key``: the last checkpoint of one of its ``folders`` whose members name it (another
+        trial's folder can end in the same six characters of its key: about 3% of 1,080-trial grids
+        have such a pair), else a pack's. A checkpoint from before members named their keys counts
+        where it is the only one found; one not final, or holding no trained ``task`` model, is
+        handed on where nothing else holds the trial, for the drawing to say what is wrong."""
+        found = [c for c in map(self.last_checkpoint, folders) if c is not None]
+        unreadable = None
+        for checkpoint in found:
+            path = self.local(checkpoint)
+            try:
+                keys = [c.get("trial_key") for c, _ in _trained_weights(path, (task,))]
+            except CheckpointError:  # not final, or corrupt
+                keys = []
+            if not keys:
+                unreadable = unreadable or path
+                continue
+            if key in keys:
+                return path, keys.index(key)
+            if len(found) == 1 and keys and not any(keys):  # unnamed members: the folder's name decides
+                return path, 0
+        packed = self.in_pack(key)
+        if packed is not None:
+            return packed
+        if unreadable is not None:
+            return unreadable, 0
+        raise CheckpointError(f"missing: no checkpoint_*/{CHECKPOINT_FILE} for trial {key}"
+                              + (" (the folders ending in its key's first six characters hold other trials)"
+                                 if found else ""))
+
     def last_checkpoint(self, folder: str) -> str | None:
         names = [n for n in _folders(join(self.location, folder)) if n.startswith("checkpoint_")]
         return join(self.location, folder, names[-1], CHECKPOINT_FILE) if names else None
@@ -473,17 +504,10 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
             folders = experiment.trial_folders(key)
             tensorboard = row.get("tensorboard_dir")
             tensorboard = (folders[0] if folders else None) if pd.isna(tensorboard) else str(tensorboard)
-            checkpoint = next(filter(None, map(experiment.last_checkpoint, folders)), None)
-            member = 0
-            if checkpoint is None:
-                found = experiment.in_pack(key)
-                if found is None:
-                    raise CheckpointError(f"missing: no checkpoint_*/{CHECKPOINT_FILE} for trial {key}")
-                checkpoint, member = found
-            events = experiment.check_events(tensorboard)
-            checkpoint = experiment.local(checkpoint)
             task = row.get("task")
             task = "vae" if task is None or pd.isna(task) else str(task)
+            checkpoint, member = experiment.checkpoint_of(key, folders, task)
+            events = experiment.check_events(tensorboard)
             if task in _JUDGED:
                 pictures = task_figures(checkpoint, figures_dir, task, key=key, member=member)
             elif task == "vae" and count_models(checkpoint):

@@ -100,3 +100,21 @@ def test_each_broken_model_is_skipped_with_its_reason(report, key, reason):
     row = row[:row.index("</tr>")]
     assert reason in row, row
     assert f"{key}_reconstructions.png" not in page
+
+
+def test_a_trial_whose_folder_ends_as_anothers_draws_its_own_checkpoint(tmp_path):
+    """Two trials whose keys begin with the same six characters (the folder names' suffix): each
+    is drawn from the checkpoint that holds its own key, and a trial whose checkpoint is missing
+    is skipped, never drawn from the other's."""
+    from analysis.trained_models import _Experiment, _trained_weights
+
+    experiment = tmp_path / "exp"
+    first, second, third = "abcdef1111", "abcdef2222", "abcdef3333"
+    for beta, key in ((1, first), (4, second)):
+        good_checkpoint(experiment / f"blank_side-b{beta}-s0-{key[:6]}", key)
+    found = _Experiment(str(experiment), str(tmp_path / "copies"))
+    for key in (first, second):
+        path, member = found.checkpoint_of(key, found.trial_folders(key))
+        assert _trained_weights(path)[member][0]["trial_key"] == key
+    with pytest.raises(Exception, match="missing: .* hold other trials"):
+        found.checkpoint_of(third, found.trial_folders(third))
