@@ -146,10 +146,8 @@ class ResultsWriter:
             self._commit_unfinished(trial, "stopped")
             return
         outcome = outcome_of({"trial_id": trial.trial_id, **result}, trial.config, self.base_trials)
-        if trial.checkpoint is not None:  # the final one: the in-training ones are spent
-            _remove_training_checkpoints(self.experiment_dir, outcome.trials)
         if outcome.evaluated:
-            self.store_result(outcome)
+            self.store_result(outcome, final_checkpoint=trial.checkpoint is not None)
             return
         self._errors(outcome)
         if self.failure is not None:  # stopping: the resume evaluates its models
@@ -165,10 +163,16 @@ class ResultsWriter:
     def step(self, trials=()) -> None:
         self.collect()
 
-    def store_result(self, outcome: TrialOutcome) -> None:
-        """Commit a finished trial's models; its failed members also go to errors-parts/."""
-        if self._write(f"storing the trial {outcome.trial_id}", lambda: _commit(self.store, outcome)):
-            self._errors(outcome)
+    def store_result(self, outcome: TrialOutcome, final_checkpoint: bool = True) -> None:
+        """Commit a finished trial's models; its failed members also go to errors-parts/. Once its
+        rows are stored and every model trained and was evaluated from its final checkpoint, its
+        in-training checkpoints are spent and deleted; otherwise they stay for the resume, which
+        goes on from them (a final checkpoint that does not evaluate is not the end of a model)."""
+        if not self._write(f"storing the trial {outcome.trial_id}", lambda: _commit(self.store, outcome)):
+            return
+        self._errors(outcome)
+        if final_checkpoint and not any(member.failed for member in outcome.members):
+            _remove_training_checkpoints(self.experiment_dir, outcome.trials)
 
     def collect(self, wait: bool = False) -> int:
         """Commit the trials whose deferred evaluations have ended (``wait``: all, as they end); how many."""

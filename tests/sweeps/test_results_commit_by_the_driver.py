@@ -131,3 +131,38 @@ def test_the_driver_folds_every_so_many_commits_and_a_resume_reads_the_keys_once
     assert sorted(after["seed"]) == [0, 1, 2, 3, 4, 9]
     pd.testing.assert_frame_equal(after[after["seed"] < 9].reset_index(drop=True), trials)
     assert read_results(experiment, HISTORY_FILE).groupby("trial_key").size().tolist() == [2] * 6
+
+
+def test_in_training_checkpoints_go_once_the_rows_are_stored_and_every_model_was_evaluated(
+        tmp_path, monkeypatch):
+    """A trial with a final checkpoint: its in-training checkpoints are deleted once its rows are
+    stored and none of its models failed; where a model failed (its final checkpoint did not
+    evaluate, say) or the rows could not be stored, they stay, for the resume to go on from."""
+    from sweeps import results
+    from sweeps.checkpoints import TRAINING_PREFIX, checkpoint_folder
+    from sweeps.errors import StopSignal
+    from sweeps.results import ResultsWriter
+
+    experiment = str(tmp_path / "exp")
+    writer = ResultsWriter(ResultsStore(experiment), stop=StopSignal())
+
+    def with_checkpoints(trial, error=None):
+        trial.checkpoint = "final"  # Tune's record of the final checkpoint
+        if error is not None:
+            trial.last_result["members"][0]["error"] = error
+        _, folder = checkpoint_folder(experiment, [TrialConfig.complete(c) for c in trial.config["members"]])
+        for step in (5, 10):
+            os.makedirs(f"{folder}/{TRAINING_PREFIX}{step:010d}")
+        return trial, folder
+
+    stored, stored_folder = with_checkpoints(finished(experiment, 0))
+    failed, failed_folder = with_checkpoints(finished(experiment, 1), error="evaluation: corrupt checkpoint")
+    writer.completed(stored)
+    writer.completed(failed)
+    assert os.listdir(stored_folder) == []
+    assert len(os.listdir(failed_folder)) == 2
+    unstored, unstored_folder = with_checkpoints(finished(experiment, 2))
+    monkeypatch.setattr(results, "WRITE_ATTEMPTS", 1)
+    monkeypatch.setattr(results, "_commit", lambda store, outcome: (_ for _ in ()).throw(OSError("SlowDown")))
+    writer.completed(unstored)
+    assert writer.failure and len(os.listdir(unstored_folder)) == 2
