@@ -196,6 +196,14 @@ def test_nodes_get_instance_profiles_from_cluster_iam(cluster):
     assert all((IAM / f).is_file() for f in create_profiles.ROLES.values())
 
 
+def test_every_node_answers_instance_metadata_only_with_a_session_token(cluster):
+    """IMDSv2 only: a request without a token (IMDSv1, what a server-side request forgery can send)
+    gets no credentials of the node's role; two hops, so the docker container reaches it."""
+    for node_type in cluster["available_node_types"].values():
+        options = node_type["node_config"]["MetadataOptions"]
+        assert options["HttpTokens"] == "required" and options["HttpPutResponseHopLimit"] == 2
+
+
 def test_workers_may_use_the_results_bucket_and_nothing_else():
     statements = _statements("worker-policy.json")
     assert statements and all("Condition" not in s for s in statements)
@@ -219,6 +227,11 @@ def test_the_head_may_do_what_the_autoscaler_needs_plus_the_bucket(cluster):
     assert others == {"ec2:RunInstances", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
                       "ec2:DescribeImages", "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole",
                       "iam:CreateServiceLinkedRole", "ssm:GetParameters"}
+    launches = [s for s in statements if "ec2:RunInstances" in s["Action"]]
+    assert all(s["Resource"] != ["*"] for s in launches)  # no instance but this cluster's
+    (instances,) = [s for s in launches if any(":instance/" in r for r in s["Resource"])]
+    tag = instances["Condition"]["StringEquals"]["aws:RequestTag/ray-cluster-name"]
+    assert tag == cluster["cluster_name"]
     for statement in statements:
         if "ec2:TerminateInstances" in statement["Action"]:  # only this cluster's nodes
             tag = statement["Condition"]["StringEquals"]["aws:ResourceTag/ray-cluster-name"]
