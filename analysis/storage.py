@@ -154,6 +154,49 @@ def check_writable(location) -> None:
     fs.delete_file(probe)
 
 
+def retention_warning(location: str, checkpoints_prefix: str) -> str | None:
+    """Where ``location`` is on S3 and its bucket lacks what ``cluster/iam/create_bucket.py`` gives
+    it (versioning on, so a deleted results file can be brought back; earlier versions expiring,
+    everywhere and sooner under ``checkpoints_prefix``, so storage stays bounded): what is missing,
+    as one warning; None where nothing is, or elsewhere than S3."""
+    if not location.startswith("s3://") or (client := _s3_client()) is None:
+        return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket = location[len("s3://"):].split("/", 1)[0]
+    try:
+        versioning = client.get_bucket_versioning(Bucket=bucket).get("Status")
+        try:
+            rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+                raise
+            rules = []
+    except (BotoCoreError, ClientError) as error:
+        return f"could not read the versioning and lifecycle rules of the bucket {bucket} ({error})"
+
+    def expires_under(prefix: str) -> bool:  # a rule of its own where ``prefix`` is not the whole bucket
+        for rule in rules:
+            scope = (rule.get("Filter") or {}).get("Prefix", rule.get("Prefix", ""))
+            if rule.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in rule \
+                    and prefix.startswith(scope) and bool(scope) == bool(prefix):
+                return True
+        return False
+
+    missing = []
+    if versioning != "Enabled":
+        missing.append("versioning is off (a results file deleted by mistake cannot be brought back)")
+    elif not expires_under(""):
+        missing.append("earlier versions never expire (every rewritten file is kept forever)")
+    elif not expires_under(checkpoints_prefix):
+        missing.append(f"no rule of its own expires the rotated checkpoints' earlier versions under "
+                       f"{checkpoints_prefix} (a new version every few minutes per trial)")
+    if not missing:
+        return None
+    return (f"the bucket {bucket} lacks disgen's storage rules: {'; '.join(missing)}. Put them in place "
+            f"with: python cluster/iam/create_bucket.py --bucket {bucket} (docs/cluster.md)")
+
+
 def worker_environment() -> dict[str, str]:
     """The storage-related environment of this process, to hand to Ray's workers."""
     return {name: os.environ[name] for name in STORAGE_ENVIRONMENT if name in os.environ}

@@ -22,6 +22,7 @@ from analysis.schema import TRIALS_FILE
 from data_pipeline.cli import HelpFormatter, Parser
 from models.config import scaled_budget
 from sweeps import plan_record
+from sweeps.checkpoints import CHECKPOINTS
 from sweeps.errors import UsageError, exit_code, sigterm_as_interrupt, stop_signal
 from sweeps.grid import (
     default_seeds,
@@ -334,6 +335,8 @@ def execute(options: SweepOptions, given=None):
     stop = StopSignal()  # a lease of the lock that another driver took stops the sweep as a Ctrl-C does
     lock = ExperimentLock(sweep.experiment_dir, on_lost=stop.request)
     lock.acquire()
+    if warning := storage.retention_warning(sweep.experiment_dir, CHECKPOINTS + "/"):
+        print(f"warning: {warning}", flush=True)
     try:
         summary = driver.run(sweep, stop)
     except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
