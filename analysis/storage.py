@@ -568,9 +568,12 @@ class ResultsStore:
     turns those parts into one folded pair, so readers merge a bounded number of files and no
     commit rewrites what earlier ones wrote. ``compact`` ends a run."""
 
-    def __init__(self, experiment, compact_every: int = COMPACT_EVERY):
+    def __init__(self, experiment, compact_every: int = COMPACT_EVERY, fence=None):
         self.experiment = normalise(experiment)
         self.compact_every = compact_every
+        # called before each write (``fence()``) and before compaction (``fence(destructive=True)``):
+        # it raises where this process may no longer write (the driver lock's ``fence``)
+        self.fence = fence or (lambda destructive=False: None)
         self.fs, self.inner = resolve(self.experiment)
         pairs = _retrying(lambda: _committed(self.fs, self.inner))
         self.statuses: dict[str, str] = _statuses(_trials(pairs)) if pairs else {}
@@ -591,6 +594,7 @@ class ResultsStore:
         if not rows:
             return []
         table = to_table(rows, TRIALS_SCHEMA)
+        self.fence()
         _write_part(self.experiment, part, TRIALS_FILE, table)
         self.keys.update(row["trial_key"] for row in rows if row.get("status") == "finished")
         self.statuses.update({row["trial_key"]: row.get("status") for row in rows})
@@ -606,6 +610,7 @@ class ResultsStore:
         stay until ``compact``; readers skip them. Returns the parts folded."""
         if not self.unfolded:
             return 0
+        self.fence()
         history = _history(self.fs, self.unfolded, missing_ok=True)  # a trial without history wrote none
         names = [p.name for p in self.unfolded]
         trials = _trials(self.unfolded).replace_schema_metadata(
@@ -619,6 +624,7 @@ class ResultsStore:
     def compact(self) -> int:
         """Everything into ``trials.parquet`` and ``history.parquet`` (see ``compact``), and the
         history parts that were left uncommitted before this run began deleted."""
+        self.fence(destructive=True)
         self.unfolded = []
         deleted, self.stale = compact(self.experiment, self.stale), []
         return deleted

@@ -12,6 +12,7 @@ from sweeps import plan_record, ray_edge
 from sweeps.console import Console, LiveView
 from sweeps.errors import StopSignal, UsageError
 from sweeps.evaluation import DeferredEvaluations
+from sweeps.lock import LeaseLost
 from sweeps.options import Sweep, SweepOptions, TrialRun
 from sweeps.packing import dirname, members_of
 from sweeps.results import ResultsWriter, StorageFailed, read_trials, retried
@@ -34,10 +35,11 @@ class SweepSummary:
         return self.stop.received.is_set()
 
 
-def run(sweep: Sweep, stop: StopSignal | None = None) -> SweepSummary:
-    """Run what is left of ``sweep`` on Ray; ``stop``: a Ctrl-C, or the lock's lease lost."""
+def run(sweep: Sweep, stop: StopSignal | None = None, fence=None) -> SweepSummary:
+    """Run what is left of ``sweep`` on Ray; ``stop``: a Ctrl-C, or the lock's lease lost; ``fence``:
+    the lock's check before each results write (``ExperimentLock.fence``)."""
     stop, started, failed = stop or StopSignal(), time.perf_counter(), 0
-    store = ResultsStore(sweep.experiment_dir)  # the stored rows, read once
+    store = ResultsStore(sweep.experiment_dir, fence=fence)  # the stored rows, read once
     options = sweep.options
     with ray_edge.connected(options.address, options.num_cpus, options.verbose,
                             storage.worker_environment()) as cluster, stop:
@@ -174,7 +176,7 @@ def compacted(store: ResultsStore, stop: StopSignal):
         if stop.reason is None:
             retried(store.compact, f"compacting the results of {store.experiment}")
         return read_trials(store.experiment)
-    except (StorageFailed, OSError) as error:
+    except (StorageFailed, OSError, LeaseLost) as error:
         print(f"error: {error}; the results stay as parts (they read the same), and --resume compacts "
               "them", flush=True)
         stop.request(f"the results could not be compacted in {store.experiment} ({error})")

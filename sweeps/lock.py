@@ -68,6 +68,11 @@ def holder_text(holder: dict, path: str) -> str:
             f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(float(holder.get('started', 0))))})")
 
 
+class LeaseLost(RuntimeError):
+    """A write refused because this driver may no longer hold the folder: its lease was taken, or
+    its own deadline passed with no renewal (it was paused, or the store did not answer)."""
+
+
 class ExperimentLock:
     """Holds the folder, renewing its lease every ``renew_s`` s; a refused renewal calls ``on_lost``."""
 
@@ -82,6 +87,7 @@ class ExperimentLock:
         self.lost: str | None = None
         self._etag: str | None = None
         self._renewals = 0
+        self._valid_until = 0.0  # by the monotonic clock: renewed last + lease - one renewal
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -251,6 +257,28 @@ class ExperimentLock:
             storage.write_whole(fs, inner, json.dumps({**self.record, "renewals": self._renewals}).encode())
         return True
 
+    def fence(self, destructive: bool = False) -> None:
+        """Raise ``LeaseLost`` unless this driver still holds the folder: its lease not lost and its
+        local deadline (the last renewal, plus the lease less one renewal) not passed, which a driver
+        paused past it (SIGSTOP, a frozen machine) finds as it wakes, before its next write. Before a
+        ``destructive`` step (compaction's deletes) the lock is also read back: it must hold our token."""
+        if self.record is None:
+            return
+        if self.lost is not None:
+            raise LeaseLost(self.lost)
+        late = time.monotonic() - self._valid_until
+        if late > 0:
+            since = late + self.lease_s - self.renew_s
+            raise LeaseLost(f"the driver lock {self.path} was last renewed {since:.0f} s ago: past this "
+                            "driver's deadline, another driver may hold the folder now")
+        if destructive and (self.read() or {}).get("token") != self.record["token"]:
+            raise LeaseLost(f"another driver holds the driver lock {self.path} now")
+
+    def _renewed(self) -> float:
+        now = time.monotonic()
+        self._valid_until = now + self.lease_s - self.renew_s
+        return now
+
     def _renewing(self) -> None:
         renewed = time.monotonic()
         while not self._stop.wait(self.renew_s):
@@ -272,7 +300,7 @@ class ExperimentLock:
                 self._lose(f"another driver took over the driver lock {self.path} (this driver's lease "
                            "was not renewed in time, or the lock was removed)")
                 return
-            renewed = time.monotonic()
+            renewed = self._renewed()
 
     def _lose(self, reason: str) -> None:
         self.lost = reason
@@ -318,6 +346,7 @@ class ExperimentLock:
 
     def _hold(self, record: dict) -> None:
         self.record, self.lost = record, None
+        self._renewed()
         self._stop.clear()
         self._thread = threading.Thread(target=self._renewing, name="disgen-driver-lease", daemon=True)
         self._thread.start()

@@ -338,7 +338,7 @@ def execute(options: SweepOptions, given=None):
     if warning := storage.retention_warning(sweep.experiment_dir, CHECKPOINTS + "/"):
         print(f"warning: {warning}", flush=True)
     try:
-        summary = driver.run(sweep, stop)
+        summary = driver.run(sweep, stop, lock.fence)
     except KeyboardInterrupt as stop:  # a second Ctrl-C or SIGTERM, or one outside Tune's run
         raise SweepInterrupted(sweep.experiment_dir, sweep.planned, None, signum=stop_signal(stop)) from None
     finally:

@@ -16,6 +16,7 @@ from analysis.loading import ERRORS_PARTS
 from analysis.schema import HISTORY_SCHEMA, JSON_SETTINGS, METRIC_FIELDS, TRIALS_FILE
 from analysis.storage import ResultsStore, experiment_name, read_results
 from sweeps import provenance
+from sweeps.lock import LeaseLost
 from sweeps.outcome import RUN_FACTS, TrialOutcome
 from sweeps.packing import members_of, outcome_of, planned, tensorboard_folder
 from sweeps.trials import TrialConfig
@@ -130,7 +131,7 @@ class ResultsWriter:
         try:
             retried(action, what)
             return True
-        except StorageFailed as error:
+        except (StorageFailed, LeaseLost) as error:  # a lost lease: no retry, nothing more written
             self.failure = str(error)
             if self.stop is None:
                 raise

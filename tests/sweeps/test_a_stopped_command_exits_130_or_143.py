@@ -16,7 +16,8 @@ def test_a_ctrl_c_or_sigterm_outside_tunes_run_exits_130_or_143_with_the_resume_
         tmp_path, capsys, monkeypatch, stop, code, said):
     import sweeps.driver
 
-    def interrupted(sweep, signal=None):  # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
+    # a second Ctrl-C or SIGTERM: Tune's handler is gone, Python raises
+    def interrupted(sweep, signal=None, fence=None):
         raise stop
 
     monkeypatch.setattr(sweeps.driver, "run", interrupted)

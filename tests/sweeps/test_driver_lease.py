@@ -191,7 +191,7 @@ def test_the_command_stops_as_a_ctrl_c_does_when_its_lease_is_taken(tmp_path, ca
 
     monkeypatch.setattr(lock_module, "RENEW_S", 0.2)
 
-    def running(sweep, stop):  # a sweep that runs until it is stopped
+    def running(sweep, stop, fence=None):  # a sweep that runs until it is stopped
         write_lock(sweep.experiment_dir, OLD_HEAD)  # meanwhile another driver took the folder over
         assert stop.received.wait(10)
         return sweeps.driver.SweepSummary(trials=None, failed=0, seconds=1.0, stop=stop)
@@ -235,3 +235,34 @@ def test_a_stop_asked_from_the_lease_thread_ends_tunes_run_without_an_error():
     finally:  # both handlers bridge_signals replaced, as the driver's ``with stop`` puts them back
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def test_a_driver_past_its_deadline_or_its_lease_writes_no_result(store, monkeypatch):
+    """The results store asks the lock before every write (``ExperimentLock.fence``): a driver whose
+    monotonic clock shows its deadline passed with no renewal (it was paused: SIGSTOP, a frozen
+    machine) commits, folds and compacts nothing; neither does one whose lock another driver
+    holds, found by reading the lock back before compaction's deletes."""
+    import time
+
+    from analysis.schema import TRIALS_FILE
+    from analysis.storage import ResultsStore, new_part, read_results
+    from sweeps.lock import LeaseLost
+
+    lock = ExperimentLock(store.url)
+    lock.acquire()
+    try:
+        results = ResultsStore(store.url, fence=lock.fence)
+        results.commit(new_part(), [{"trial_key": "a", "status": "finished"}])
+        real, woke = time.monotonic, time.monotonic() + lock.lease_s  # paused a whole lease long
+        monkeypatch.setattr(lock_module.time, "monotonic", lambda: woke)
+        with pytest.raises(LeaseLost, match="past this driver's deadline"):
+            results.commit(new_part(), [{"trial_key": "b", "status": "finished"}])
+        with pytest.raises(LeaseLost):
+            results.compact()
+        monkeypatch.setattr(lock_module.time, "monotonic", real)  # awake, within its lease, but ...
+        write_lock(store.url, OLD_HEAD)  # meanwhile another driver took the folder over
+        with pytest.raises(LeaseLost, match="another driver holds"):
+            results.compact()
+        assert read_results(store.url, TRIALS_FILE)["trial_key"].tolist() == ["a"]
+    finally:
+        lock.release()
