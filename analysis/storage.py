@@ -516,7 +516,8 @@ def compact(experiment, stale: Sequence[str] = ()) -> int:
     folded = {p.name for p in pairs if p.name} | {name for pair in pairs for name in pair.folded}
     _, folded_pairs, parts = listing
     listed = [(p.name, path) for p in folded_pairs + parts for path in (p.trials_path, p.history_path)]
-    deleted = [path for name, path in listed if path and (name in folded or path in set(stale))]
+    stale = set(stale)
+    deleted = [path for name, path in listed if path and (name in folded or path in stale)]
     marker = [f"{inner}/{PARTS_DIR}/"] if fs.type_name == "s3" else []  # a folder's empty object, if any
     _delete(fs, deleted + marker)
     if isinstance(fs, pafs.LocalFileSystem):  # an object store has no folders

@@ -94,6 +94,23 @@ def _free_port() -> int:
 S3_BUCKET = "disgen-test"
 
 
+def start_moto_server(port: int, environment: dict | None = None) -> subprocess.Popen:
+    """moto's S3 server on loopback at ``port`` (with ``environment``, else this process's), once
+    it accepts connections."""
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise AssertionError("moto server did not start") from None
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def s3_server(monkeypatch):
     """A real S3-compatible server (moto's server mode) on loopback with the bucket ``disgen-test``;
@@ -101,18 +118,9 @@ def s3_server(monkeypatch):
     # moto[server] >= 5.2.5 is in the test extra (5.2.1 breaks pyarrow's multipart uploads)
     pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start_moto_server(port)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.2)
         environment = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
         for name, value in environment.items():

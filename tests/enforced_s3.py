@@ -8,11 +8,9 @@ head or a worker."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from conftest import start_moto_server
 
 POLICIES = Path(__file__).resolve().parents[1] / "cluster" / "iam"
 BUCKET = "disgen-enforced"
@@ -22,18 +20,8 @@ SETUP_REQUESTS = 7  # the bucket; per user: the user, its policy, its access key
 class EnforcedS3:
     def __init__(self, port: int):
         self.endpoint = f"http://127.0.0.1:{port}"
-        environment = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)}
-        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-        self.server = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.2)
+        self.server = start_moto_server(
+            port, {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)})
         import boto3
 
         setup = dict(endpoint_url=self.endpoint, aws_access_key_id="setup", aws_secret_access_key="setup",
