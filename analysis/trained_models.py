@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -493,7 +494,14 @@ def draw_models(df: pd.DataFrame, experiments, figures_dir: str, *, max_models: 
                 progress=None) -> tuple[list[DrawnModel], list[SkippedModel]]:
     """Figures of up to ``max_models`` trained models (the first rows of ``df``), and the models
     skipped with their reasons. ``progress(done, total)`` is called after each model."""
-    copies = tempfile.mkdtemp(prefix="disgen-checkpoints-")
+    copies = tempfile.mkdtemp(prefix="disgen-checkpoints-")  # remote checkpoints' local copies
+    try:
+        return _draw(df, experiments, figures_dir, max_models, progress, copies)
+    finally:
+        shutil.rmtree(copies, ignore_errors=True)  # the figures are drawn: the copies can go
+
+
+def _draw(df, experiments, figures_dir, max_models, progress, copies):
     by_name = {experiment_name(location): _Experiment(location, copies) for location in experiments}
     drawn, skipped = [], []
     rows = spread(df, max_models).to_dict("records")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import email.utils
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -170,19 +169,18 @@ class ExperimentLock:
             if current == holder and self._is_stale(current, age):
                 fs.delete_file(inner)
             return False
-        # one driver here at a time (an flock) removes the lock, only while it is still the stale one
-        guard_path = os.path.join(tempfile.gettempdir(),
-                                  f"disgen-{hashlib.sha1(os.path.abspath(inner).encode()).hexdigest()[:16]}.takeover")
-        with open(guard_path, "a") as guard:
+        # one driver here at a time removes the lock, only while it is still the stale one: an flock
+        # on the experiment's folder, which leaves no file behind
+        guard = os.open(os.path.dirname(os.path.abspath(inner)), os.O_RDONLY)
+        try:
             fcntl.flock(guard, fcntl.LOCK_EX)
-            try:
-                current, age = self._read()
-                if current == holder and self._is_stale(current, age):
-                    os.remove(inner)
-            except FileNotFoundError:
-                pass
-            finally:
-                fcntl.flock(guard, fcntl.LOCK_UN)
+            current, age = self._read()
+            if current == holder and self._is_stale(current, age):
+                os.remove(inner)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(guard)  # and with it the flock
         return False
 
     # -- S3: conditional writes ----------------------------------------------------------------------

@@ -44,3 +44,18 @@ def experiment_files(experiment) -> dict[str, tuple[int, object]]:
     fs, inner = resolve(experiment)
     return {info.path[len(inner) + 1:]: (info.size, info.mtime)
             for info in fs.get_file_info(pafs.FileSelector(inner, recursive=True))}
+
+
+def write_checkpoint(folder, key):
+    """A final checkpoint of trial ``key`` in sweeps/trainable.py's layout, in
+    ``folder/checkpoint_000000``, for a model trained for no steps; returns the model."""
+    from models import ModelConfig, build
+    from models.checkpoint import save_final
+
+    config = {"dataset": "dsprites", "n_images": 400, "data_seed": 0, "split": "blank_side", "seed": 0,
+              "architecture": "burgess", "objective": "beta_vae", "beta": 1.0, "latent_dim": 4,
+              "trial_key": key}
+    model = build(ModelConfig.from_dict({**config, "channels": 1}))
+    (folder / "checkpoint_000000").mkdir(parents=True)
+    save_final(str(folder / "checkpoint_000000"), [model.state_dict()], [0], {}, [[]], {"members": [config]})
+    return model

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from _chromium import CHROMIUM, open_page
-from report_rows import trial, write_events
+from report_rows import trial, write_checkpoint, write_events
 
 from analysis.report import main as report_main
 from analysis.storage import write_results
@@ -17,28 +17,10 @@ from analysis.trained_models import load_checkpoint
 pytestmark = pytest.mark.slow  # trains and reports a model in a module fixture: about 15 s
 
 
-def write_checkpoint(experiment):
-    """A final checkpoint in sweeps/trainable.py's layout, for a model trained for no steps."""
-    from models import ModelConfig, build
-    from models.checkpoint import save_final
-
-    config = {
-        "dataset": "dsprites",
-        "n_images": 400,
-        "data_seed": 0,
-        "split": "blank_side",
-        "seed": 0,
-        "architecture": "burgess",
-        "objective": "beta_vae",
-        "beta": 1.0,
-        "latent_dim": 4,
-        "trial_key": "k0",
-    }
-    model = build(ModelConfig.from_dict({**config, "channels": 1}))
-    folder = experiment / "blank_side-k0" / "checkpoint_000000"
-    folder.mkdir(parents=True)
-    save_final(str(folder), [model.state_dict()], [0], {}, [[]], {"members": [config]})
-    write_events(folder.parent)
+def checkpoint_of_k0(experiment):
+    """Trial k0's final checkpoint and its TensorBoard file."""
+    model = write_checkpoint(experiment / "blank_side-k0", "k0")
+    write_events(experiment / "blank_side-k0")
     return model
 
 
@@ -59,7 +41,7 @@ def report(tmp_path_factory):
     ]
     write_results(experiment, rows)
     (experiment / "spec.yaml").write_text("preset: default  # <the spec>\n")
-    model = write_checkpoint(experiment)
+    model = checkpoint_of_k0(experiment)
     out = experiment / "report"
     assert report_main([str(experiment), "--out", str(out), "--n-bootstrap", "20", "--max-models", "1"]) == 0
     return experiment, out, model

@@ -1,10 +1,13 @@
 """analysis.load_trials / load_history: dtypes, several experiments at once, and results on a
 (loopback) S3 server read by URI; the report from s3 written locally."""
 
+import tempfile
+
 import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 import pytest
+from report_rows import trial, write_checkpoint, write_events
 
 import analysis
 from analysis.report import main as report_main
@@ -79,3 +82,24 @@ def test_results_on_s3_read_by_uri_and_reported_locally(s3_server, tmp_path, cap
     assert "<h2>Trials (4)</h2>" in page and "NaN loss" in page
     assert "unless asked (--with-checkpoints)" in page
     assert f'href="{uri}/run-1/"' in page  # a remote row links to its folder's URI
+
+
+def test_a_report_drawing_models_on_s3_leaves_no_copies_behind(s3_server, tmp_path, monkeypatch):
+    """A remote checkpoint is copied to a local folder to be drawn; the copies go once drawn, so a
+    report run every hour on a month's sweep does not fill the driver's disk."""
+    local = tmp_path / "exp"
+    write_results(local, [trial("k0", "blank_side", "beta_vae", 0.1, 80)])
+    write_checkpoint(local / "blank_side-k0", "k0")
+    write_events(local / "blank_side-k0")
+    s3 = pafs.S3FileSystem(endpoint_override=s3_server["AWS_ENDPOINT_URL"], region="us-east-1")
+    pafs.copy_files(str(local), f"{BUCKET}/disgen/drawn", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=s3)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    out = tmp_path / "report"
+    assert report_main([f"s3://{BUCKET}/disgen/drawn", "--out", str(out), "--n-bootstrap", "5",
+                        "--no-progress", "--with-checkpoints"]) == 0
+    assert "could not draw" not in (out / "report.html").read_text()
+    assert list((out / "figures").glob("*k0*")), sorted(p.name for p in out.rglob("*"))  # drawn
+    assert list(temp.iterdir()) == []

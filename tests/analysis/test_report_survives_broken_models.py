@@ -6,7 +6,7 @@ import glob
 
 import pytest
 import torch
-from report_rows import trial, write_events
+from report_rows import trial, write_checkpoint, write_events
 
 from analysis.html_report import write_html_report
 from analysis.storage import write_results
@@ -31,15 +31,7 @@ class NotWeights:  # an object a weights-only load refuses
 
 
 def good_checkpoint(folder, key, extra=None):
-    from models import ModelConfig, build
-    from models.checkpoint import save_final
-
-    config = {"dataset": "dsprites", "n_images": 400, "data_seed": 0, "split": "blank_side", "seed": 0,
-              "architecture": "burgess", "objective": "beta_vae", "beta": 1.0, "latent_dim": 4,
-              "trial_key": key}
-    model = build(ModelConfig.from_dict({**config, "channels": 1}))
-    (folder / "checkpoint_000000").mkdir(parents=True)
-    save_final(str(folder / "checkpoint_000000"), [model.state_dict()], [0], {}, [[]], {"members": [config]})
+    write_checkpoint(folder, key)
     if extra:  # an object a weights-only load refuses, added to the file
         state = torch.load(folder / "checkpoint_000000" / "trainer.pt", weights_only=True)
         torch.save({**state, **extra}, folder / "checkpoint_000000" / "trainer.pt")

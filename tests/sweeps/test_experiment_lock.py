@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 
@@ -142,7 +143,11 @@ def test_of_drivers_started_at_the_same_moment_exactly_one_takes_the_lock(experi
     assert ExperimentLock(experiment_url).read() is None
 
 
-def test_of_drivers_that_find_a_stale_lock_at_the_same_moment_exactly_one_takes_it_over(experiment_url):
+def test_of_drivers_that_find_a_stale_lock_at_the_same_moment_exactly_one_takes_it_over(
+        experiment_url, tmp_path, monkeypatch):
+    temp = tmp_path / "temp"  # the machine's temporary folder: the takeover leaves nothing there
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     stale = {"host": socket.gethostname(), "pid": int(gone), "started": 1.0, "token": "gone"}
@@ -154,6 +159,7 @@ def test_of_drivers_that_find_a_stale_lock_at_the_same_moment_exactly_one_takes_
     assert len(held) == 1, outcomes
     assert all(f"pid {os.getpid()}" in o for o in outcomes if isinstance(o, str))
     held[0].release()
+    assert list(temp.iterdir()) == []
 
 
 def test_a_fresh_lock_on_s3_from_another_host_is_refused_until_its_lease_runs_out(s3_server):
