@@ -11,6 +11,7 @@ its process ids, never with ``ray stop`` (which stops every Ray on the machine).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -230,7 +231,8 @@ def _bash(script: str, env: dict, timeout: float = 120) -> subprocess.CompletedP
 
 @pytest.fixture(scope="module")
 def head():
-    """(dashboard URL, HOME with the token, the token) of a local head with token authentication."""
+    """A local head with token authentication: its dashboard URL, the HOME holding the token, the
+    token, and the head's log."""
     if shutil.which("ray") is None:
         pytest.skip("the ray command is not on PATH")
     from ray._private.utils import get_dashboard_dependency_error
@@ -246,34 +248,63 @@ def head():
     assert generated.returncode == 0, generated.stderr
     token = (home / ".ray" / "auth_token").read_text().strip()
     assert token and generated.stdout.strip() == token  # written where the docs say, and printed
-    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = _free_ports(7)
-    log = open(base / "head.log", "w")
-    process = subprocess.Popen(
-        ["ray", "start", "--head", "--block", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
-         f"--temp-dir={base / 'ray'}", "--disable-usage-stats"],
-        env=_environment(home, RAY_AUTH_MODE="token"), stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=base)
-    url = f"http://127.0.0.1:{dashboard}"
+    # the ports are picked free, then bound by `ray start`: another test's server may take one in
+    # between (two tests run at once), which kills the head; then it starts again on other ports
+    for attempt in range(3):
+        process, url = _start_head(base, home, base / f"ray{attempt}")
+        if _answers(process, url, deadline=time.monotonic() + 150):
+            break
+        _stop(process, base)
+        assert attempt < 2, (base / "head.log").read_text()[-3000:]
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            assert process.poll() is None, (base / "head.log").read_text()[-3000:]
-            try:
-                urllib.request.urlopen(f"{url}/api/version", timeout=5)
-                break
-            except urllib.error.HTTPError:  # it answers (an authentication refusal is an answer)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (base / "head.log").read_text()[-3000:]
-                time.sleep(1)
-        yield url, home, token
+        yield Head(url, home, token, base / "head.log")
     finally:
         _stop(process, base)
-        log.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class Head:
+    url: str
+    home: Path
+    token: str
+    log: Path
+
+    def said(self, *done: subprocess.CompletedProcess) -> str:
+        """What the commands printed, and the end of the head's log: a failure's whole story."""
+        printed = "\n".join(d.stdout + d.stderr for d in done)
+        return f"{printed}\n--- the head's log (end) ---\n{self.log.read_text()[-2000:]}"
+
+
+def _start_head(base: Path, home: Path, temp: Path) -> tuple[subprocess.Popen, str]:
+    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = _free_ports(7)
+    with open(base / "head.log", "w") as log:
+        process = subprocess.Popen(
+            ["ray", "start", "--head", "--block", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=true",
+             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+             f"--ray-client-server-port={client}",
+             f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+             f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+             f"--temp-dir={temp}", "--disable-usage-stats"],
+            env=_environment(home, RAY_AUTH_MODE="token"), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=base)
+    return process, f"http://127.0.0.1:{dashboard}"
+
+
+def _answers(process: subprocess.Popen, url: str, deadline: float) -> bool:
+    """Whether the head came up (its dashboard answers, and `ray start` still runs a few seconds
+    later: it ends when one of the head's processes could not start)."""
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/api/version", timeout=5)
+        except urllib.error.HTTPError:  # it answers (an authentication refusal is an answer)
+            pass
+        except OSError:
+            time.sleep(1)
+            continue
+        time.sleep(5)
+        return process.poll() is None
+    return False
 
 
 def _stop(process: subprocess.Popen, base: Path) -> None:
@@ -315,35 +346,34 @@ def _as_printed(command: str, url: str) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_step_4_submits_with_the_exported_mode_and_is_refused_without_it(head):
-    url, home, _ = head
+    url = head.url
     commands = step_4_commands()
     export = commands.index("export RAY_AUTH_MODE=token")
     submit = next(i for i, c in enumerate(commands) if c.startswith("ray job submit"))
     assert export < submit  # the docs set the mode before the first job command
-    env = _environment(home)  # the laptop: the token in ~/.ray/auth_token, no RAY_AUTH_MODE
+    env = _environment(head.home)  # the laptop: the token in ~/.ray/auth_token, no RAY_AUTH_MODE
 
     refused = _bash(_as_printed(commands[submit], url), env)
-    assert refused.returncode != 0
-    assert "Authentication required" in refused.stdout + refused.stderr
+    assert refused.returncode != 0, head.said(refused)
+    assert "Authentication required" in refused.stdout + refused.stderr, head.said(refused)
 
     submitted = _bash("\n".join([commands[export], _as_printed(commands[submit], url)]), env)
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, head.said(submitted)
     (job,) = set(re.findall(r"raysubmit_\w+", submitted.stdout + submitted.stderr))
     logs, status = (next(c for c in commands if c.startswith(f"ray job {name}"))
                     for name in ("logs", "status"))
     followed = _bash("\n".join([commands[export], _as_printed(logs, url).replace("raysubmit_...", job)]), env)
-    assert followed.returncode == 0 and "the job ran" in followed.stdout, followed.stdout + followed.stderr
+    assert followed.returncode == 0 and "the job ran" in followed.stdout, head.said(followed)
     ended = _bash("\n".join([commands[export], _as_printed(status, url).replace("raysubmit_...", job)]), env)
-    assert re.search(rf"Job '{job}' succeeded", ended.stdout + ended.stderr), ended.stdout + ended.stderr
+    assert re.search(rf"Job '{job}' succeeded", ended.stdout + ended.stderr), head.said(ended)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_client_with_another_token_is_refused(head, tmp_path):
-    url, _, token = head
     other = tmp_path / "home"
     (other / ".ray").mkdir(parents=True)
-    (other / ".ray" / "auth_token").write_text("0" * len(token))
-    done = _bash(f"export RAY_AUTH_MODE=token\nray job list --address {url}", _environment(other))
-    assert done.returncode != 0
-    assert re.search(r"403|[Ii]nvalid", done.stdout + done.stderr), done.stdout + done.stderr
+    (other / ".ray" / "auth_token").write_text("0" * len(head.token))
+    done = _bash(f"export RAY_AUTH_MODE=token\nray job list --address {head.url}", _environment(other))
+    assert done.returncode != 0, head.said(done)
+    assert re.search(r"403|[Ii]nvalid", done.stdout + done.stderr), head.said(done)
