@@ -38,15 +38,27 @@ def boot_id() -> str:
         return f"{socket.gethostname()}@{psutil.boot_time():.0f}"
 
 
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[4026531836]``): containers on one kernel share its boot
+    id but each has a namespace of its own, in which another container's pids mean nothing."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _me() -> dict:
     import psutil
-    return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
-            "started": psutil.Process().create_time(), "token": uuid.uuid4().hex}
+    return {"host": socket.gethostname(), "boot_id": boot_id(), "pid_namespace": pid_namespace(),
+            "pid": os.getpid(), "started": psutil.Process().create_time(), "token": uuid.uuid4().hex}
 
 
 def _same_machine(holder: dict) -> bool:
+    """Whether the holder's pid can be looked up here: the same boot of the same kernel, and the same
+    PID namespace (another container's driver is judged by its lease, as another machine's is)."""
     if "boot_id" in holder:
-        return holder["boot_id"] == boot_id()
+        here = pid_namespace()  # a lock from before namespaces were recorded: judged by boot id alone
+        return holder["boot_id"] == boot_id() and holder.get("pid_namespace", here) == here
     return holder.get("host") == socket.gethostname()  # a lock from before boot ids
 
 

@@ -7,6 +7,7 @@ head or a worker."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,6 +16,19 @@ from conftest import start_moto_server
 POLICIES = Path(__file__).resolve().parents[1] / "cluster" / "iam"
 BUCKET = "disgen-enforced"
 SETUP_REQUESTS = 7  # the bucket; per user: the user, its policy, its access key
+
+
+def as_moto_reads_it(policy: str) -> str:
+    """The policy with moto's name for one S3 action beside AWS's: moto judges a HeadBucket request
+    as the action ``s3:HeadBucket``, which does not exist in IAM; AWS authorises HeadBucket by
+    ``s3:ListBucket`` (the HeadBucket API reference, "Permissions"). So wherever the policy allows
+    ``s3:ListBucket``, moto is told to allow ``s3:HeadBucket`` too: the same permission, as AWS reads it."""
+    document = json.loads(policy)
+    for statement in document["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Effect"] == "Allow" and "s3:ListBucket" in actions:
+            statement["Action"] = [*actions, "s3:HeadBucket"]
+    return json.dumps(document)
 
 
 class EnforcedS3:
@@ -31,7 +45,8 @@ class EnforcedS3:
         self.keys = {}
         for role in ("head", "worker"):
             iam.create_user(UserName=role)
-            policy = (POLICIES / f"{role}-policy.json").read_text().replace("DISGEN_BUCKET", BUCKET)
+            shipped = (POLICIES / f"{role}-policy.json").read_text().replace("DISGEN_BUCKET", BUCKET)
+            policy = as_moto_reads_it(shipped)
             iam.put_user_policy(UserName=role, PolicyName=f"disgen-{role}", PolicyDocument=policy)
             key = iam.create_access_key(UserName=role)["AccessKey"]
             self.keys[role] = (key["AccessKeyId"], key["SecretAccessKey"])

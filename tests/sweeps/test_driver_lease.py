@@ -266,3 +266,43 @@ def test_a_driver_past_its_deadline_or_its_lease_writes_no_result(store, monkeyp
         assert read_results(store.url, TRIALS_FILE)["trial_key"].tolist() == ["a"]
     finally:
         lock.release()
+
+
+HOLD_IN_A_CONTAINER = """
+import sys, time
+from sweeps.lock import ExperimentLock
+
+lock = ExperimentLock(sys.argv[1])
+lock.acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_live_driver_in_another_container_on_this_kernel_is_judged_by_its_lease(tmp_path):
+    """Containers on one kernel share its boot id; each has its own PID namespace, where the other's
+    pid names another process or none. A live driver there is not taken for a dead one here."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux's unshare")
+    url = str(tmp_path / "exp")
+    # the driver in a PID namespace of its own, with its own /proc, as in another container: its pid
+    # there is 1 or 2, which here is another process
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                               HOLD_IN_A_CONTAINER, url],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline()
+        if line.strip() != "held":
+            pytest.skip(f"cannot make a PID namespace here (unshare --pid): {holder.stderr.read()[-500:]}")
+        record = ExperimentLock(url).read()
+        assert record["boot_id"] == lock_module.boot_id()  # the same kernel ...
+        assert record["pid_namespace"] != lock_module.pid_namespace()  # ... another container
+        with pytest.raises(UsageError, match="its lease runs out in"):
+            ExperimentLock(url).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
