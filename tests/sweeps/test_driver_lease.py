@@ -291,8 +291,9 @@ def test_a_live_driver_in_another_container_on_this_kernel_is_judged_by_its_leas
     url = str(tmp_path / "exp")
     # the driver in a PID namespace of its own, with its own /proc, as in another container: its pid
     # there is 1 or 2, which here is another process
-    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-                               HOLD_IN_A_CONTAINER, url],
+    # (--kill-child: the driver ends with unshare, which the test kills)
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                               sys.executable, "-c", HOLD_IN_A_CONTAINER, url],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = holder.stdout.readline()
