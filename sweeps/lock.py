@@ -25,7 +25,24 @@ from sweeps.errors import UsageError
 
 LOCK_FILE = "driver.lock"
 LEASE_S = 120.0  # a lock not renewed for this long (by the store's clock) is stale
-RENEW_S = 30.0  # how often the driver renews it
+RENEW_S = 30.0  # how often the driver renews it: a quarter of the lease
+LEASE_VARIABLE = "DISGEN_LEASE_SECONDS"  # another lease (seconds), for every driver of the experiment
+
+
+def lease_seconds() -> float:
+    """The lease: ``$DISGEN_LEASE_SECONDS`` where set (every driver of an experiment must use the same),
+    else ``LEASE_S``."""
+    text = os.environ.get(LEASE_VARIABLE)
+    if not text:
+        return LEASE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 8 <= value <= 86400:
+        raise UsageError(f"${LEASE_VARIABLE}={text!r}: give the driver lock's lease in seconds, from 8 to "
+                         f"86400 (the default is {LEASE_S:.0f}), or unset it")
+    return value
 
 
 def boot_id() -> str:
@@ -91,8 +108,8 @@ class ExperimentLock:
                  on_lost: Callable[[str], None] | None = None):
         self.experiment_dir = experiment_dir
         self.path = storage.join(experiment_dir, LOCK_FILE)
-        self.lease_s = LEASE_S if lease_s is None else lease_s
-        self.renew_s = RENEW_S if renew_s is None else renew_s
+        self.lease_s = lease_seconds() if lease_s is None else lease_s
+        self.renew_s = self.lease_s * RENEW_S / LEASE_S if renew_s is None else renew_s
         self.on_lost = on_lost
         self.record: dict | None = None
         self.lost: str | None = None

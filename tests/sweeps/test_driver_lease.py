@@ -307,3 +307,13 @@ def test_a_live_driver_in_another_container_on_this_kernel_is_judged_by_its_leas
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_lease_is_set_by_its_variable_and_a_bad_value_is_refused_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISGEN_LEASE_SECONDS", "20")
+    lock = ExperimentLock(str(tmp_path / "exp"))
+    assert (lock.lease_s, lock.renew_s) == (20.0, 5.0)
+    for bad in ["2", "ten", "1e9", "nan"]:
+        monkeypatch.setenv("DISGEN_LEASE_SECONDS", bad)
+        with pytest.raises(UsageError, match=rf"\$DISGEN_LEASE_SECONDS='{bad}': .* from 8 to 86400"):
+            ExperimentLock(str(tmp_path / "exp"))
