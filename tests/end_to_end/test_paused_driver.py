@@ -4,9 +4,10 @@ nothing of disgen's records (results, parts, plan, lock) and exits as a Ctrl-C d
 trial's row and history are readable once, none lost, none duplicated.
 
 The first driver runs in a PID namespace of its own (``unshare --pid``; its /proc stays this
-machine's, which Ray's client needs), as another container on this kernel would: so the second judges its lock by its lease (by the store's clock), as it would
-judge a driver on another machine. The lease is 16 s here (``DISGEN_LEASE_SECONDS``) so that the
-test waits seconds, not minutes.
+machine's, which Ray's client needs), as another container on this kernel would: so the second
+judges its lock by its lease (by the store's clock), as it would judge a driver on another
+machine. The lease is 16 s here (``DISGEN_LEASE_SECONDS``) so that the test waits seconds, not
+minutes.
 
 What this run shows is the whole story, not the fence alone: the woken driver's lease thread finds
 the lock gone and stops the sweep before its Tune loop has a result to store, so with the fence
