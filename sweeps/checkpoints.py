@@ -4,7 +4,9 @@
 the trainer's state (on the device's host, the only pause the training sees) and one background
 thread writes it, one file per model (``models.checkpoint``), straight into the trial's folder on
 storage as ``training_checkpoint_<step>``, sealed last (``SEAL``); the next checkpoint waits for the
-previous one. The newest two are kept. The trial's progress reports carry no checkpoint, so Tune
+previous one. The newest two sealed ones are kept (one without a seal, which a zombie worker of the
+trial may still be writing, is left until the trial's end). The trial's progress reports carry no
+checkpoint, so Tune
 neither uploads one while the GPU waits nor deletes one. **The final checkpoint** (the trained
 weights, one file per model, so that an evaluation task reads its own member's file) goes with the
 trial's final report, and Tune copies it into the trial's folder (``trial_folder``); once the driver
@@ -321,8 +323,10 @@ class CheckpointWriter:
         self._prune()
 
     def _prune(self) -> None:
-        # the trial's own folder (by its whole key): one there without a seal is its own, half written
-        remove_training_checkpoints(self.filesystem, self.folder, self.members, keep=self.kept, unsealed=True)
+        # this trial's sealed checkpoints but the newest kept; never an unsealed one, which may be
+        # another attempt's being written (a zombie worker of this trial that Tune gave up on): the
+        # trial's clean-up once its final checkpoint is stored removes those (sweeps.results)
+        remove_training_checkpoints(self.filesystem, self.folder, self.members, keep=self.kept)
 
 
 def remove_training_checkpoints(filesystem, folder: str, members: Sequence[TrialConfig], keep=(),

@@ -122,16 +122,23 @@ def test_an_old_experiments_shared_short_folder_still_resumes_each_trial_and_is_
     assert resumed(a, where) is None
 
 
-def test_pruning_leaves_a_checkpoint_sealed_for_another_trial(tmp_path):
+def test_pruning_leaves_another_trials_checkpoint_and_one_being_written(tmp_path):
     a, b = colliding()
     folder = tmp_path / "trial"
     old_checkpoint(folder / f"{TRAINING_PREFIX}{5:010d}", b, 5, 9.0)
-    (folder / f"{TRAINING_PREFIX}{7:010d}").mkdir()  # half written, unsealed: its own folder's
+    # unsealed: half written by an attempt that crashed, or being written now by a zombie worker of
+    # this trial (Tune gave up on it and started another): pruning leaves both
+    for step in (7, 40):
+        (folder / f"{TRAINING_PREFIX}{step:010d}").mkdir(parents=True)
+        (folder / f"{TRAINING_PREFIX}{step:010d}" / "member-0.pt").write_bytes(b"being written")
     writer = CheckpointWriter(LOCAL, str(folder), a)
     for step in (10, 20, 30):
         writer.save(state(step, step), histories(step))
     writer.close()
-    assert sorted(os.listdir(folder)) == [f"{TRAINING_PREFIX}{s:010d}" for s in (5, 20, 30)]
+    assert sorted(os.listdir(folder)) == [f"{TRAINING_PREFIX}{s:010d}" for s in (5, 7, 20, 30, 40)]
+    # the trial's clean-up once its final checkpoint is stored takes its own, sealed or not
+    remove_training_checkpoints(LOCAL, str(folder), a, unsealed=True)
+    assert os.listdir(folder) == [f"{TRAINING_PREFIX}{5:010d}"]
 
 
 def test_a_checkpoint_in_the_shared_tune_folder_counts_only_sealed_for_the_trial_and_whole(tmp_path):

@@ -93,17 +93,20 @@ def test_the_newest_two_are_kept_the_one_resumed_from_until_two_newer(tmp_path):
     first = CheckpointWriter(LOCAL, str(tmp_path), members)
     first.save(pack_state(10, 2), histories(10, 2))
     first.close()
-    resumed_from = str(tmp_path / folders(tmp_path)[0])
-    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{10:010d}"]  # the stale one pruned
+    resumed_from = str(tmp_path / f"{TRAINING_PREFIX}{10:010d}")
+    # the unsealed one stays while the trial trains (it may be a zombie worker's, being written)
+    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (10, 90)]
 
     writer = CheckpointWriter(LOCAL, str(tmp_path), members, resumed_from=resumed_from)
     writer.save(pack_state(20, 2), histories(20, 2))
     writer.wait()
-    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (10, 20)]
+    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (10, 20, 90)]
     writer.save(pack_state(30, 2), histories(30, 2))
     writer.close()
-    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (20, 30)]
+    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{s:010d}" for s in (20, 30, 90)]
     checkpoints.remove_training_checkpoints(LOCAL, str(tmp_path), members)
+    assert folders(tmp_path) == [f"{TRAINING_PREFIX}{90:010d}"]
+    checkpoints.remove_training_checkpoints(LOCAL, str(tmp_path), members, unsealed=True)  # the end
     assert folders(tmp_path) == []
 
 
