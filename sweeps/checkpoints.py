@@ -6,11 +6,11 @@ thread writes it, one file per model (``models.checkpoint``), straight into the 
 storage as ``training_checkpoint_<step>``, sealed last (``SEAL``); the next checkpoint waits for the
 previous one. The newest two sealed ones are kept (one without a seal, which a zombie worker of the
 trial may still be writing, is left until the trial's end). The trial's progress reports carry no
-checkpoint, so Tune neither uploads one while the GPU waits nor deletes one. **The final checkpoint** (the trained
-weights, one file per model, so that an evaluation task reads its own member's file) goes with the
-trial's final report, and Tune copies it into the trial's folder (``trial_folder``); once the driver
-has it (``sweeps.results.ResultsWriter``), the trial's in-training checkpoints are removed
-(``remove_training_checkpoints``).
+checkpoint, so Tune neither uploads one while the GPU waits nor deletes one. **The final
+checkpoint** (the trained weights, one file per model, so that an evaluation task reads its own
+member's file) goes with the trial's final report, and Tune copies it into the trial's folder
+(``trial_folder``); once the driver has it (``sweeps.results.ResultsWriter``), the trial's
+in-training checkpoints are removed (``remove_training_checkpoints``).
 
 A trial that starts again (a failed worker that Tune retries, a lost node, a resumed driver's new
 Tune run) goes on from the newest complete checkpoint on storage (``newest_checkpoint``): its

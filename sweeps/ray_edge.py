@@ -411,7 +411,8 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
             name=run.name, storage_path=run.storage,
             callbacks=[events, *run.callbacks, JsonLoggerCallback(), CSVLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=run.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            # no num_to_keep: each Tune trial reports one checkpoint, its final one, and num_to_keep
+            # would make Tune upload its whole state after every trial's (_state_uploads)
             sync_config=tune.SyncConfig(sync_artifacts=run.sync_artifacts),
             verbose=1 if run.verbose else 0))
 
@@ -419,8 +420,29 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
 def fit(run: TuneRun, listeners: Sequence, stop: StopSignal) -> int:
     """Run ``run`` as a new Tune run, its events handed to ``listeners``, stopped by ``stop``; the
     number of trials that failed. Tune's output is disgen's console's unless ``run.verbose``."""
-    with TuneOutput(run.verbose, stop):
+    with TuneOutput(run.verbose, stop), _state_uploads(run.storage):
         return _tuner(run, Events(listeners, stop)).fit().num_errors
+
+
+STATE_UPLOADS = "TUNE_GLOBAL_CHECKPOINT_S"
+STATE_UPLOAD_S = 900
+
+
+@contextlib.contextmanager
+def _state_uploads(storage: str) -> Iterator[None]:
+    """Tune saves its experiment state every 10 s or more and uploads its whole staging folder each
+    time, unchanged files included: on an object store a new version of every trial's
+    ``result.json``, ``progress.csv`` and params, kept 30 days by the bucket's rule. disgen reads
+    none of it back (its results are its own), so on remote storage Tune uploads it every 15 minutes
+    and at the end (``$TUNE_GLOBAL_CHECKPOINT_S``, unless the user set it)."""
+    if "://" not in storage or STATE_UPLOADS in os.environ:
+        yield
+        return
+    os.environ[STATE_UPLOADS] = str(STATE_UPLOAD_S)
+    try:
+        yield
+    finally:
+        os.environ.pop(STATE_UPLOADS, None)
 
 
 # -- output ----------------------------------------------------------------------------------------
