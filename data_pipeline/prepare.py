@@ -144,11 +144,13 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
     not redone.
 
     Unless this process is already connected to Ray, it calls ``ray.init(address)``: None joins
-    the machine's running cluster if there is one, else starts one with ``num_cpus``; ``"local"``
-    always starts a fresh one. That connection is closed (a Ray it started, stopped) when the build
-    ends, whole or not. A generator's shards spread over the cluster; a real file is read,
-    converted and written on the driver's node (its read tasks are pinned there, and Ray Data
-    fuses the three steps into one task per shard).
+    ``$RAY_ADDRESS`` where set, else starts a fresh local Ray with ``num_cpus`` (as ``"local"``
+    does), even where another Ray runs on this machine (a test's, another user's: joining it would
+    put the build on that cluster's resources); ``"auto"`` joins the machine's running cluster. That
+    connection is closed (a Ray it started, stopped) when the build ends, whole or not. A
+    generator's shards spread over the cluster; a real file is read, converted and written on the
+    driver's node (its read tasks are pinned there, and Ray Data fuses the three steps into one task
+    per shard).
     """
     if from_file is not None:
         from data_pipeline import conversion
@@ -180,6 +182,7 @@ def prepare(dataset: str, out: str, n_images: int | None = None, reduced: bool =
 
     started = not ray.is_initialized()
     if started:  # a Ray of its own: stopped when the build ends, as the process's other work goes on
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         start = time.perf_counter()
@@ -437,8 +440,8 @@ def build_parser() -> Parser:
     parser.add_argument("--seed", type=whole_number(0), default=0)
     parser.add_argument("--num-cpus", type=whole_number(1), default=None)
     parser.add_argument("--address", default=None,
-                        help="Ray address: a cluster's, or 'local' for a fresh local Ray "
-                             "(default: the running cluster if any, else a new local one)")
+                        help="Ray address: a cluster's, 'auto' for the cluster running on this machine, "
+                             "or 'local' (default, unless $RAY_ADDRESS is set): a fresh local Ray")
     parser.add_argument("--single-process", action="store_true", help="no Ray: one process")
     parser.add_argument("--from-file", default=None, metavar="FILE",
                         help="convert this downloaded real file (or labelled .npz/.h5) into the prepared "

@@ -182,8 +182,19 @@ def two_trial_grid(tmp_path):
     return path
 
 
+# The end-to-end tests run whole sweeps on real Ray: each gets this long before pytest-timeout fails
+# it, unless it names its own limit. The suite's 300 s (pyproject.toml) guards a unit test against a
+# hang; a sweep's test takes 1-3 minutes on a quiet 2-core machine and two or three times that beside
+# a busy process or the other xdist worker's sweeps. A limit is a hang guard, never a test of speed.
+SWEEP_TIMEOUT_S = 900
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need a CUDA device: skipped without one, the reason in the summary (-ra)."""
+    """Tests marked ``gpu`` need a CUDA device: skipped without one, the reason in the summary (-ra).
+    Tests in tests/end_to_end get ``SWEEP_TIMEOUT_S`` where they name no timeout of their own."""
+    for item in items:
+        if item.nodeid.startswith("tests/end_to_end/") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SWEEP_TIMEOUT_S))
     import torch
 
     if torch.cuda.is_available():

@@ -5,6 +5,7 @@ formats, the 3DShapes one chunked like the real file (many images per chunk, 4×
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -145,19 +146,26 @@ def test_prepare_from_file_on_the_command_line(tmp_path, capsys, shapes3d_file):
 
 @pytest.mark.slow
 def test_prepare_stops_the_ray_it_started(tmp_path, shapes3d_file):
-    """In a process not connected to Ray, ``prepare`` starts one and stops it when the build ends,
-    so the process's next ``ray.init`` works. A fresh process: this test's own process may already be
-    connected, depending on which tests ran before it."""
+    """In a process not connected to Ray, ``prepare`` starts one of its own and stops it when the
+    build ends, so the process's next ``ray.init`` works. Its own even where another Ray runs on the
+    machine (another test's: a multi-node test's head has no CPU, and a build that joined it waited
+    for one): without --address or $RAY_ADDRESS, a fresh local Ray. A fresh process: this test's own
+    process may already be connected, depending on which tests ran before it."""
     script = (
         "import sys, ray\n"
         "from data_pipeline.prepare import main\n"
         "assert not ray.is_initialized()\n"
+        "init, asked = ray.init, []\n"
+        "ray.init = lambda **options: asked.append(options['address']) or init(**options)\n"
         "main(['shapes3d', '--from-file', sys.argv[1], '--out', sys.argv[2]])\n"
-        "print('after the build, Ray is', 'up' if ray.is_initialized() else 'down')\n")
+        "print('after the build, Ray is', 'up' if ray.is_initialized() else 'down')\n"
+        "print('Ray asked for:', asked)\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-c", script, str(shapes3d_file), str(tmp_path / "ra")],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "after the build, Ray is down" in done.stdout
+    assert "Ray asked for: ['local']" in done.stdout, done.stdout
     assert json.loads((tmp_path / "ra" / "manifest.json").read_text())["n_images"] == N_SHAPES
 
 
