@@ -60,6 +60,8 @@ def moto_server() -> tuple[subprocess.Popen, str]:
 
 def kind(key: str) -> str:
     name = key.rsplit("/", 1)[-1]
+    if key.endswith("/"):
+        return "folder markers (empty keys ending in /)"
     if key.startswith("checkpoints/"):
         return "checkpoints/ (in-training checkpoints, kept 1 day)"
     if "/results-parts/" in key or "/errors-parts/" in key or name in (
@@ -70,10 +72,12 @@ def kind(key: str) -> str:
     if "/checkpoint_" in key:
         return "final checkpoints (Tune's trial folders)"
     if name.startswith(("experiment_state", "basic-variant-state", "search_gen_state", "tuner.pkl",
-                        "trainable.pkl")):
+                        "trainable.pkl", ".validate_storage_marker")):
         return "Tune's experiment state (driver)"
     if name in ("result.json", "progress.csv", "params.json", "params.pkl"):
         return "Tune's trial records (driver)"
+    if name.startswith(".disgen-write-test"):
+        return "disgen's records (parts, tables, plan, lock)"  # the start's check that it can write
     return "other: " + name
 
 
