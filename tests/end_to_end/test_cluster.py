@@ -182,7 +182,7 @@ def test_a_dataset_too_big_for_the_node_cache_fails_its_models_once_without_a_re
     env = {**os.environ, "DISGEN_CACHE": str(cache), "DISGEN_CACHE_LIMIT": "1M"}
     env.pop("RAY_ADDRESS", None)
     done = subprocess.run([sys.executable, "-m", "sweeps.paper_grid", *argv], capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=600, env=env)
     # its model failed, as a diverged pack member does; no Tune trial crashed (the exit code counts those)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "FAILED blank_side-b4-s0-" in done.stdout and "NodeCacheFull" in done.stdout

@@ -140,7 +140,7 @@ def test_a_process_on_a_worker_node_may_not_write_what_the_driver_writes(box, tm
     script.write_text(WORKER_WRITES.format(bucket=BUCKET))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # the node's own key only
     done = subprocess.run([sys.executable, str(script), address, json.dumps(denied + allowed)], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     node, said = json.loads(done.stdout.strip().splitlines()[-1])
     assert node in worker_nodes

@@ -73,7 +73,7 @@ def test_tiny_sweep_writes_parquet_and_tensorboard_and_resume_reruns_nothing(ray
     # As a user runs it, joining a running cluster (the tests' own) through $RAY_ADDRESS.
     address = ray_session.get_runtime_context().gcs_address
     done = subprocess.run([sys.executable, "-m", "sweeps.paper_grid", *argv], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": address})
+                          text=True, timeout=600, env={**os.environ, "RAY_ADDRESS": address})
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
     assert "4 of 4 trials finished" in done.stdout

@@ -127,7 +127,7 @@ def test_gpu_trials_train_while_cpu_tasks_evaluate_and_a_killed_driver_loses_no_
         checkpoint_signals.release_all()
         with checkpoint_signals.releasing() as released:
             resumed = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True,
-                                     timeout=400)
+                                     timeout=600)
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     finally:
         cluster.shutdown()

@@ -55,7 +55,7 @@ def test_a_driver_killed_inside_an_extension_resumes_with_no_model_trained_twice
                                                driver.running)
         os.kill(pid, signal.SIGKILL)
         with checkpoint_signals.releasing():
-            driver.process.wait(timeout=300)
+            driver.process.wait(timeout=600)
     finally:
         if driver.running():
             driver.kill()

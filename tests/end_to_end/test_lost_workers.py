@@ -51,13 +51,13 @@ def kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals, grid_text, *op
     assert trial_actor_pid() == pid  # the actor Ray knows is the one waiting at the checkpoint
     os.kill(pid, signal.SIGKILL)
     with checkpoint_signals.releasing():
-        out, _ = driver.communicate(timeout=300)
+        out, _ = driver.communicate(timeout=600)
     assert driver.returncode == 0, out[-3000:]
     return results(tmp_path / "exp"), results(tmp_path / "reference"), trial_dir_of(name), out
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_killed_trial_worker_resumes_from_its_checkpoint_to_the_uninterrupted_loss(
         ray_session, tmp_path, checkpoint_signals):
     resumed, reference, trial_dir, _ = kill_at_checkpoint(ray_session, tmp_path, checkpoint_signals,
@@ -76,7 +76,7 @@ def test_a_killed_trial_worker_resumes_from_its_checkpoint_to_the_uninterrupted_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_killed_pack_worker_resumes_every_member_from_the_packs_checkpoint(
         ray_session, tmp_path, checkpoint_signals):
     two_trials = ONE_TRIAL_GRID.replace("beta: 1.0,", "").replace(

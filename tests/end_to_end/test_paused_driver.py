@@ -88,7 +88,7 @@ def test_a_driver_paused_past_its_lease_writes_nothing_once_another_took_over(
 
         # 3. The first wakes: past its deadline, it stops as a Ctrl-C stops it and writes nothing
         os.killpg(first.process.pid, signal.SIGCONT)
-        first.process.wait(timeout=300)
+        first.process.wait(timeout=600)
     finally:
         if first.running():
             os.killpg(first.process.pid, signal.SIGCONT)

@@ -175,7 +175,7 @@ def test_a_crash_between_the_two_writes_shows_no_half_trial_and_the_resume_opens
     args = ["--grid", str(grid), "--scale", "tiny", "--storage-path", str(tmp_path), "--name", "exp",
             "--max-concurrent-trials", "1", "--max-failures", "0"]
     crashed = subprocess.run([sys.executable, "-c", CRASH_BETWEEN_THE_WRITES, *args],
-                             env=ray_env(ray_session), capture_output=True, text=True, timeout=300)
+                             env=ray_env(ray_session), capture_output=True, text=True, timeout=600)
     assert crashed.returncode == 3, crashed.stdout[-3000:] + crashed.stderr[-3000:]
     experiment = tmp_path / "exp"
     # the history landed, the trials row did not

@@ -37,7 +37,7 @@ def test_a_sweep_writes_its_results_to_s3(s3_server, tmp_path, two_trial_grid):
     argv = [sys.executable, "-m", "sweeps.paper_grid", "--grid", str(two_trial_grid), "--scale", "tiny",
             "--storage-path", "s3://disgen-test/runs", "--name", "exp", "--address", "local",
             "--max-concurrent-trials", "2"]
-    done = subprocess.run(argv, env={**os.environ, **s3_server}, capture_output=True, text=True, timeout=400,
+    done = subprocess.run(argv, env={**os.environ, **s3_server}, capture_output=True, text=True, timeout=600,
                           cwd=tmp_path)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     assert "2 of 2 trials finished" in done.stdout
@@ -76,7 +76,7 @@ scales:
 
 def _run(argv, environment, cwd):
     done = subprocess.run([sys.executable, "-m", *argv], env=environment, capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=600, cwd=cwd)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     return done.stdout
 
