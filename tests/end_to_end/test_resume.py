@@ -95,7 +95,7 @@ def test_a_driver_killed_after_one_finished_trial_resumes_to_the_uninterrupted_r
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_retried_trial_then_a_sigterm_and_the_resume_finishes_every_model_once(
         ray_session, tmp_path, checkpoint_signals):
     # SIGTERM, what `ray job stop` sends; Ctrl-C takes the same path (sweeps.ray_edge.bridge_signals,

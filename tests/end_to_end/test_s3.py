@@ -82,7 +82,7 @@ def _run(argv, environment, cwd):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tmp_path):
     import boto3
 
