@@ -402,6 +402,10 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
     name = lambda trial: run.trial_name(trial.config)  # disgen's model or pack name
     trainable = tune.with_resources(tune.with_parameters(_run_trial, run_info=run.run_info),
                                     {"cpu": run.cpus, "gpu": run.gpus})
+    # Tune's per-trial records (result.json, progress.csv, params): beside the trials on a folder; on
+    # remote storage none, since every save of Tune's state uploads every one of them again (a new
+    # version of each, kept 30 days) and history.parquet holds the same numbers
+    records = () if "://" in run.storage else (JsonLoggerCallback(), CSVLoggerCallback())
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=run.max_concurrent,
@@ -409,7 +413,7 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
                                     num_samples=samples, scheduler=_asha(run.asha_steps)),
         run_config=tune.RunConfig(
             name=run.name, storage_path=run.storage,
-            callbacks=[events, *run.callbacks, JsonLoggerCallback(), CSVLoggerCallback()],
+            callbacks=[events, *run.callbacks, *records],
             failure_config=tune.FailureConfig(max_failures=run.max_failures),
             # no num_to_keep: each Tune trial reports one checkpoint, its final one, and num_to_keep
             # would make Tune upload its whole state after every trial's (_state_uploads)

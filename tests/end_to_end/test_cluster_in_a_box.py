@@ -91,6 +91,8 @@ def test_a_tiny_grid_finishes_with_every_trials_writes_under_the_worker_policy(b
     assert not [k for k in experiment if k.rsplit("/", 1)[-1].startswith("error")], experiment
     assert [k for k in experiment if "tfevents" in k]  # TensorBoard files, uploaded by the workers
     assert any(k.startswith("checkpoints/") for k in keys)  # checkpoints and seals, by the workers
+    # Tune's per-trial records stay off the bucket: each save of Tune's state would upload them all again
+    assert not [k for k in experiment if k.endswith(("/result.json", "/progress.csv", "/params.json"))]
 
 
 def test_a_tiny_optuna_search_finishes_under_the_worker_policy(box, tmp_path, monkeypatch):
