@@ -6,7 +6,7 @@ trial's row and history are readable once, none lost, none duplicated.
 The first driver runs in a PID namespace of its own (``unshare --pid``; its /proc stays this
 machine's, which Ray's client needs), as another container on this kernel would: so the second
 judges its lock by its lease (by the store's clock), as it would judge a driver on another
-machine. The lease is 16 s here (``DISGEN_LEASE_SECONDS``) so that the test waits seconds, not
+machine. The lease is 30 s here (``DISGEN_LEASE_SECONDS``) so that the test waits seconds, not
 minutes.
 
 What this run shows is the whole story, not the fence alone: the woken driver's lease thread finds
@@ -25,7 +25,7 @@ import time
 import pytest
 from sweep_runs import TWO_SHORT_TRIALS, Driver, ray_env, results, sweep_argv, wait_for
 
-LEASE = 16
+LEASE = 30  # renewals every 7.5 s: a late renewal under load must not stop the second driver
 
 # disgen's own records in an experiment folder (Tune's files and the trials' folders are not them)
 RECORDS = ("trials.parquet", "history.parquet", "plan.json", "driver.lock", "errors.jsonl")
