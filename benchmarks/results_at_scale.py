@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -123,21 +122,9 @@ def run_store(store: str, experiment_dir: str, n: int, limit_s: float) -> str:
 
 
 def _moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.2)
-    endpoint = f"http://127.0.0.1:{port}"
+    import moto_server
+
+    server, endpoint = moto_server.start()
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})
     import boto3

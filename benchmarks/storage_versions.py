@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import moto_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "disgen-versions"
@@ -38,24 +39,6 @@ axes:
 scales:
   tiny: {{steps: {steps}}}
 """
-
-
-def moto_server() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server, f"http://127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline:
-                server.terminate()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.2)
 
 
 def kind(key: str) -> str:
@@ -90,7 +73,7 @@ def main() -> int:
     import boto3
     from create_bucket import create_bucket
 
-    server, endpoint = moto_server()
+    server, endpoint = moto_server.start()
     env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
     env.pop("RAY_ADDRESS", None)
