@@ -33,14 +33,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we write TensorBoard ourselves
-# Short trials checkpoint often; Tune's warning about frequent experiment snapshots is noise here.
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 # A search metric such as test_nll comes only with a trial's final report, not with its progress.
 os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
+from analysis.storage import is_remote  # noqa: E402
 from sweeps.errors import StopSignal, Terminated, UsageError  # noqa: E402
 from sweeps.search import Grid, Sampled  # noqa: E402
 
@@ -405,7 +404,7 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
     # Tune's per-trial records (result.json, progress.csv, params): beside the trials on a folder; on
     # remote storage none, since every save of Tune's state uploads every one of them again (a new
     # version of each, kept 30 days) and history.parquet holds the same numbers
-    records = () if "://" in run.storage else (JsonLoggerCallback(), CSVLoggerCallback())
+    records = () if is_remote(run.storage) else (JsonLoggerCallback(), CSVLoggerCallback())
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=run.max_concurrent,
@@ -435,11 +434,11 @@ STATE_UPLOAD_S = 900
 @contextlib.contextmanager
 def _state_uploads(storage: str) -> Iterator[None]:
     """Tune saves its experiment state every 10 s or more and uploads its whole staging folder each
-    time, unchanged files included: on an object store a new version of every trial's
-    ``result.json``, ``progress.csv`` and params, kept 30 days by the bucket's rule. disgen reads
-    none of it back (its results are its own), so on remote storage Tune uploads it every 15 minutes
-    and at the end (``$TUNE_GLOBAL_CHECKPOINT_S``, unless the user set it)."""
-    if "://" not in storage or STATE_UPLOADS in os.environ:
+    time, unchanged files included: on an object store a new version of each of its files and of
+    each folder's key, kept 30 days by the bucket's rule. disgen reads none of it back (its results
+    are its own), so on remote storage Tune uploads it every 15 minutes and at the end
+    (``$TUNE_GLOBAL_CHECKPOINT_S``, unless the user set it)."""
+    if not is_remote(storage) or STATE_UPLOADS in os.environ:
         yield
         return
     os.environ[STATE_UPLOADS] = str(STATE_UPLOAD_S)

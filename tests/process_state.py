@@ -39,11 +39,10 @@ _TORCH = {
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Variables set by their owners, the same whichever test comes first, so never a test's leak: pytest
 # per phase; torch's compiler (its cache folder); scikit-learn on import (OpenMP's); Ray on import and on
-# ray.init; sweeps.tuner on import (its Tune settings, os.environ.setdefault)
+# ray.init; sweeps.ray_edge on import (its Tune settings, os.environ.setdefault)
 _NOT_A_TESTS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
                 "RAY_CLIENT_MODE", "PYTHONBREAKPOINT",
-                "RAY_USAGE_STATS_ENABLED", "TUNE_DISABLE_STRICT_METRIC_CHECKING",
-                "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"}
+                "RAY_USAGE_STATS_ENABLED", "TUNE_DISABLE_STRICT_METRIC_CHECKING"}
 
 
 def torch_flags() -> dict:
