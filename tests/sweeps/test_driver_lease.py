@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -282,10 +285,6 @@ time.sleep(120)
 def test_a_live_driver_in_another_container_on_this_kernel_is_judged_by_its_lease(tmp_path):
     """Containers on one kernel share its boot id; each has its own PID namespace, where the other's
     pid names another process or none. A live driver there is not taken for a dead one here."""
-    import shutil
-    import subprocess
-    import sys
-
     if shutil.which("unshare") is None:
         pytest.skip("needs util-linux's unshare")
     url = str(tmp_path / "exp")
