@@ -129,7 +129,7 @@ def _moto() -> tuple[subprocess.Popen, str]:
                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="disgen-bench")
+    boto3.session.Session().client("s3", endpoint_url=endpoint).create_bucket(Bucket="disgen-bench")
     return server, "s3://disgen-bench/results/d21"
 
 

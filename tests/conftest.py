@@ -127,7 +127,7 @@ def s3_server(monkeypatch):
             monkeypatch.setenv(name, value)
         import boto3
 
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=S3_BUCKET)
+        boto3.session.Session().client("s3", endpoint_url=endpoint).create_bucket(Bucket=S3_BUCKET)
         yield environment
     finally:
         server.terminate()

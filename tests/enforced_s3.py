@@ -40,8 +40,8 @@ class EnforcedS3:
 
         setup = dict(endpoint_url=self.endpoint, aws_access_key_id="setup", aws_secret_access_key="setup",
                      region_name="us-east-1")
-        boto3.client("s3", **setup).create_bucket(Bucket=BUCKET)
-        iam = boto3.client("iam", **setup)
+        boto3.session.Session().client("s3", **setup).create_bucket(Bucket=BUCKET)
+        iam = boto3.session.Session().client("iam", **setup)
         self.keys = {}
         for role in ("head", "worker"):
             iam.create_user(UserName=role)

@@ -65,11 +65,21 @@ def ray_is_up() -> bool:
     return bool(ray is not None and getattr(ray, "is_initialized", lambda: False)())
 
 
+def boto3_default_session():
+    """boto3's module-wide session, which ``boto3.client(...)`` makes on first use and keeps: it
+    resolves the ``AWS_*`` credentials once, so every later ``boto3.client`` in the process signs
+    with the first test's keys whatever its own environment says (an enforcing S3 server then answers
+    InvalidAccessKeyId). A test makes its clients from a ``boto3.session.Session()`` of its own."""
+    boto3 = sys.modules.get("boto3")
+    return getattr(boto3, "DEFAULT_SESSION", None)
+
+
 def snapshot() -> dict:
     """The state compared around each test."""
     environment = {k: v for k, v in os.environ.items() if k not in _NOT_A_TESTS}
     return {"torch": torch_flags(), "environment": environment, "cwd": os.getcwd(),
-            "signals": {s: signal.getsignal(s) for s in _SIGNALS}, "ray": ray_is_up()}
+            "signals": {s: signal.getsignal(s) for s in _SIGNALS}, "ray": ray_is_up(),
+            "boto3": boto3_default_session()}
 
 
 def changes(before: dict, after: dict, *, may_start_ray: bool) -> list[str]:
@@ -86,6 +96,9 @@ def changes(before: dict, after: dict, *, may_start_ray: bool) -> list[str]:
         out.append(f"working directory: {before['cwd']} -> {after['cwd']}")
     out += [f"the {signal.Signals(s).name} handler replaced by {after['signals'][s]!r}" for s in _SIGNALS
             if after["signals"][s] != before["signals"][s] and not _rays_own(after["signals"][s])]
+    if after["boto3"] is not before["boto3"]:
+        out.append("boto3's default session made (boto3.client(...)): it keeps the AWS keys it first "
+                   "read for every later client in the process; use boto3.session.Session().client(...)")
     if before["ray"] and not after["ray"]:
         out.append("Ray stopped (ray.shutdown) where it was running: later tests lose the session's Ray")
     if after["ray"] and not before["ray"] and not may_start_ray:
@@ -100,8 +113,11 @@ def _rays_own(handler) -> bool:
 
 
 def restore(before: dict) -> None:
-    """Set back what can be set back: torch's switches, the environment, the directory, the handlers."""
+    """Set back what can be set back: torch's switches, the environment, the directory, the handlers,
+    boto3's default session."""
     restore_torch_flags(before["torch"])
+    if "boto3" in sys.modules:
+        sys.modules["boto3"].DEFAULT_SESSION = before["boto3"]
     for name in set(os.environ) - set(before["environment"]) - _NOT_A_TESTS:
         del os.environ[name]
     os.environ.update(before["environment"])

@@ -71,7 +71,7 @@ def stored(box, monkeypatch, name: str) -> tuple[pd.DataFrame, pd.DataFrame, lis
     server = box[0]
     for variable, value in server.env("head").items():
         monkeypatch.setenv(variable, value)
-    s3 = boto3.client("s3", endpoint_url=server.endpoint)
+    s3 = boto3.session.Session().client("s3", endpoint_url=server.endpoint)
     keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
             for o in page.get("Contents", [])]
     uri = f"{STORAGE}/{name}"

@@ -93,7 +93,8 @@ def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tm
     out = _run(["data_pipeline.prepare", "dsprites", "--out", f"{data_dir}/dsprites", "--n-images", "2000",
                 "--rows-per-block", "700", "--num-cpus", "2", "--address", "local"], environment, tmp_path)
     assert "2,000 images in 3 blocks" in out
-    listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="prepared/dsprites/")["Contents"]
+    s3 = boto3.session.Session().client("s3")
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="prepared/dsprites/")["Contents"]
     # every file whole, no temporary left (data_pipeline.prepared.write_whole); pyarrow's S3 move
     # leaves an empty folder marker (the key ending in "/"), which nothing reads
     keys = sorted(item["Key"].rsplit("/", 1)[1] for item in listed if not item["Key"].endswith("/"))
@@ -134,7 +135,7 @@ def test_prepared_on_s3_feeds_a_sweep_that_caches_it_once_per_node(s3_server, tm
     assert np.array_equal(circles.images[np.arange(1024)][:, 0], render("circles", space.all_classes()))
 
     # a block altered on the server is refused by a node that has not cached it yet
-    s3 = boto3.client("s3")
+    s3 = boto3.session.Session().client("s3")
     body = s3.get_object(Bucket=BUCKET, Key="prepared/dsprites/images-000000700.npy")["Body"].read()
     s3.put_object(Bucket=BUCKET, Key="prepared/dsprites/images-000000700.npy", Body=body[:-4] + b"\1\1\1\1")
     with pytest.raises(ValueError, match="images-000000700.npy: sha256 differs"):

@@ -271,7 +271,7 @@ def test_create_profiles_makes_both_profiles_with_the_bucket_filled_in(mocked_aw
     monkeypatch.setenv("DISGEN_BUCKET", "first-bucket")
     assert create_profiles.main([]) == 0
     assert create_profiles.main(["--bucket", "my-lab-disgen"]) == 0  # again: updates in place
-    iam = boto3.client("iam")
+    iam = boto3.session.Session().client("iam")
     for role in ("disgen-head", "disgen-worker"):
         profile = iam.get_instance_profile(InstanceProfileName=role)["InstanceProfile"]
         assert [r["RoleName"] for r in profile["Roles"]] == [role]
@@ -298,7 +298,7 @@ def test_create_bucket_makes_a_versioned_private_bucket_in_the_clusters_region(c
     monkeypatch.setenv("DISGEN_BUCKET", "my-lab-disgen")
     assert create_bucket.main([]) == 0
     assert "created in us-west-2" in capsys.readouterr().out
-    s3 = boto3.client("s3", region_name="us-west-2")
+    s3 = boto3.session.Session().client("s3", region_name="us-west-2")
     region = s3.get_bucket_location(Bucket="my-lab-disgen")["LocationConstraint"]
     assert region == cluster["provider"]["region"]
     assert s3.get_bucket_versioning(Bucket="my-lab-disgen")["Status"] == "Enabled"
@@ -338,7 +338,8 @@ def test_create_bucket_in_us_east_1_and_refusals(mocked_aws, monkeypatch, capsys
     import boto3
 
     assert create_bucket.main(["--bucket", "east-disgen", "--region", "us-east-1"]) == 0
-    assert boto3.client("s3").get_bucket_versioning(Bucket="east-disgen")["Status"] == "Enabled"
+    s3 = boto3.session.Session().client("s3")
+    assert s3.get_bucket_versioning(Bucket="east-disgen")["Status"] == "Enabled"
     monkeypatch.delenv("DISGEN_BUCKET", raising=False)
     capsys.readouterr()
     assert create_bucket.main([]) == 2 and "DISGEN_BUCKET" in capsys.readouterr().err
@@ -505,7 +506,7 @@ def test_create_security_group_opens_ssh_to_the_users_address_only(mocked_aws, t
     mine.write_text(text.replace("YOUR.ADDRESS/32", "203.0.113.7/32"))
     region, name, rules = create_security_group.cluster_settings(mine)
     done = create_security_group.create_security_group(region, name, rules)
-    ec2 = boto3.client("ec2", region_name=region)
+    ec2 = boto3.session.Session().client("ec2", region_name=region)
 
     def inbound():
         (group,) = ec2.describe_security_groups(GroupIds=[done["group_id"]])["SecurityGroups"]

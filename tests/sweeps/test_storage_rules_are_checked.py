@@ -23,7 +23,7 @@ PREFIX = CHECKPOINTS + "/"
 @pytest.mark.slow  # a moto server
 def test_a_bucket_without_disgens_rules_is_named_with_the_fix(s3_server):
     experiment = "s3://disgen-test/runs/exp"
-    s3 = boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"])
+    s3 = boto3.session.Session().client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"])
 
     def rules_are(*rules):
         s3.put_bucket_lifecycle_configuration(Bucket="disgen-test",
