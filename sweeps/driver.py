@@ -46,7 +46,8 @@ def run(sweep: Sweep, stop: StopSignal | None = None, fence=None) -> SweepSummar
         sweep = ready(sweep, cluster)
         work = sweep.search.work(sweep, store.statuses)
         announce(sweep, store, work)
-        plan_record.write(sweep.experiment_dir, {**sweep.record, "pack_size": sweep.pack_size})
+        plan_record.write(sweep.experiment_dir, {**sweep.record, "pack_size": sweep.pack_size,
+                                                 "packs": packs_of(work)})
         evaluations = DeferredEvaluations(sweep.experiment_dir, cluster.tasks)
         writer = ResultsWriter(store, sweep.base_trials, stop, evaluations)
         if work is not None and not stop.received.is_set():
@@ -71,14 +72,16 @@ def gpus_per_trial(options: SweepOptions, cluster_gpus: float) -> float:
 
 
 def ready(sweep: Sweep, cluster) -> Sweep:
-    """The sweep with its GPUs, pack size (a resume keeps its own: checkpoints match) and shared data."""
+    """The sweep with its GPUs, pack size and packs (a resume keeps its own: checkpoints match) and
+    shared data."""
     gpus = gpus_per_trial(sweep.options, cluster.gpus())
     stored = (plan_record.read(sweep.experiment_dir) or {}) if sweep.options.resume else {}
     size = stored.get("pack_size") or pack_size(sweep, gpus, cluster)
     if sweep.shared_dir:  # procedural data rendered once to shared storage, by Ray Data
         from sweeps.data import share_procedural
         sweep = dataclasses.replace(sweep, data=share_procedural(sweep.data, sweep.shared_dir))
-    return dataclasses.replace(sweep, gpus=gpus, pack_size=size)
+    kept = tuple(tuple(pack) for pack in stored.get("packs", ()))
+    return dataclasses.replace(sweep, gpus=gpus, pack_size=size, kept_packs=kept)
 
 
 def pack_size(sweep: Sweep, gpus: float, cluster) -> int:
@@ -96,6 +99,11 @@ def pack_size(sweep: Sweep, gpus: float, cluster) -> int:
     if gpus > 0 or requested not in (None, "auto"):  # the plain CPU path has nothing to explain
         print(f"Pack size {size}: {reason}", flush=True)
     return size
+
+
+def packs_of(work) -> list[list[str]]:
+    """The packs this run trains, by their members' keys, for plan.json: a resume keeps them."""
+    return [config["members"] for config in getattr(work, "configs", ()) if len(config["members"]) > 1]
 
 
 def announce(sweep: Sweep, store: ResultsStore, work) -> None:

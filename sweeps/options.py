@@ -301,6 +301,7 @@ class Sweep:
     added: tuple = ()  # the trials a resume adds to the experiment
     pack_size: int | None = None  # known once Ray has measured the GPU share (sweeps.driver.ready)
     gpus: float | None = None  # the GPUs each trial reserves, known once Ray runs (sweeps.driver.ready)
+    kept_packs: tuple = ()  # a resume's packs of the last run, by members' keys (sweeps.packing.make_packs)
 
     @property
     def search(self):

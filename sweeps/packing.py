@@ -109,14 +109,25 @@ def check_pack_size(requested: str | int | None, one_by_one: bool = False) -> in
     return int(requested)
 
 
-def make_packs(trials: Sequence[TrialConfig], pack_size: int) -> list[list[TrialConfig]]:
-    """The trials grouped into packs of at most ``pack_size`` (first-seen order)."""
+def make_packs(trials: Sequence[TrialConfig], pack_size: int,
+               kept: Sequence[Sequence[str]] = ()) -> list[list[TrialConfig]]:
+    """The trials grouped into packs of at most ``pack_size`` (first-seen order). ``kept``: the packs
+    (their members' keys) of the experiment's last run; each whose members are all among ``trials``
+    stays as it was, so that its in-training checkpoint, in a folder named by the pack's members
+    (``sweeps.checkpoints.checkpoint_folder``), is found again: a resume after a member failed, or an
+    extension whose new trials sort between the old ones, would otherwise regroup the packs and
+    start them from step 0. The other trials are packed as usual."""
     pack_size = check_pack_size(pack_size)
+    by_key = {trial.trial_key: trial for trial in trials}
+    packs = [[by_key[key] for key in pack] for pack in kept
+             if 1 < len(pack) <= pack_size and all(key in by_key for key in pack)]
+    packed = {member.trial_key for pack in packs for member in pack}
     groups: dict[str, list[TrialConfig]] = {}
     for trial in trials:
-        groups.setdefault(shared_key(trial), []).append(trial)
-    return [members[start:start + pack_size] for members in groups.values()
-            for start in range(0, len(members), pack_size)]
+        if trial.trial_key not in packed:
+            groups.setdefault(shared_key(trial), []).append(trial)
+    return packs + [members[start:start + pack_size] for members in groups.values()
+                    for start in range(0, len(members), pack_size)]
 
 
 def pack_id(members: Sequence[TrialConfig]) -> str:

@@ -67,7 +67,8 @@ class GridSearch:
         """The planned trials with neither a finished nor a stopped (ASHA) row, in packs; None if none."""
         from sweeps.packing import make_packs, tune_config
         left = [t for t in sweep.trials if statuses.get(t.trial_key) not in ("finished", "stopped")]
-        return Grid([tune_config(pack) for pack in make_packs(left, sweep.pack_size or 1)]) if left else None
+        packs = make_packs(left, sweep.pack_size or 1, sweep.kept_packs)  # a resume's packs as they were
+        return Grid([tune_config(pack) for pack in packs]) if left else None
 
     def listeners(self, sweep) -> list:
         return []

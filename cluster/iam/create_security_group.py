@@ -4,13 +4,16 @@
     # address (CIDR) that may SSH to the nodes, e.g. your laptop's public address, 203.0.113.7/32
     python cluster/iam/create_security_group.py    # once, before the first `ray up` (needs boto3)
 
-Ray's autoscaler makes the group named in cluster.yaml (``disgen-cluster``) if there is none, and
-then opens SSH (22) to every address, 0.0.0.0/0, beside the rules cluster.yaml lists; a group that
-already has rules it leaves as it is. So this script makes the group first, in the region's
-default VPC, with two kinds of rules only: all traffic from the group itself (the cluster's nodes),
-and cluster.yaml's ``IpPermissions`` (SSH from your CIDR). A CIDR left as the placeholder, or one
-open to everyone (``0.0.0.0/0``, ``::/0``), is refused. Run again on a group that exists, it adds
-the rules that are missing and removes any rule open to everyone (such as the one Ray adds).
+Ray's autoscaler, where a node type names no ``SecurityGroupIds``, makes a group of its own (or takes
+the one named in ``provider.security_group``) and opens SSH (22) to every address, 0.0.0.0/0. So
+this script makes the group, in the region's default VPC, with two kinds of rules only: all traffic
+from the group itself (the cluster's nodes), and cluster.yaml's ``IpPermissions`` (SSH from your
+CIDR); then it writes the group's id into cluster.yaml, in place of every node type's
+``SecurityGroupIds: [DISGEN_SECURITY_GROUP_ID]``, so Ray uses it and makes none. Until it has,
+``ray up`` stops before it starts anything ("Failed to detect a security group with id equal to any
+of the configured SecurityGroupIds"). A CIDR left as the placeholder, or one open to everyone
+(``0.0.0.0/0``, ``::/0``), is refused. Run again on a group that exists, it adds the rules that are
+missing and removes any rule open to everyone (such as one Ray added).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CLUSTER_YAML = HERE.parents[1] / "cluster.yaml"
 EVERYONE = {"0.0.0.0/0", "::/0"}
+# What cluster.yaml ships in each node type's node_config, until this script writes the group's id
+PLACEHOLDER = "SecurityGroupIds: [DISGEN_SECURITY_GROUP_ID]"
 
 
 def cluster_settings(path: Path = CLUSTER_YAML) -> tuple[str, str, list[dict]]:
@@ -85,15 +90,34 @@ def create_security_group(region: str, name: str, rules: list[dict], session=Non
     return done
 
 
+def write_group_id(path: Path, group_id: str) -> list[str]:
+    """Put ``group_id`` in place of cluster.yaml's placeholder, in every node type; the other group
+    ids the node types name (empty where each names ``group_id``), for the caller to report."""
+    import yaml
+
+    text = path.read_text()
+    if PLACEHOLDER in text:
+        text = text.replace(PLACEHOLDER, f"SecurityGroupIds: [{group_id}]")
+        path.write_text(text)
+    node_types = yaml.safe_load(text)["available_node_types"].values()
+    return sorted({g for node_type in node_types for g in node_type["node_config"].get("SecurityGroupIds", [])
+                   if g != group_id} | ({"(none)"} if any("SecurityGroupIds" not in t["node_config"]
+                                                          for t in node_types) else set()))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog="python cluster/iam/create_security_group.py",
-                                   description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python cluster/iam/create_security_group.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=CLUSTER_YAML, metavar="CLUSTER_YAML",
+                        help="the cluster file to read the rules from and write the group's id into "
+                             "(default: the repository's cluster.yaml)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    build_parser().parse_args(argv)
+    config = build_parser().parse_args(argv).config
     try:
-        region, name, rules = cluster_settings()
+        region, name, rules = cluster_settings(config)
         done = create_security_group(region, name, rules)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -101,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     removed = f"; removed {done['removed']} rule(s) open to every address" if done["removed"] else ""
     state = "created" if done["created"] else "exists"
     print(f"security group {name} ({done['group_id']}) {state} in {region}: its own nodes, and SSH from "
-          f"cluster.yaml's addresses{removed}; now: ray up cluster.yaml")
+          f"{config.name}'s addresses{removed}")
+    others = write_group_id(config, done["group_id"])
+    if others:
+        print(f"error: {config} names other security groups than {done['group_id']} in its node types' "
+              f"SecurityGroupIds ({', '.join(others)}); put {done['group_id']} there (a node type without "
+              "SecurityGroupIds gets a group Ray makes, with SSH open to every address)", file=sys.stderr)
+        return 1
+    print(f"{config} names it in every node type; now: ray up {config.name}")
     return 0
 
 

@@ -158,8 +158,8 @@ def test_the_security_group_admits_only_the_cluster_and_ssh_from_the_users_addre
     assert rule["IpRanges"] == [{"CidrIp": "YOUR.ADDRESS/32"}] and "Ipv6Ranges" not in rule
     with pytest.raises(ValueError, match="YOUR.ADDRESS/32.*replace it with the address"):
         create_security_group.cluster_settings()
-    for node_type in cluster["available_node_types"].values():  # no other group replaces it
-        assert "SecurityGroupIds" not in node_type["node_config"]
+    for node_type in cluster["available_node_types"].values():  # the script's group, by its id, only
+        assert node_type["node_config"]["SecurityGroupIds"] == ["DISGEN_SECURITY_GROUP_ID"]
         assert "NetworkInterfaces" not in node_type["node_config"]
 
 
@@ -527,3 +527,69 @@ def test_create_security_group_opens_ssh_to_the_users_address_only(mocked_aws, t
     mine.write_text(text.replace("YOUR.ADDRESS/32", "0.0.0.0/0"))
     with pytest.raises(ValueError, match="every address"):
         create_security_group.cluster_settings(mine)
+
+
+@pytest.fixture
+def rays_aws_bootstrap(mocked_aws, monkeypatch):
+    """Ray's own AWS set-up steps of `ray up` (the subnets, the security groups), run on moto: its
+    boto3 resources cached per process are dropped before and after, and the default boto3 session
+    they make is set back."""
+    import boto3
+    from ray.autoscaler._private.aws import config, utils
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    for cached in (utils.resource_cache, utils.client_cache):
+        cached.cache_clear()
+    yield config
+    for cached in (utils.resource_cache, utils.client_cache):
+        cached.cache_clear()
+
+
+def _groups_open_to_everyone(region: str) -> list[str]:
+    import boto3
+
+    ec2 = boto3.session.Session().client("ec2", region_name=region)
+    groups = ec2.describe_security_groups()["SecurityGroups"]
+    return [g["GroupName"] for g in groups
+            if any(create_security_group._open_to_everyone(rule) for rule in g.get("IpPermissions", []))]
+
+
+def test_ray_up_stops_before_making_a_group_open_to_everyone_until_the_script_names_its_own(
+        rays_aws_bootstrap, tmp_path, capsys):
+    """`ray up` on the shipped file stops at Ray's subnet step (no group found by the placeholder id),
+    before any node or group is made. A node type without SecurityGroupIds (the control) gets a group
+    Ray makes with SSH open to every address: what the placeholder prevents. After the script, every
+    node type names its group, and Ray makes none."""
+    config = rays_aws_bootstrap
+    shipped = prepare_config(yaml.safe_load(CLUSTER_YAML.read_text()))
+    region = shipped["provider"]["region"]
+    with pytest.raises(AssertionError):
+        config._configure_subnet(json.loads(json.dumps(shipped)))
+    assert "Failed to detect a security group with id equal to any" in capsys.readouterr().err
+    assert _groups_open_to_everyone(region) == []
+
+    control = json.loads(json.dumps(shipped).replace("YOUR.ADDRESS/32", "203.0.113.7/32"))
+    for node_type in control["available_node_types"].values():
+        del node_type["node_config"]["SecurityGroupIds"]
+    config._configure_security_group(config._configure_subnet(control))
+    assert _groups_open_to_everyone(region) == ["disgen-cluster"]  # Ray's own group, SSH from 0.0.0.0/0
+    import boto3
+
+    ec2 = boto3.session.Session().client("ec2", region_name=region)
+    ec2.delete_security_group(GroupName="disgen-cluster")
+
+    mine = tmp_path / "cluster.yaml"
+    mine.write_text(CLUSTER_YAML.read_text().replace("YOUR.ADDRESS/32", "203.0.113.7/32"))
+    assert create_security_group.main(["--config", str(mine)]) == 0
+    said = capsys.readouterr().out
+    (group_id,) = re.findall(r"\((sg-[0-9a-f]+)\) created", said)
+    assert f"names it in every node type; now: ray up {mine.name}" in said
+    written = prepare_config(yaml.safe_load(mine.read_text()))
+    node_types = written["available_node_types"].values()
+    assert {tuple(t["node_config"]["SecurityGroupIds"]) for t in node_types} == {(group_id,)}
+    before = ec2.describe_security_groups()["SecurityGroups"]
+    config._configure_security_group(config._configure_subnet(written))
+    assert ec2.describe_security_groups()["SecurityGroups"] == before  # Ray made no group and changed none
+    assert _groups_open_to_everyone(region) == []
+    assert create_security_group.main(["--config", str(mine)]) == 0  # run again: the file already names it
+    assert "exists" in capsys.readouterr().out

@@ -131,3 +131,60 @@ def test_a_tune_config_names_its_members_by_key_and_the_plan_resolves_them():
     swapped = {**result, "members": result["members"][::-1]}
     with pytest.raises(ValueError, match="not its config's member there"):
         outcome_of(swapped, config, plan)
+
+
+class _NoGpus:
+    """What ``sweeps.driver.ready`` asks of the cluster here: no GPUs."""
+
+    def gpus(self) -> float:
+        return 0.0
+
+
+def _packs_after_resume(tmp_path, seeds: str, last_run, statuses: dict, first_seeds: str | None = None
+                        ) -> list[list[str]]:
+    """The packs a ``--resume`` (with ``seeds``) trains, by their members' keys: plan.json written as
+    the last run (with ``first_seeds``, else the same) left it, with its packs (``last_run``), then
+    read back by the driver (``ready``), then the grid's work for the stored ``statuses``."""
+    from sweeps import driver, plan_record
+    from sweeps.paper_grid import parse_options, plan
+
+    def argv(seeds):
+        return ["--scale", "tiny", "--pack-size", "2", "--seeds", seeds, "--storage-path", str(tmp_path),
+                "--name", "packs"]
+
+    first = plan(parse_options(argv(first_seeds or seeds)))
+    record = {**first.record, "pack_size": 2, "packs": driver.packs_of(last_run)}
+    plan_record.write(first.experiment_dir, record)
+    sweep = driver.ready(plan(parse_options([*argv(seeds), "--resume"])), _NoGpus())
+    return [config["members"] for config in sweep.search.work(sweep, statuses).configs]
+
+
+def test_a_resume_after_a_members_failure_keeps_the_other_packs_so_their_checkpoints_are_found(tmp_path):
+    """Packs resume from a checkpoint in a folder named by their members (issue 51): one failed member
+    of the first pack must not shift every later pack by one, which would start them all from step 0."""
+    from sweeps.search import Grid
+
+    trials = plan_trials_keys(tmp_path, "2")
+    last_run = Grid([{"members": trials[i:i + 2]} for i in range(0, 8, 2)])
+    statuses = {trials[0]: "finished", trials[1]: "failed"}  # the first pack ended; its second model failed
+    packs = _packs_after_resume(tmp_path, "2", last_run, statuses)
+    assert packs[:3] == [trials[2:4], trials[4:6], trials[6:8]]  # as they were: their checkpoints match
+    assert packs[3:] == [[trials[1]]]  # the failed model trains again, from the start
+
+
+def test_an_extension_keeps_the_packs_of_the_trials_it_had(tmp_path):
+    """More seeds interleave new trials with the old ones; the old packs stay as they were."""
+    from sweeps.search import Grid
+
+    old, new = plan_trials_keys(tmp_path, "1"), plan_trials_keys(tmp_path, "2")
+    last_run = Grid([{"members": old[0:2]}, {"members": old[2:4]}])
+    packs = _packs_after_resume(tmp_path, "2", last_run, {}, first_seeds="1")
+    assert packs[:2] == [old[0:2], old[2:4]]
+    assert sorted(k for pack in packs[2:] for k in pack) == sorted(set(new) - set(old))
+
+
+def plan_trials_keys(tmp_path, seeds: str) -> list[str]:
+    from sweeps.paper_grid import parse_options, plan_trials
+
+    argv = ["--scale", "tiny", "--seeds", seeds, "--storage-path", str(tmp_path), "--name", "packs"]
+    return [t.trial_key for t in plan_trials(parse_options(argv)).trials]
