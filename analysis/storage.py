@@ -105,8 +105,8 @@ _S3_FILESYSTEMS: dict[tuple, pafs.FileSystem] = {}
 
 def resolve(location, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
     """(file system, path inside it) of a local path or URI; with ``filesystem``, ``location`` is
-    a path inside it. An ``s3://`` file system is made once per bucket and ``AWS_*`` environment,
-    and writes a small file with one PUT (pyarrow's ``allow_delayed_open``)."""
+    a path inside it. An ``s3://`` file system is made once per bucket and ``AWS_*`` environment
+    (:func:`s3_filesystem`)."""
     location = os.fspath(location)
     if filesystem is not None:
         return filesystem, location.rstrip("/") if location != "/" else location
@@ -118,8 +118,21 @@ def resolve(location, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.F
     bucket = inner.split("/", 1)[0]
     key = (bucket, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
     if key not in _S3_FILESYSTEMS:
-        _S3_FILESYSTEMS[key] = pafs.FileSystem.from_uri(f"s3://{bucket}?allow_delayed_open=true")[0]
+        _S3_FILESYSTEMS[key] = s3_filesystem(bucket)
     return _S3_FILESYSTEMS[key], inner
+
+
+def s3_filesystem(bucket: str) -> pafs.S3FileSystem:
+    """pyarrow's S3 file system for ``bucket``, as ``from_uri`` makes it from this process's
+    ``AWS_*`` environment (the bucket's region, ``AWS_ENDPOINT_URL``; no keys of its own, so one
+    pickled to a worker signs with the worker's), which writes a small file with one PUT
+    (``allow_delayed_open``) and writes a folder's empty ``…/`` key only where there is none
+    (``check_directory_existence_before_creation``, which ``from_uri`` does not take): pyarrow
+    otherwise writes every folder key on a path again at each upload into it, each a new object
+    version on a versioned bucket (benchmarks/README.md, "Object versions outside `checkpoints/`")."""
+    made, _ = pafs.FileSystem.from_uri(f"s3://{bucket}?allow_delayed_open=true")
+    options = made.__reduce__()[1][0]  # the options from_uri resolved, as pickling carries them
+    return pafs.S3FileSystem(**{**options, "check_directory_existence_before_creation": True})
 
 
 def exists(location, filesystem: pafs.FileSystem | None = None) -> bool:

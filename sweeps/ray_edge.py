@@ -39,7 +39,7 @@ os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
-from analysis.storage import is_remote  # noqa: E402
+from analysis.storage import is_remote, resolve  # noqa: E402
 from sweeps.errors import StopSignal, Terminated, UsageError  # noqa: E402
 from sweeps.search import Grid, Sampled  # noqa: E402
 
@@ -405,13 +405,16 @@ def _tuner(run: TuneRun, events: Events) -> tune.Tuner:
     # remote storage none, since every save of Tune's state uploads every one of them again (a new
     # version of each, kept 30 days) and history.parquet holds the same numbers
     records = () if is_remote(run.storage) else (JsonLoggerCallback(), CSVLoggerCallback())
+    # on S3, disgen's own file system (analysis.storage.s3_filesystem): Tune's uploads then write each
+    # folder's key once, not at every save
+    filesystem, path = resolve(run.storage) if run.storage.startswith("s3://") else (None, run.storage)
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=run.max_concurrent,
                                     trial_name_creator=name, trial_dirname_creator=name, search_alg=searcher,
                                     num_samples=samples, scheduler=_asha(run.asha_steps)),
         run_config=tune.RunConfig(
-            name=run.name, storage_path=run.storage,
+            name=run.name, storage_path=path, storage_filesystem=filesystem,
             callbacks=[events, *run.callbacks, *records],
             failure_config=tune.FailureConfig(max_failures=run.max_failures),
             # no num_to_keep: each Tune trial reports one checkpoint, its final one, and num_to_keep
