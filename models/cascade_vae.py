@@ -22,8 +22,9 @@ that stops every image taking one category). Jeong & Song solve this with a mini
 solver; the per-category costs λ·0, λ·1, λ·2, … of successive members rise, so the same optimum is
 an assignment problem over B rows × (K·B) category slots, which ``match_categories`` solves exactly
 with ``scipy.optimize.linear_sum_assignment``. Then the model takes its gradient step with those
-categories held fixed. Before ``discrete_warmup_steps`` the category code is all zeros (M22's code
-starts the matching at once: 0, the default).
+categories held fixed. Before ``discrete_warmup_steps`` the category code is all zeros (0, the
+default, starts the matching at once; M22's CascadeVAE config holds it for 80,000 steps,
+``disc_warmup = 8e4`` in their ``scripts/configs/vaes.py``, which the montero2022 preset sets).
 
 **The code for the metrics** (``encode``, so ``models.inference.encode_means``): the continuous
 posterior means followed by the one-hot category that reconstructs the image best from those means
