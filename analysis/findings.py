@@ -36,6 +36,14 @@ FAIL_RATIO = RATIO
 # The rendering judge (a classifier fitted on ground-truth images) must read the split's factors on
 # held-out ground truth at least this often, or the finding that uses it says ?.
 JUDGE_MIN_ACCURACY = 0.95
+# A split's renderings read "as in-distribution" only where the judge gap's interval (held-out minus
+# in-distribution accuracy) lies above −RENDER_MARGIN: equivalence within a stated margin, never an
+# interval that merely includes 0 (a wide one would "hold" for a decoder that renders held-out
+# combinations far worse); and "below in-distribution" (a failure) only where it lies below
+# −RENDER_MARGIN, a deficit larger than the margin, not merely one below 0. Between: unclear.
+# Fixed before any run it judges.
+RENDER_MARGIN = 0.1
+AS_IN_DISTRIBUTION = "as in-distribution"  # the rendering state of such a split (_rendering)
 # A model learned a factor (on its training images) when its readout reaches the bar of the
 # factor's kind: a categorical factor's accuracy at least halfway from chance to 1; an ordinal or
 # circular factor's R² at least 0.75, what knowing which half of its range the factor lies in gives
@@ -526,8 +534,10 @@ def _rendering(part: pd.DataFrame, judged: str = "judge_accuracy") -> dict:
     """The rendering judge's numbers over ``part``'s models: its accuracy on ground truth (the
     lowest), on held-out and on in-distribution renderings, the substitution share, and the
     per-model gap held-out − in-distribution with its t interval; ``rendering``: "below
-    in-distribution" (gap interval below 0), "not below", "unclear" (one model), "no judge" or
-    "judge unreliable" (ground-truth accuracy under :data:`JUDGE_MIN_ACCURACY`). ``judged`` names the
+    in-distribution" (gap interval below −:data:`RENDER_MARGIN`: a deficit larger than the margin),
+    "as in-distribution" (above it: equivalent within the margin), "unclear" (one model, or an
+    interval across the margin), "no judge" or "judge unreliable" (ground-truth accuracy under
+    :data:`JUDGE_MIN_ACCURACY`). ``judged`` names the
     renderings: ``judge_accuracy``, the model's reconstructions (a ground-truth decoder's are its
     renderings of the true factor values); ``judge_decoder_accuracy``, the decoder of an end-to-end
     model fed the code each image should have (M22's decoder side)."""
@@ -540,8 +550,8 @@ def _rendering(part: pd.DataFrame, judged: str = "judge_accuracy") -> dict:
     elif truth.min() < JUDGE_MIN_ACCURACY - _ROUNDING:
         state = "judge unreliable"
     else:
-        state = {"below": "below in-distribution", "above": "not below"}.get(
-            _side(gap_low, gap_high, 0.0), "not below" if not np.isnan(gap_low) else "unclear")
+        state = {"below": "below in-distribution", "above": AS_IN_DISTRIBUTION}.get(
+            _side(gap_low, gap_high, -RENDER_MARGIN), "unclear")
     return {"judge_ground_truth": truth.min() if truth.notna().any() else np.nan,
             "judge_test": held.mean(), "judge_in_distribution": inside.mean(),
             "substitution": _numeric(part, "judge_substitution_share").mean(),
@@ -684,13 +694,14 @@ DECODER_PRECONDITION = (
 def _decoder_state(row: dict) -> str:
     """A ground-truth decoder split: "fails" when its ratio interval lies above the bar or the judge
     reads the rule's factors on held-out renderings below in-distribution (gap interval below 0);
-    "holds" when the ratio lies below the bar and the rendering is not below; "unclear" otherwise
+    "holds" when the ratio lies below the bar and the rendering reads as in-distribution (its gap
+    interval above −:data:`RENDER_MARGIN`); "unclear" otherwise
     (without a judge, a ratio below the bar cannot rule out the substitution the NLL misses)."""
     if _unjudgeable(row):
         return "unclear"
     if row["reconstruction"] == "fails" or row["rendering"] == "below in-distribution":
         return "fails"
-    if row["reconstruction"] == CLOSE and row["rendering"] == "not below":
+    if row["reconstruction"] == CLOSE and row["rendering"] == AS_IN_DISTRIBUTION:
         return "holds"
     return "unclear"
 
@@ -737,7 +748,8 @@ def m21_ground_truth_decoder(df: pd.DataFrame) -> Finding:
         result = ("Ground-truth decoders, " + RATIO_RULE + "; a failing split also fails when the rendering "
                   "judge reads the rule's factors on held-out renderings below in-distribution (per-decoder "
                   "gap, 95% t interval below 0), and the control holds when its ratio lies below the bar and "
-                  "its rendering is not below: " + "; ".join(parts) + "."
+                  f"its rendering reads as in-distribution (gap interval above −{RENDER_MARGIN:g}): "
+                  + "; ".join(parts) + "."
                   + "".join(f" ? {w}." for w in why) + _why_not(checked))
     return _finish("Montero et al. 2021", "§2.1, Fig. 2 to 4, appendix B",
                    "Perfectly disentangled codes do not rescue generalisation: the ground-truth decoder, fed "
@@ -884,7 +896,7 @@ def encoder_snap_test(part: pd.DataFrame) -> dict:
 
 
 def _decoder_side(rendering: str) -> str:
-    return {"below in-distribution": "fails", "not below": "holds"}.get(rendering, "unclear")
+    return {"below in-distribution": "fails", AS_IN_DISTRIBUTION: "holds"}.get(rendering, "unclear")
 
 
 def _m22_row(dataset: str, split: str, part: pd.DataFrame, evidence: bool) -> tuple[dict, pd.DataFrame]:
