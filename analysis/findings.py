@@ -69,6 +69,10 @@ D21_EFFECT = -0.6
 D21_POWER = 0.75
 D21_GROUP_MODELS = 12  # models per supervision group (two groups) the D21 rule needs: power 0.77 by formula
 D21_MIN_GROUP = 4  # a group with fewer models has no within-group ρ
+# D21 is contradicted only where the stratified interval excludes the paper's effect: the whole of it
+# above D21_NO_EFFECT, no within-group correlation as negative as that (an interval that merely
+# excludes 0 from above is one case of it). Fixed before any run it judges.
+D21_NO_EFFECT = -0.3
 # M22's own models: the finding's evidence. VAE, β-VAE and WAE rows are context only.
 M22_TASKS = ("composition",)  # CompositionNet (models.config.TASKS)
 M22_OBJECTIVES = ("cascade_vae", "lie_group_vae")  # CascadeVAE, LieGroupVAE (models.registry)
@@ -1020,7 +1024,7 @@ def _transfer_factor(df: pd.DataFrame) -> str | None:
 def _stratified_verdict(row: dict) -> str:
     if row["power"] < D21_POWER - _ROUNDING or np.isnan(row["low"]):
         return "unclear"
-    return "agrees" if row["high"] < 0 else "contradicts" if row["low"] > 0 else "unclear"
+    return "agrees" if row["high"] < 0 else "contradicts" if row["low"] > D21_NO_EFFECT else "unclear"
 
 
 def _sizes(sizes: dict) -> str:
@@ -1092,7 +1096,8 @@ def d21_transfer(df: pd.DataFrame) -> Finding:
                                f"pooled {_rho(mlp_pooled[r['scenario']])}" for r in mlp)
                    if mlp else "; no MLP readout in these results")
         result += (". The verdict is the GBT readout's: reproduced where the within-group interval lies "
-                   "below 0, not reproduced where above.")
+                   f"below 0, not reproduced where it lies above {D21_NO_EFFECT:g} (no correlation as "
+                   "negative as that).")
         power = min(r["power"] for r in gbt)
         if check.state != MET:
             result += f" ? Not tested: {check.reason}."

@@ -680,6 +680,16 @@ def test_d21_reproduced_not_reproduced_and_inconclusive():
     assert f"about {F.D21_GROUP_MODELS} models in each of two groups" in small.result
 
 
+def test_d21_is_contradicted_where_the_interval_excludes_its_effect_not_only_where_it_excludes_0():
+    """No relation within the groups, with enough models (80 a group) for a tight interval (about ±0.16):
+    the data rule out a within-group ρ as negative as D21_NO_EFFECT (−0.3), so ✗; the old rule, ✗ only
+    for an interval above 0, said ?."""
+    none = F.d21_transfer(d21_table(0.0, n=160, noise=0.05))
+    within = none.table.query("readout == 'gbt' and group == 'within groups'")
+    assert (within["low"] > -0.3).all() and (within["low"] < 0).all(), within  # D21_NO_EFFECT
+    assert none.status == F.NOT_REPRODUCED, none.result
+
+
 def test_d21_group_gap_without_a_within_group_relation_is_inconclusive():
     """The Ada-GVAEs are more disentangled and transfer better, but within each group DCI does not
     help: the pooled ρ is strongly negative, the within-group ρ is not, ? (with a note)."""
